@@ -1,0 +1,1 @@
+"""Image-classification datasets to sharded TFRecords: options, pipeline graph and entry points."""

@@ -1,0 +1,112 @@
+"""The product's flags, defined once as a Beam PipelineOptions subclass.
+
+Beam, Dataflow and Flex Templates all read this definition; every other flag goes to Beam.
+Booleans take `--flag`, `--flag=true` or `--flag=false`, as a template launcher passes them.
+"""
+import argparse
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from transforms.images import ImageOptions
+from transforms.settings import SPLITS
+
+DEFAULT_TARGET_SHARD_MB = 128
+DEFAULT_MAX_ERROR_RATIO = 0.01
+
+
+def parse_bool(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ('1', 'true', 'yes', 'y', 'on'):
+        return True
+    if value in ('0', 'false', 'no', 'n', 'off'):
+        return False
+    raise argparse.ArgumentTypeError(f'expected true or false, got {text!r}')
+
+
+class ConverterOptions(PipelineOptions):
+    """Flags of the image-classification TFRecord converter."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        defaults = ImageOptions()
+
+        def flag(name, **kwargs):
+            parser.add_argument(f'--{name}', **kwargs)
+
+        def switch(name, default, help):
+            flag(name, type=parse_bool, nargs='?', const=True, default=default, metavar='BOOL',
+                 help=f'{help} (default {str(default).lower()})')
+
+        # Input: exactly one of a folder, CSV files or a config class.
+        flag('input_dir', help='Folder layout: INPUT_DIR/<split>/<class>/<image>, local or gs://. '
+             'Splits are train, validation and test, whichever exist.')
+        for split in SPLITS:
+            flag(f'csv_{split}', metavar='CSV', help=f'CSV of uri,label lines for the {split} split '
+                 '(header line allowed; relative uris are relative to the CSV).')
+        flag('labels_file', help='One class name per line; fixes label ids to line order.')
+        flag('config', metavar='MODULE:CLASS', help='An ImageClassificationConfig subclass that '
+             'describes the dataset with example_generator(mode).')
+        flag('config_arg', action='append', default=[], metavar='KEY=VALUE',
+             help='Keyword argument for the --config class; repeat for several.')
+        # Output.
+        flag('output_dir', help='Where shards and metadata go: a local folder or gs:// prefix. '
+             'Without any input flag, a generated sample dataset is converted into '
+             './sample_tfrecords.')
+        flag('dataset_name', default=None, help='Shard file prefix, NAME-SPLIT.tfrecord-00000-of-'
+             '00016 (lower_snake_case; default: the config name or "dataset").')
+        flag('num_shards', type=int, default=0, help='Shards per split (default 0: automatic '
+             'from --target_shard_mb).')
+        flag('target_shard_mb', type=float, default=DEFAULT_TARGET_SHARD_MB,
+             help=f'Shard size aimed at when --num_shards is 0 (default {DEFAULT_TARGET_SHARD_MB}).')
+        switch('overwrite', False, 'Replace a dataset already in --output_dir')
+        flag('description', default='', help='Description stored in dataset_info.json.')
+        # Images.
+        flag('jpeg_quality', type=int, default=defaults.jpeg_quality,
+             help=f'Quality of re-encoded JPEGs (default {defaults.jpeg_quality}).')
+        switch('reencode', defaults.reencode, 'Re-encode every image, also RGB JPEGs that could be '
+               'stored as they are')
+        switch('apply_exif_orientation', defaults.apply_exif_orientation,
+               'Store EXIF-rotated images upright')
+        flag('max_pixels', type=int, default=0, help='Downscale images with more pixels than this, '
+             'keeping aspect (default 0: no limit).')
+        flag('max_side', type=int, default=0, help='Downscale images whose longer side exceeds this '
+             '(default 0: no limit).')
+        flag('max_image_pixels', type=int, default=defaults.max_image_pixels,
+             help='Skip (and report) images larger than this: decompression-bomb guard '
+             f'(default {defaults.max_image_pixels}).')
+        # Labels and errors.
+        flag('label_offset', type=int, default=0, help='Add this to every derived label id; 1 '
+             'reserves id 0 for a background class (default 0).')
+        flag('num_labels', type=int, default=None, help='Fail if there are more distinct labels.')
+        flag('max_error_ratio', type=float, default=DEFAULT_MAX_ERROR_RATIO,
+             help='Fail, committing nothing, if a larger fraction of a split cannot be converted '
+             f'(default {DEFAULT_MAX_ERROR_RATIO}).')
+        switch('skip_duplicates', False, 'Drop inputs listed twice in a split (reported) instead '
+               'of failing')
+
+    def image_options(self) -> ImageOptions:
+        return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,
+                            apply_exif_orientation=self.apply_exif_orientation,
+                            max_pixels=self.max_pixels, max_side=self.max_side,
+                            max_image_pixels=self.max_image_pixels)
+
+
+def to_argv(values: dict) -> list[str]:
+    """Flags for a dict of option values (the converter's booleans are given as =true/=false)."""
+    ours = converter_flag_names()
+    argv = []
+    for name, value in values.items():
+        if isinstance(value, bool) and name not in ours:
+            argv += [f'--{name}'] if value else []
+        elif isinstance(value, (list, tuple)):
+            argv += [f'--{name}={item}' for item in value]
+        elif value is not None:
+            argv.append(f'--{name}={str(value).lower() if isinstance(value, bool) else value}')
+    return argv
+
+
+def converter_flag_names() -> set[str]:
+    """The names of the converter's own flags (not Beam's)."""
+    parser = argparse.ArgumentParser()
+    ConverterOptions._add_argparse_args(parser)
+    return {action.dest for action in parser._actions if action.dest != 'help'}

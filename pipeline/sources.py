@@ -1,0 +1,130 @@
+"""Turns the input flags (folder, CSVs or a config class) into partitions and label settings.
+
+This runs on the launcher and lists only what is small: the split folders, the CSV sizes, the
+config's partitions. Everything large is listed on the workers (transforms/listing.py).
+"""
+import ast
+import dataclasses
+import importlib
+
+from pipeline.config import ImageClassificationConfig
+from pipeline.options import ConverterOptions
+from transforms import fileio
+from transforms.errors import DatasetError
+from transforms.listing import ConfigPartition, CsvChunk, FolderSplit, Partition
+from transforms.settings import SPLITS, LabelSettings
+
+
+@dataclasses.dataclass
+class Source:
+    partitions: list[Partition]
+    splits: tuple[str, ...]
+    labels: LabelSettings
+    name: str = 'dataset'
+    description: str = ''
+    version: str = '1.0.0'
+
+
+def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | None = None) -> Source:
+    """The partitions and label settings for the input the flags (or `config`) describe."""
+    csvs = {split: getattr(opts, f'csv_{split}') for split in SPLITS if getattr(opts, f'csv_{split}')}
+    given = [name for name, value in (('--input_dir', opts.input_dir), ('--csv_*', csvs),
+                                      ('--config', opts.config or config)) if value]
+    if len(given) != 1:
+        raise DatasetError(f'give exactly one input: --input_dir, --csv_<split> or --config '
+                           f'(got {", ".join(given) or "none"})')
+    names = _read_labels_file(opts.labels_file) if opts.labels_file else None
+    labels = LabelSettings(label_names=names, names_origin=f'--labels_file {opts.labels_file}',
+                           num_labels=opts.num_labels, label_offset=opts.label_offset)
+    if opts.input_dir:
+        return _folder_source(opts.input_dir.rstrip('/'), labels)
+    if csvs:
+        return _csv_source(csvs, labels)
+    return config_source(config or load_config(opts.config, opts.config_arg), labels)
+
+
+def _folder_source(root: str, labels: LabelSettings) -> Source:
+    present = {fileio.basename(d) for d in fileio.list_subdirs(root)}
+    splits = tuple(s for s in SPLITS if s in present)
+    if not splits:
+        raise DatasetError(f'{root} has no split folders; expected {root}/train/<class>/<image> '
+                           '(and/or validation/, test/)')
+    return Source([FolderSplit(s, fileio.join(root, s)) for s in splits], splits, labels)
+
+
+def _csv_source(csvs: dict, labels: LabelSettings) -> Source:
+    partitions = []
+    for split, path in csvs.items():
+        found = fileio.match(path)
+        if not found:
+            raise DatasetError(f'--csv_{split} {path} does not exist; give the path of a CSV '
+                               'file with uri,label lines')
+        partitions += CsvChunk.cover(split, path, found[0].size_in_bytes)
+    return Source(partitions, tuple(s for s in SPLITS if s in csvs), labels)
+
+
+def config_source(config: ImageClassificationConfig, labels: LabelSettings) -> Source:
+    """Partitions of a user config, with its label map and num_labels."""
+    origin = type(config).__name__
+    modes = list(config.supported_modes)
+    unknown = [m for m in modes if m not in SPLITS]
+    if unknown or not modes:
+        raise DatasetError(f'{origin}.supported_modes has {unknown or "no modes"}; use some of '
+                           f'{", ".join(SPLITS)}')
+    label_map = config.text_label_map
+    labels = dataclasses.replace(
+        labels, num_labels=labels.num_labels or config.num_labels,
+        text_label_map=tuple(sorted(label_map.items())) if label_map else None,
+        names_origin=f'{origin}.text_label_map' if label_map else labels.names_origin)
+    partitions = []
+    for mode in modes:
+        parts = config.partitions(mode)
+        partitions += ([ConfigPartition(mode, config, p, partitioned=True) for p in parts]
+                       if parts is not None else [ConfigPartition(mode, config)])
+    splits = tuple(s for s in SPLITS if s in modes)
+    name = getattr(config, 'name', '') or 'dataset'
+    return Source(partitions, splits, labels, name if name != 'default' else 'dataset',
+                  getattr(config, 'description', ''), getattr(config, 'version', '1.0.0'))
+
+
+def load_config(spec: str, args: list[str]) -> ImageClassificationConfig:
+    """Imports `module:Class` and instantiates it with `key=value` arguments."""
+    module_name, _, class_name = spec.partition(':')
+    if not class_name:
+        raise DatasetError(f'--config {spec}: expected module:Class, e.g. my_data:MyConfig')
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise DatasetError(f'--config {spec}: cannot import it ({exc}); is the module on '
+                           'PYTHONPATH?') from None
+    kwargs = {}
+    for arg in args:
+        key, sep, value = arg.partition('=')
+        if not sep:
+            raise DatasetError(f'--config_arg {arg}: expected key=value')
+        kwargs[key] = _literal(value)
+    try:
+        config = cls(**kwargs)
+    except TypeError as exc:
+        raise DatasetError(f'--config {spec}: {exc}; pass its arguments with --config_arg key=value') from None
+    if not isinstance(config, ImageClassificationConfig):
+        raise DatasetError(f'--config {spec} is not an ImageClassificationConfig subclass')
+    return config
+
+
+def _literal(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _read_labels_file(path: str) -> tuple[str, ...]:
+    try:
+        text = fileio.read_bytes(path).decode('utf-8')
+    except Exception as exc:
+        raise DatasetError(f'--labels_file {path} cannot be read: {str(exc).splitlines()[0]}') from None
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if len(set(names)) != len(names):
+        raise DatasetError(f'--labels_file {path} lists a class name twice')
+    return names

@@ -1,0 +1,1 @@
+"""Beam transforms and the pure functions behind them: listing, decoding, sharding, writing."""

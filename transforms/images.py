@@ -1,0 +1,130 @@
+"""Decode, validate and normalise one image into the JPEG bytes a record stores.
+
+Every image is decoded once in full (for JPEGs kept as they are, in Pillow's draft mode, which
+still entropy-decodes the whole stream and so catches truncation, at 1/8 of the IDCT work).
+Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-bit samples are scaled
+down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
+"""
+import dataclasses
+import io
+import math
+
+import numpy as np
+from PIL import Image
+
+# Size limits are enforced by `convert_image` with a message that names the flag to change.
+Image.MAX_IMAGE_PIXELS = None
+
+_ORIENTATION_TAG = 0x0112
+_SIXTEEN_BIT_MODES = ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I')
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How images are normalised; every field is a pipeline flag of the same name."""
+    jpeg_quality: int = 95
+    reencode: bool = False
+    apply_exif_orientation: bool = True
+    max_pixels: int = 0
+    max_side: int = 0
+    max_image_pixels: int = 89_478_485
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredImage:
+    """The JPEG bytes a record stores, with the size of the image they hold."""
+    encoded: bytes
+    height: int
+    width: int
+    passed_through: bool
+
+
+class ImageError(ValueError):
+    """An input that cannot become a record; the message is the reason shown to the user."""
+
+
+def target_size(width: int, height: int, options: ImageOptions) -> tuple[int, int]:
+    """The (width, height) after `--max_pixels` / `--max_side`, keeping aspect; never larger."""
+    scale = 1.0
+    if options.max_pixels and width * height > options.max_pixels:
+        scale = math.sqrt(options.max_pixels / (width * height))
+    if options.max_side and max(width, height) * scale > options.max_side:
+        scale = options.max_side / max(width, height)
+    if scale >= 1.0:
+        return width, height
+    return max(1, int(width * scale)), max(1, int(height * scale))
+
+
+def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
+    """Validates `data` and returns what to store; raises ImageError with the reason."""
+    if not data:
+        raise ImageError('empty file')
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if width * height > options.max_image_pixels:
+            raise ImageError(
+                f'image is {width}x{height} = {width * height} pixels, above --max_image_pixels '
+                f'{options.max_image_pixels} (raise the flag if such images are expected)')
+        orientation = image.getexif().get(_ORIENTATION_TAG, 1) if options.apply_exif_orientation else 1
+        size = target_size(width, height, options)
+        keep = (image.format == 'JPEG' and image.mode == 'RGB' and orientation in (1, None)
+                and size == (width, height) and not options.reencode)
+        if keep:
+            image.draft('RGB', (max(1, width // 8), max(1, height // 8)))
+            image.load()
+            return StoredImage(data, height, width, passed_through=True)
+        if image.format == 'JPEG' and size != (width, height):
+            image.draft(image.mode, size)
+        image.load()
+        image = _to_rgb(image)
+        image = _orient(image, orientation)
+        final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
+        if image.size != final:
+            image = image.resize(final, Image.Resampling.BICUBIC)
+        out = io.BytesIO()
+        image.save(out, 'JPEG', quality=options.jpeg_quality)
+        return StoredImage(out.getvalue(), image.height, image.width, passed_through=False)
+    except ImageError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageError(str(exc)) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(_describe(exc)) from None
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    if text.startswith('cannot identify image file'):
+        return 'not an image Pillow can read (cannot identify image file)'
+    if 'truncated' in text:
+        return f'truncated image ({text})'
+    return f'cannot decode image: {text}'
+
+
+def _orient(image: Image.Image, orientation: int) -> Image.Image:
+    """Applies an EXIF orientation (2-8) so the image is stored upright."""
+    method = {
+        2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+        4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+        6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+        8: Image.Transpose.ROTATE_90,
+    }.get(orientation)
+    return image.transpose(method) if method is not None else image
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """Converts any decoded mode to 8-bit RGB; transparency is composited on white."""
+    if image.mode in _SIXTEEN_BIT_MODES:
+        samples = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) // 257
+        image = Image.fromarray(samples.astype(np.uint8), 'L')
+    elif image.mode == 'F':
+        image = Image.fromarray(np.clip(np.asarray(image), 0, 255).astype(np.uint8), 'L')
+    has_alpha = image.mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La') or (
+        image.mode in ('P', 'L', 'RGB') and 'transparency' in image.info)
+    if has_alpha:
+        rgba = image.convert('RGBA')
+        background = Image.new('RGB', rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel('A'))
+        return background
+    return image if image.mode == 'RGB' else image.convert('RGB')

@@ -1,0 +1,159 @@
+"""Label ids that do not depend on listing order, worker count or runner.
+
+The facts of a dataset (examples per split, label texts, extra feature types) are combined over
+all ExampleRefs before any image is read; `resolve_labels` then fixes the ids: the config's
+`text_label_map` if given, else the labels file, else the sorted set of label texts over all
+splits (plus `--label_offset`). Integer labels are ids already.
+"""
+import dataclasses
+
+import apache_beam as beam
+
+from transforms import records
+from transforms.errors import DatasetError
+from transforms.refs import ExampleRef
+from transforms.settings import LabelSettings
+
+_SHOW = 5
+
+
+@dataclasses.dataclass
+class DatasetFacts:
+    split_counts: dict = dataclasses.field(default_factory=dict)       # split -> examples
+    texts: dict = dataclasses.field(default_factory=dict)              # label text -> {splits}
+    int_labels: set = dataclasses.field(default_factory=set)
+    extras: dict = dataclasses.field(default_factory=dict)   # name -> {'kind','is_list','count'}
+    problems: list = dataclasses.field(default_factory=list)
+
+    def add(self, ref: ExampleRef) -> None:
+        self.split_counts[ref.split] = self.split_counts.get(ref.split, 0) + 1
+        if ref.problem is not None:
+            return
+        if isinstance(ref.label, int):
+            self.int_labels.add(ref.label)
+        else:
+            self.texts.setdefault(ref.label, set()).add(ref.split)
+        for name, value in ref.extras:
+            info = {'kind': records.value_kind(value), 'is_list': isinstance(value, (list, tuple))}
+            seen = self.extras.setdefault(name, dict(info, count=0))
+            if (seen['kind'], seen['is_list']) != (info['kind'], info['is_list']):
+                self._problem(f"extra feature '{name}' is {_describe(seen)} in some examples and "
+                              f'{_describe(info)} in others; yield one type')
+            seen['count'] += 1
+
+    def merge(self, other: 'DatasetFacts') -> None:
+        for split, n in other.split_counts.items():
+            self.split_counts[split] = self.split_counts.get(split, 0) + n
+        for text, splits in other.texts.items():
+            self.texts.setdefault(text, set()).update(splits)
+        self.int_labels |= other.int_labels
+        for name, info in other.extras.items():
+            seen = self.extras.setdefault(name, dict(info, count=0))
+            if (seen['kind'], seen['is_list']) != (info['kind'], info['is_list']):
+                self._problem(f"extra feature '{name}' is {_describe(seen)} in some examples and "
+                              f'{_describe(info)} in others; yield one type')
+            seen['count'] += info['count']
+        for problem in other.problems:
+            self._problem(problem)
+
+    def _problem(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)
+
+
+def _describe(info: dict) -> str:
+    return f"a list of {info['kind']}" if info['is_list'] else f"a single {info['kind']}"
+
+
+class CombineFacts(beam.CombineFn):
+    def create_accumulator(self) -> DatasetFacts:
+        return DatasetFacts()
+
+    def add_input(self, facts: DatasetFacts, ref: ExampleRef) -> DatasetFacts:
+        facts.add(ref)
+        return facts
+
+    def merge_accumulators(self, accumulators) -> DatasetFacts:
+        merged = DatasetFacts()
+        for facts in accumulators:
+            merged.merge(facts)
+        return merged
+
+    def extract_output(self, facts: DatasetFacts) -> DatasetFacts:
+        return facts
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelMap:
+    names: tuple[str, ...]          # Class name of every id, index = id.
+    ids: tuple[tuple[str, int], ...]
+
+    def id_of(self, label: str | int) -> int:
+        return label if isinstance(label, int) else dict(self.ids)[label]
+
+    def text_of(self, label: str | int) -> str:
+        return self.names[label] if isinstance(label, int) else label
+
+
+def check_facts(facts: DatasetFacts, splits: tuple[str, ...]) -> None:
+    """Raises a DatasetError for empty splits and inconsistent extra features."""
+    if facts.problems:
+        raise DatasetError(facts.problems[0])
+    empty = [s for s in splits if not facts.split_counts.get(s)]
+    if empty:
+        raise DatasetError(f'split {empty[0]!r} has no examples; add images for it or leave the '
+                           'split out of the input')
+    total = sum(facts.split_counts.values())
+    for name, info in sorted(facts.extras.items()):
+        if info['count'] != total:
+            raise DatasetError(f"extra feature '{name}' is in {info['count']} of {total} examples; "
+                               'yield it in every example (every record needs the same features)')
+
+
+def resolve_labels(facts: DatasetFacts, settings: LabelSettings) -> LabelMap:
+    """Fixes the label ids of a dataset, or raises a DatasetError naming the offending labels."""
+    texts = sorted(facts.texts)
+    if texts and facts.int_labels:
+        raise DatasetError(f'labels mix integers ({sorted(facts.int_labels)[:_SHOW]}) and texts '
+                           f'({texts[:_SHOW]}); use one kind')
+    if settings.text_label_map is not None:
+        mapping = dict(settings.text_label_map)
+        _check_known(facts, mapping, settings.names_origin)
+        size = max(mapping.values(), default=-1) + 1
+        names = [f'class_{i}' for i in range(size)]
+        for text, label_id in mapping.items():
+            names[label_id] = text
+    else:
+        base = list(settings.label_names) if settings.label_names is not None else texts
+        if settings.label_names is not None:
+            _check_known(facts, {t: i for i, t in enumerate(base)}, settings.names_origin)
+        names = ['background'] * settings.label_offset + base
+        mapping = {text: i for i, text in enumerate(names) if i >= settings.label_offset}
+    if facts.int_labels:
+        size = max(len(names), max(facts.int_labels) + 1, settings.num_labels or 0)
+        names += [str(i) for i in range(len(names), size)]
+        bad = [i for i in facts.int_labels if i < 0]
+        if bad:
+            raise DatasetError(f'negative integer label {bad[0]}; labels are ids 0..N-1')
+    limit = settings.num_labels
+    if limit is not None:
+        used = len(facts.texts) or len(facts.int_labels)
+        if used > limit or (facts.int_labels and max(facts.int_labels) >= limit + settings.label_offset):
+            found = texts or sorted(facts.int_labels)
+            raise DatasetError(f'found {used} distinct labels ({_preview(found)}), more than '
+                               f'num_labels = {limit}; raise num_labels or fix the labels')
+    return LabelMap(tuple(names), tuple(sorted(mapping.items())))
+
+
+def _check_known(facts: DatasetFacts, mapping: dict, origin: str) -> None:
+    unknown = [t for t in sorted(facts.texts) if t not in mapping]
+    if unknown:
+        where = ', '.join(sorted(facts.texts[unknown[0]]))
+        raise DatasetError(f'label {unknown[0]!r} (split {where}) is not in {origin}'
+                           + (f'; {len(unknown)} unknown labels: {_preview(unknown)}' if len(unknown) > 1 else '')
+                           + '; add it there or fix the input')
+
+
+def _preview(items: list) -> str:
+    shown = ', '.join(repr(i) for i in items[:_SHOW])
+    return shown + (f', ... ({len(items) - _SHOW} more)' if len(items) > _SHOW else '')

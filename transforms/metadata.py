@@ -1,0 +1,97 @@
+"""The files beside the shards: TFDS metadata, label names and the run summary.
+
+`dataset_info.json` and `features.json` follow the TFDS format, so
+`tfds.builder_from_directory(output_dir)` loads the dataset with decoded images and class names;
+they are written as plain JSON so workers need no TFDS import.
+"""
+import json
+from typing import Mapping
+
+from transforms import records
+
+DATASET_INFO = 'dataset_info.json'
+FEATURES = 'features.json'
+LABELS = 'labels.txt'
+CLASS_NAMES = 'image-class-label.labels.txt'   # Where TFDS looks for the ClassLabel names.
+SUMMARY = 'summary.json'
+SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
+
+_TFDS = 'tensorflow_datasets.core.features.'
+
+
+def shard_name(dataset: str, split: str, index: int, total: int) -> str:
+    return f'{dataset}-{split}.tfrecord-{index:05d}-of-{total:05d}'
+
+
+def error_report_name(split: str) -> str:
+    return f'errors-{split}.jsonl'
+
+
+def _text() -> dict:
+    return {'pythonClassName': _TFDS + 'text_feature.Text', 'text': {}}
+
+
+def _tensor(dtype: str) -> dict:
+    return {'pythonClassName': _TFDS + 'tensor_feature.Tensor',
+            'tensor': {'dtype': dtype, 'encoding': 'none', 'shape': {}}}
+
+
+def _scalar(kind: str) -> dict:
+    return {'text': _text, 'bytes': lambda: _tensor('string'), 'int': lambda: _tensor('int64'),
+            'float': lambda: _tensor('float32')}[kind]()
+
+
+def _feature(name: str, kind: str, num_classes: int) -> dict:
+    if name == records.ENCODED:
+        return {'pythonClassName': _TFDS + 'image_feature.Image',
+                'image': {'dtype': 'uint8', 'encodingFormat': 'jpeg',
+                          'shape': {'dimensions': ['-1', '-1', '3']}}}
+    if name == records.LABEL:
+        return {'pythonClassName': _TFDS + 'class_label_feature.ClassLabel',
+                'classLabel': {'numClasses': str(num_classes)}}
+    return _scalar(kind)
+
+
+def _features_dict(tree: dict) -> dict:
+    return {'pythonClassName': _TFDS + 'features_dict.FeaturesDict',
+            'featuresDict': {'features': {
+                k: _features_dict(v) if 'pythonClassName' not in v else v
+                for k, v in sorted(tree.items())}}}
+
+
+def features_json(num_classes: int, extras: Mapping[str, Mapping]) -> dict:
+    """TFDS features.json: nested FeaturesDicts mirroring the '/'-separated record keys."""
+    tree: dict = {}
+    flat = {name: _feature(name, kind, num_classes) for name, kind in records.IMAGE_FEATURES.items()}
+    for name, info in extras.items():
+        scalar = _scalar(info['kind'])
+        flat[name] = ({'pythonClassName': _TFDS + 'sequence_feature.Sequence',
+                       'sequence': {'feature': scalar, 'length': '-1'}}
+                      if info['is_list'] else scalar)
+    for name, feature in flat.items():
+        *parents, leaf = name.split('/')
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = feature
+    return _features_dict(tree)
+
+
+def dataset_info_json(dataset: str, version: str, description: str,
+                      splits: Mapping[str, Mapping]) -> dict:
+    """TFDS dataset_info.json; `splits` maps name -> {'shard_lengths': [...], 'num_bytes': n}."""
+    return {
+        'name': dataset,
+        'version': version,
+        'description': description,
+        'fileFormat': 'tfrecord',
+        'moduleName': 'image_tfrecords',
+        'splits': [{'name': name, 'filepathTemplate': SHARD_TEMPLATE,
+                    'numBytes': str(info['num_bytes']),
+                    'shardLengths': [str(n) for n in info['shard_lengths']]}
+                   for name, info in splits.items()],
+    }
+
+
+def dumps(document) -> bytes:
+    return (json.dumps(document, indent=2, sort_keys=True) + '\n').encode()

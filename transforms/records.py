@@ -1,0 +1,143 @@
+"""The record schema, written once: `tf.train.Example` encoding and TFRecord framing.
+
+Examples are serialised straight to protobuf wire format (no TensorFlow import on workers, keys
+in sorted order so the bytes are deterministic), and framed as TFRecords with masked CRC32C.
+Readers (tests, `verify`, `read`) use `PARSE_SPEC`/`parse_example` from here too.
+"""
+import struct
+from typing import BinaryIO, Iterator, Mapping, Sequence
+
+import google_crc32c
+
+ENCODED = 'image/encoded'
+FORMAT = 'image/format'
+FILENAME = 'image/filename'
+HEIGHT = 'image/height'
+WIDTH = 'image/width'
+CHANNELS = 'image/channels'
+COLORSPACE = 'image/colorspace'
+LABEL = 'image/class/label'
+TEXT = 'image/class/text'
+SHA256 = 'image/key/sha256'
+SOURCE = 'image/source'
+
+# Name -> value kind of every feature each record carries ('bytes', 'int' or 'text').
+IMAGE_FEATURES = {
+    ENCODED: 'bytes', FORMAT: 'text', FILENAME: 'text', HEIGHT: 'int', WIDTH: 'int',
+    CHANNELS: 'int', COLORSPACE: 'text', LABEL: 'int', TEXT: 'text', SHA256: 'text',
+    SOURCE: 'text',
+}
+
+FeatureValue = bytes | str | int | float | bool | Sequence
+
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _delimited(field_tag: int, payload: bytes) -> bytes:
+    return bytes([field_tag]) + _varint(len(payload)) + payload
+
+
+def _as_list(value: FeatureValue) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def value_kind(value: FeatureValue) -> str:
+    """'bytes', 'text', 'int' or 'float': how a value (or list of values) is stored."""
+    items = _as_list(value)
+    kinds = {_scalar_kind(v) for v in items}
+    if len(kinds) > 1:
+        raise ValueError(f'mixed value types in one feature: {sorted(kinds)}')
+    return kinds.pop() if kinds else 'bytes'
+
+
+def _scalar_kind(value) -> str:
+    if isinstance(value, bytes):
+        return 'bytes'
+    if isinstance(value, str):
+        return 'text'
+    if isinstance(value, (bool, int)) or type(value).__name__.startswith(('int', 'uint')):
+        return 'int'
+    if isinstance(value, float) or type(value).__name__.startswith('float'):
+        return 'float'
+    raise ValueError(f'unsupported feature value {value!r} of type {type(value).__name__}')
+
+
+def _feature(value: FeatureValue) -> bytes:
+    items = _as_list(value)
+    kind = value_kind(value)
+    if kind in ('bytes', 'text'):
+        body = b''.join(_delimited(0x0A, v.encode() if isinstance(v, str) else v) for v in items)
+        return _delimited(0x0A, body)  # Feature.bytes_list
+    if kind == 'int':
+        packed = b''.join(_varint(int(v)) for v in items)
+        return _delimited(0x1A, _delimited(0x0A, packed) if items else b'')  # int64_list
+    packed = struct.pack(f'<{len(items)}f', *items)
+    return _delimited(0x12, _delimited(0x0A, packed) if items else b'')  # float_list
+
+
+def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
+    """Serialises a `tf.train.Example` with the given features, keys in sorted order."""
+    entries = b''.join(
+        _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, _feature(value)))
+        for name, value in sorted(features.items()))
+    return _delimited(0x0A, entries)
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(data: bytes) -> bytes:
+    """Frames one record as TFRecord: length, CRC of length, data, CRC of data."""
+    length = struct.pack('<Q', len(data))
+    return b''.join(
+        (length, struct.pack('<I', _masked_crc(length)), data, struct.pack('<I', _masked_crc(data))))
+
+
+class RecordError(ValueError):
+    """A TFRecord file whose framing or checksums are wrong."""
+
+
+def read_records(stream: BinaryIO) -> Iterator[bytes]:
+    """Yields the records of a TFRecord stream, checking both CRCs of every record."""
+    index = 0
+    while True:
+        header = stream.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise RecordError(f'record {index}: file ends inside the record header')
+        length, length_crc = struct.unpack('<QI', header)
+        if _masked_crc(header[:8]) != length_crc:
+            raise RecordError(f'record {index}: length checksum mismatch')
+        data = stream.read(length)
+        footer = stream.read(4)
+        if len(data) < length or len(footer) < 4:
+            raise RecordError(f'record {index}: file ends inside the record data')
+        if _masked_crc(data) != struct.unpack('<I', footer)[0]:
+            raise RecordError(f'record {index}: data checksum mismatch')
+        yield data
+        index += 1
+
+
+def parse_spec(extra_features: Mapping[str, Mapping] | None = None) -> dict:
+    """The `tf.io.parse_single_example` spec for a dataset's records."""
+    import tensorflow as tf
+
+    dtypes = {'bytes': tf.string, 'text': tf.string, 'int': tf.int64, 'float': tf.float32}
+    spec = {name: tf.io.FixedLenFeature([], dtypes[kind]) for name, kind in IMAGE_FEATURES.items()}
+    for name, info in (extra_features or {}).items():
+        dtype = dtypes[info['kind']]
+        spec[name] = (tf.io.VarLenFeature(dtype) if info['is_list']
+                      else tf.io.FixedLenFeature([], dtype))
+    return spec

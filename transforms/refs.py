@@ -1,0 +1,30 @@
+"""ExampleRef: one input example as listing finds it, before its image is read.
+
+Refs are small (a path, a label, a size), so they are what the pipeline moves between workers;
+image bytes travel only for examples that exist in memory alone.
+"""
+import dataclasses
+import hashlib
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleRef:
+    split: str
+    key: str              # Unique within a split; decides shard and order (see sharding.py).
+    source: str           # Path or URI the image is read from ('' for in-memory images).
+    filename: str         # Base name stored as image/filename.
+    label: str | int | None
+    size: int | None = None          # Bytes of the input, when known.
+    data: bytes | None = None        # The image itself, for in-memory examples only.
+    extras: tuple[tuple[str, Any], ...] = ()  # Extra features, sorted by name.
+    problem: str | None = None       # Why this input cannot become a record, if known already.
+
+    @property
+    def key_hash(self) -> int:
+        return key_hash(self.key)
+
+
+def key_hash(key: str) -> int:
+    """A stable 64-bit hash of an example key (the same on every machine and run)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), 'big')

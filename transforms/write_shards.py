@@ -1,0 +1,131 @@
+"""WriteShard: reads, converts and writes the examples of one shard to a temporary file.
+
+One element is one shard's ExampleRefs (paths, not image bytes). Images are read and converted
+one at a time and streamed into the shard file, so a worker holds one image at a time, whatever
+the dataset size. Inputs that cannot become records are reported, never fatal.
+"""
+import dataclasses
+import hashlib
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms import fileio, records
+from transforms.errors import DatasetError
+from transforms.images import ImageError, convert_image
+from transforms.labels import LabelMap
+from transforms.refs import ExampleRef
+from transforms.settings import ConversionSettings
+
+LOG = logging.getLogger('image_tfrecords')
+NAMESPACE = 'image_tfrecords'
+
+
+@dataclasses.dataclass
+class ShardResult:
+    split: str
+    shard: int
+    temp_path: str
+    records: int = 0
+    bytes: int = 0
+    label_counts: dict = dataclasses.field(default_factory=dict)   # label id -> records
+    errors: list = dataclasses.field(default_factory=list)         # (source, reason)
+    passed_through: int = 0
+
+
+def temp_shard_path(settings: ConversionSettings, split: str, shard: int) -> str:
+    return fileio.join(settings.temp_dir, f'{split}-{shard:05d}.tfrecord')
+
+
+def order_shard(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
+    """Sorts a shard's refs by (hash, key); returns (unique refs, duplicates dropped)."""
+    ordered = sorted(refs, key=lambda r: (r.key_hash, r.key))
+    unique, duplicates = [], []
+    for ref in ordered:
+        (duplicates if unique and unique[-1].key == ref.key else unique).append(ref)
+    if duplicates and not skip_duplicates:
+        names = sorted({r.key for r in duplicates})
+        raise DatasetError(
+            f"split '{duplicates[0].split}' lists {len(names)} input(s) more than once, e.g. "
+            f'{names[0]}; remove the duplicates or pass --skip_duplicates to drop them')
+    return unique, duplicates
+
+
+def _is_missing(exc: Exception) -> bool:
+    return isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) or \
+        type(exc).__name__ in ('NotFound', 'Forbidden') or 'Not found' in str(exc) or \
+        'No such file' in str(exc)
+
+
+class WriteShard(beam.DoFn):
+    """((split, shard), refs) -> ShardResult, with the shard written under the temp folder."""
+
+    def __init__(self, settings: ConversionSettings):
+        self._settings = settings
+
+    def setup(self):
+        self._written = Metrics.counter(NAMESPACE, 'images_written')
+        self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
+        self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
+        self._bytes = Metrics.counter(NAMESPACE, 'bytes_written')
+        self._shards = Metrics.counter(NAMESPACE, 'shards_written')
+
+    def process(self, element, label_map: LabelMap, plans):
+        (split, shard), refs = element
+        started = time.monotonic()
+        refs, duplicates = order_shard(refs, self._settings.skip_duplicates)
+        result = ShardResult(split, shard, temp_shard_path(self._settings, split, shard))
+        result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
+                             for r in duplicates)
+        with fileio.create(result.temp_path) as out:
+            for ref in refs:
+                try:
+                    record, passed = self._record(ref, label_map)
+                except ImageError as exc:
+                    result.errors.append((ref.source or ref.key, str(exc)))
+                    continue
+                framed = records.frame_record(record)
+                out.write(framed)
+                result.records += 1
+                result.bytes += len(framed)
+                result.passed_through += passed
+                label_id = label_map.id_of(ref.label)
+                result.label_counts[label_id] = result.label_counts.get(label_id, 0) + 1
+        self._report(result, plans[split].num_shards, time.monotonic() - started)
+        yield result
+
+    def _record(self, ref: ExampleRef, label_map: LabelMap) -> tuple[bytes, bool]:
+        if ref.problem is not None:
+            raise ImageError(ref.problem)
+        data = ref.data
+        if data is None:
+            try:
+                data = fileio.read_bytes(ref.source)
+            except Exception as exc:  # Missing inputs are reported; other I/O errors retry.
+                if not _is_missing(exc):
+                    raise
+                raise ImageError(f'cannot read file: {str(exc).splitlines()[0][:200]}') from None
+        stored = convert_image(data, self._settings.image)
+        features = dict(ref.extras)
+        features.update({
+            records.ENCODED: stored.encoded, records.FORMAT: 'JPEG',
+            records.FILENAME: ref.filename, records.HEIGHT: stored.height,
+            records.WIDTH: stored.width, records.CHANNELS: 3, records.COLORSPACE: 'RGB',
+            records.LABEL: label_map.id_of(ref.label), records.TEXT: label_map.text_of(ref.label),
+            records.SHA256: hashlib.sha256(stored.encoded).hexdigest(),
+            records.SOURCE: ref.source or ref.filename,
+        })
+        return records.encode_example(features), stored.passed_through
+
+    def _report(self, result: ShardResult, num_shards: int, seconds: float) -> None:
+        self._written.inc(result.records)
+        self._skipped.inc(len(result.errors))
+        self._reencoded.inc(result.records - result.passed_through)
+        self._bytes.inc(result.bytes)
+        self._shards.inc()
+        rate = result.records / seconds if seconds > 0 else 0.0
+        LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped, %.0f images/s',
+                    result.split, result.shard + 1, num_shards, result.records,
+                    result.bytes / 1e6, len(result.errors), rate)
