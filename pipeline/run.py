@@ -17,7 +17,7 @@ from pipeline import sample_data
 from pipeline.config import ImageClassificationConfig
 from pipeline.console import setup_console_logging
 from pipeline.graph import build_pipeline
-from pipeline.options import ConverterOptions
+from pipeline.options import ConverterOptions, help_text
 from pipeline.sources import resolve_source
 from transforms import fileio, metadata
 from transforms.commit import existing_dataset_files
@@ -133,6 +133,9 @@ def format_summary(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     setup_console_logging()
     argv = sys.argv[1:] if argv is None else argv
+    if '-h' in argv or '--help' in argv:
+        print(help_text())
+        return 0
     try:
         if not _is_direct(PipelineOptions(argv)):
             pipeline, settings, _ = prepare(argv)

@@ -79,8 +79,8 @@ def config_source(config: ImageClassificationConfig, labels: LabelSettings) -> S
     partitions = []
     for mode in modes:
         parts = config.partitions(mode)
-        partitions += ([ConfigPartition(mode, config, p, partitioned=True) for p in parts]
-                       if parts is not None else [ConfigPartition(mode, config)])
+        partitions += ([ConfigPartition.of(mode, config, p) for p in parts]
+                       if parts is not None else [ConfigPartition.of(mode, config)])
     splits = tuple(s for s in SPLITS if s in modes)
     name = getattr(config, 'name', '') or 'dataset'
     return Source(partitions, splits, labels, name if name != 'default' else 'dataset',

@@ -1,4 +1,7 @@
 """The one exception type a user sees: what went wrong, where, and how to fix it."""
+import re
+
+_RUNNER_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
 
 
 class DatasetError(Exception):
@@ -17,9 +20,10 @@ class DatasetError(Exception):
         while exc is not None and id(exc) not in seen:
             seen.add(id(exc))
             if isinstance(exc, cls):
-                return str(exc)
+                return _RUNNER_SUFFIX.sub('', str(exc))
             text = str(exc)
             if cls.MARKER in text:
-                return text.split(cls.MARKER, 1)[1].splitlines()[0].strip().strip('\'"')
+                line = text.split(cls.MARKER, 1)[1].splitlines()[0].strip().strip('\'"')
+                return _RUNNER_SUFFIX.sub('', line)
             exc = exc.__cause__ or exc.__context__
         return None

@@ -10,6 +10,8 @@ import hashlib
 import io
 from typing import Any, Iterator
 
+import cloudpickle
+
 from transforms import fileio, records
 from transforms.errors import DatasetError
 from transforms.refs import ExampleRef
@@ -102,17 +104,26 @@ class CsvChunk(Partition):
 
 @dataclasses.dataclass(frozen=True)
 class ConfigPartition(Partition):
-    """One partition of a user config's `example_generator(mode[, partition])`."""
+    """One partition of a user config's `example_generator(mode[, partition])`.
+
+    The config travels by value (cloudpickle), so a config class defined in a script's
+    `__main__` or inside a function works on every worker without save_main_session.
+    """
     split: str
-    config: Any
+    pickled_config: bytes
     partition: Any = None
     partitioned: bool = False
 
+    @classmethod
+    def of(cls, split: str, config: Any, *partition) -> 'ConfigPartition':
+        return cls(split, cloudpickle.dumps(config), *partition, *([True] if partition else []))
+
     def examples(self) -> Iterator[ExampleRef]:
-        generator = (self.config.example_generator(self.split, self.partition) if self.partitioned
-                     else self.config.example_generator(self.split))
+        config = cloudpickle.loads(self.pickled_config)
+        generator = (config.example_generator(self.split, self.partition) if self.partitioned
+                     else config.example_generator(self.split))
         for example in generator:
-            yield example_to_ref(self.split, example, type(self.config).__name__)
+            yield example_to_ref(self.split, example, type(config).__name__)
 
 
 def example_to_ref(split: str, example: Any, origin: str) -> ExampleRef:

@@ -1,0 +1,68 @@
+"""Running conversions and reading their output back with TensorFlow, for the tests."""
+import glob
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline import run
+from transforms import records
+
+IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
+
+
+def write_tree(root, files: dict) -> str:
+    """Writes {relative path: bytes} under root; returns root as str."""
+    for relative, data in files.items():
+        path = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'wb') as stream:
+            stream.write(data)
+    return str(root)
+
+
+def convert(*argv, config=None, runner_flags=IN_PROCESS) -> dict:
+    return run.convert([*argv, *runner_flags], config=config)
+
+
+def shard_paths(output_dir: str, split: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(output_dir, f'*-{split}.tfrecord-*')))
+
+
+def read_split(output_dir: str, split: str, extra_spec: dict | None = None) -> list[dict]:
+    """Every record of a split, parsed with tf.io.parse_single_example, as numpy values."""
+    return read_files(shard_paths(output_dir, split), extra_spec)
+
+
+def read_files(paths: list[str], extra_spec: dict | None = None) -> list[dict]:
+    spec = records.parse_spec()
+    spec.update(extra_spec or {})
+    out = []
+    for raw in tf.data.TFRecordDataset(paths):
+        parsed = tf.io.parse_single_example(raw, spec)
+        out.append({k: _value(v) for k, v in parsed.items()})
+    return out
+
+
+def _value(tensor):
+    if isinstance(tensor, tf.SparseTensor):
+        tensor = tf.sparse.to_dense(tensor)
+    value = tensor.numpy()
+    if isinstance(value, bytes) and not value.startswith(b'\xff\xd8'):
+        return value.decode()
+    return value
+
+
+def pixels(record: dict) -> np.ndarray:
+    return tf.io.decode_jpeg(record[records.ENCODED], channels=3).numpy()
+
+
+def output_files(output_dir: str) -> dict:
+    """{relative path: bytes} of everything under a folder."""
+    found = {}
+    for dirpath, _, names in os.walk(output_dir):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, 'rb') as stream:
+                found[os.path.relpath(path, output_dir)] = stream.read()
+    return found

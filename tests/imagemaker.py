@@ -1,0 +1,39 @@
+"""Test images of every kind the converter must handle, as bytes."""
+import io
+
+import numpy as np
+from PIL import Image
+
+
+def gradient(width: int, height: int, seed: int = 0) -> np.ndarray:
+    """A smooth RGB image (compresses like a photo, survives JPEG with small error)."""
+    y, x = np.mgrid[0:height, 0:width]
+    rng = np.random.default_rng(seed)
+    a, b, c = rng.integers(0, 256, 3)
+    return np.stack([(x * 255 // max(1, width - 1) + a) % 256,
+                     (y * 255 // max(1, height - 1) + b) % 256,
+                     ((x + y) * 127 // max(1, width + height) + c) % 256], -1).astype(np.uint8)
+
+
+def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **kwargs)
+    return out.getvalue()
+
+
+def jpeg(width: int = 320, height: int = 240, seed: int = 0, **kwargs) -> bytes:
+    return encode(Image.fromarray(gradient(width, height, seed)), 'JPEG', quality=90, **kwargs)
+
+
+def png(width: int = 64, height: int = 48, seed: int = 0) -> bytes:
+    return encode(Image.fromarray(gradient(width, height, seed)), 'PNG')
+
+
+def exif_rotated_jpeg(width: int, height: int, orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode(Image.fromarray(gradient(width, height)), 'JPEG', quality=95, exif=exif.tobytes())
+
+
+def decode(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert('RGB'))

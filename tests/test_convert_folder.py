@@ -1,0 +1,115 @@
+"""End to end on DirectRunner: folder layout in, TFRecords read back with TensorFlow and TFDS."""
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from tests import imagemaker
+from tests.helpers import (
+    convert, output_files, pixels, read_files, read_split, shard_paths, write_tree)
+from transforms import records
+
+
+@pytest.fixture(scope='module')
+def mixed(tmp_path_factory):
+    """A dataset with every image kind, two large sizes, and a few broken files."""
+    root = tmp_path_factory.mktemp('mixed')
+    from PIL import Image
+    gray = Image.fromarray(imagemaker.gradient(80, 60)[..., 0])
+    files = {
+        'train/cat/big.jpg': imagemaker.jpeg(640, 300, seed=1),
+        'train/cat/tall.png': imagemaker.png(200, 500, seed=2),
+        'train/cat/gray.jpg': imagemaker.encode(gray, 'JPEG', quality=95),
+        'train/dog/cmyk.jpg': imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 64)).convert('CMYK'), 'JPEG'),
+        'train/dog/rotated.jpg': imagemaker.exif_rotated_jpeg(300, 200, 6),
+        'train/dog/alpha.png': imagemaker.encode(Image.new('RGBA', (30, 20), (0, 0, 0, 0)), 'PNG'),
+        'train/dog/truncated.jpg': imagemaker.jpeg(400, 300)[:3000],
+        'train/dog/empty.jpg': b'',
+        'train/bird/notes.txt': b'not an image',
+        'train/bird/ok.jpg': imagemaker.jpeg(100, 100, seed=3),
+        'train/bird/.DS_Store': b'hidden files are ignored',
+        'test/cat/a.jpg': imagemaker.jpeg(120, 90, seed=4),
+        'test/dog/b.jpg': imagemaker.jpeg(90, 120, seed=5),
+        'test/bird/c.jpg': imagemaker.jpeg(50, 50, seed=6),
+    }
+    root = write_tree(root, files)
+    out = str(tmp_path_factory.mktemp('out') / 'ds')
+    summary = convert(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5',
+                      '--dataset_name=mixed')
+    return root, files, out, summary
+
+
+def test_records_labels_and_sizes(mixed):
+    root, files, out, summary = mixed
+    train = {os.path.basename(r[records.SOURCE]): r for r in read_split(out, 'train')}
+    assert sorted(train) == ['alpha.png', 'big.jpg', 'cmyk.jpg', 'gray.jpg', 'ok.jpg', 'rotated.jpg', 'tall.png']
+    # Label ids are the sorted class names: bird=0, cat=1, dog=2.
+    assert {n: (r[records.LABEL], r[records.TEXT]) for n, r in train.items()}['cmyk.jpg'] == (2, 'dog')
+    assert train['ok.jpg'][records.LABEL] == 0 and train['big.jpg'][records.LABEL] == 1
+    sizes = {n: (r[records.HEIGHT], r[records.WIDTH]) for n, r in train.items()}
+    assert sizes['big.jpg'] == (300, 640) and sizes['tall.png'] == (500, 200)
+    assert sizes['rotated.jpg'] == (300, 200)
+    for name, record in train.items():
+        image = pixels(record)
+        assert image.shape == (record[records.HEIGHT], record[records.WIDTH], 3), name
+        assert record[records.CHANNELS] == 3 and record[records.FORMAT] == 'JPEG'
+        assert record[records.COLORSPACE] == 'RGB' and record[records.FILENAME] == name
+        assert record[records.SHA256] == hashlib.sha256(record[records.ENCODED]).hexdigest()
+
+
+def test_rgb_jpegs_are_stored_unchanged_and_others_match_their_pixels(mixed):
+    root, files, out, _ = mixed
+    train = {os.path.basename(r[records.SOURCE]): r for r in read_split(out, 'train')}
+    assert train['big.jpg'][records.ENCODED] == files['train/cat/big.jpg']
+    expected = imagemaker.decode(files['train/cat/tall.png']).astype(int)
+    assert np.abs(pixels(train['tall.png']).astype(int) - expected).mean() < 3
+    assert (pixels(train['alpha.png']) > 240).all()  # transparent -> white
+
+
+def test_error_report_lists_every_skipped_file(mixed):
+    root, files, out, summary = mixed
+    lines = [json.loads(line) for line in open(os.path.join(out, 'errors-train.jsonl'))]
+    reasons = {os.path.basename(e['source']): e['reason'] for e in lines}
+    assert set(reasons) == {'truncated.jpg', 'empty.jpg', 'notes.txt'}
+    assert 'truncated' in reasons['truncated.jpg'] and reasons['empty.jpg'] == 'empty file'
+    assert 'not an image' in reasons['notes.txt']
+    train = summary['splits']['train']
+    inputs = len([k for k in files if k.startswith('train/') and '.DS_Store' not in k])
+    assert train['records'] + train['skipped'] == inputs == 10
+    assert open(os.path.join(out, 'errors-test.jsonl')).read() == ''
+
+
+def test_tfds_loads_decoded_images_and_class_names(mixed):
+    _, _, out, summary = mixed
+    builder = tfds.builder_from_directory(out)
+    assert builder.info.splits['train'].num_examples == summary['splits']['train']['records'] == 7
+    assert builder.info.splits['test'].num_examples == 3
+    label = builder.info.features['image']['class']['label']
+    assert label.names == ['bird', 'cat', 'dog']
+    for example in tfds.as_numpy(builder.as_dataset(split='test')):
+        image = example['image']
+        assert image['encoded'].shape == (image['height'], image['width'], 3)
+        assert label.int2str(image['class']['label']) == image['class']['text'].decode()
+    assert open(os.path.join(out, 'labels.txt')).read() == 'bird\ncat\ndog\n'
+
+
+def test_shards_mix_classes_and_are_deterministic_across_worker_counts(tmp_path):
+    files = {f'train/c{c}/img{i}.jpg': imagemaker.jpeg(40, 30, seed=c * 100 + i)
+             for c in range(4) for i in range(12)}
+    root = write_tree(tmp_path / 'in', files)
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    convert(f'--input_dir={root}', f'--output_dir={one}', '--num_shards=3')
+    convert(f'--input_dir={root}', f'--output_dir={two}', '--num_shards=3',
+            runner_flags=['--direct_running_mode=multi_processing', '--direct_num_workers=2'])
+    assert output_files(one) == output_files(two)
+    assert len(shard_paths(one, 'train')) == 3
+    labels = [r[records.LABEL] for r in read_split(one, 'train')]
+    assert len(labels) == 48
+    assert labels != sorted(labels)
+    for path in shard_paths(one, 'train'):
+        shard_labels = [r[records.LABEL] for r in read_files([path])]
+        assert len(set(shard_labels)) >= 3 and 12 <= len(shard_labels) <= 20
+

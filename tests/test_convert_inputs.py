@@ -1,0 +1,172 @@
+"""CSV and config inputs, the classic data_converter API, labels and extra features."""
+import io
+import os
+
+import pytest
+import tensorflow as tf
+
+from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
+from tests import imagemaker
+from tests.helpers import IN_PROCESS, convert, read_split, write_tree
+from transforms import records
+from transforms.errors import DatasetError
+
+
+def test_csv_with_header_labels_file_and_relative_paths(tmp_path):
+    root = write_tree(tmp_path / 'imgs', {f'{n}.jpg': imagemaker.jpeg(50, 40, seed=i)
+                                          for i, n in enumerate('abcde')})
+    (tmp_path / 'train.csv').write_text(
+        'uri,label\n'
+        f'imgs/a.jpg,zebra\n{root}/b.jpg,ant\n"imgs/c.jpg",zebra\n\nimgs/d.jpg,\nno-comma-line\n')
+    (tmp_path / 'test.csv').write_text(f'{root}/e.jpg,ant\n')
+    (tmp_path / 'labels.txt').write_text('zebra\nant\nunused\n')
+    out = str(tmp_path / 'out')
+    summary = convert(f'--csv_train={tmp_path}/train.csv', f'--csv_test={tmp_path}/test.csv',
+                      f'--labels_file={tmp_path}/labels.txt', f'--output_dir={out}',
+                      '--max_error_ratio=0.5')
+    train = {os.path.basename(r[records.SOURCE]): r[records.LABEL] for r in read_split(out, 'train')}
+    assert train == {'a.jpg': 0, 'b.jpg': 1, 'c.jpg': 0}
+    assert [r[records.LABEL] for r in read_split(out, 'test')] == [1]
+    assert summary['splits']['train']['skipped'] == 2
+    report = open(os.path.join(out, 'errors-train.jsonl')).read()
+    assert 'no label' in report and 'expected uri,label' in report
+    assert open(os.path.join(out, 'labels.txt')).read() == 'zebra\nant\nunused\n'
+
+
+def test_csv_chunks_split_lines_exactly_once(tmp_path, monkeypatch):
+    from transforms import listing
+    monkeypatch.setattr(listing, 'CSV_CHUNK_BYTES', 7)
+    lines = ''.join(f'/x/img{i}.jpg,l{i % 3}\n' for i in range(50))
+    (tmp_path / 'a.csv').write_text('uri,label\n' + lines)
+    chunks = listing.CsvChunk.cover('train', str(tmp_path / 'a.csv'), len(lines) + 10)
+    keys = [ref.key for chunk in chunks for ref in chunk.examples()]
+    assert len(chunks) > 50 and keys == [f'/x/img{i}.jpg' for i in range(50)]
+
+
+class OldStyleConfig(ImageClassificationConfig):
+    """Written as for tensorflow/tpu tools/data_converter: GFile objects and text labels."""
+
+    def __init__(self, root, **kwargs):
+        super().__init__(name='Simple', description='old style', **kwargs)
+        self.root = root
+
+    @property
+    def num_labels(self):
+        return 2
+
+    @property
+    def supported_modes(self):
+        return ['train', 'validation']
+
+    def example_generator(self, mode):
+        for name in sorted(os.listdir(os.path.join(self.root, mode))):
+            yield {'image_fobj': tf.io.gfile.GFile(os.path.join(self.root, mode, name), 'rb'),
+                   'label': name.split('_')[0]}
+
+
+def test_old_style_config_through_builder(tmp_path):
+    root = write_tree(tmp_path / 'in', {
+        'train/cat_1.jpg': imagemaker.jpeg(30, 30, seed=1), 'train/dog_1.png': imagemaker.png(),
+        'validation/cat_2.jpg': imagemaker.jpeg(30, 30, seed=2)})
+    builder = ImageClassificationBuilder(config=OldStyleConfig(root), data_dir=str(tmp_path / 'data'))
+    summary = builder.download_and_prepare(
+        pipeline_options=None, direct_running_mode='in_memory', direct_num_workers=1)
+    assert builder.data_dir == f'{tmp_path}/data/image_classification_builder/Simple/1.0.0'
+    assert os.path.exists(os.path.join(
+        builder.data_dir, 'image_classification_builder-train.tfrecord-00000-of-00001'))
+    assert summary['splits']['train']['records'] == 2
+    labels = sorted((r[records.TEXT], r[records.LABEL]) for r in read_split(builder.data_dir, 'train'))
+    assert labels == [('cat', 0), ('dog', 1)]
+
+
+class MemoryConfig(ImageClassificationConfig):
+    """In-memory images, a text_label_map, integer partitions and extra features."""
+
+    def __init__(self, labels=('a', 'b'), extra=True, **kwargs):
+        super().__init__(**kwargs)
+        self.labels, self.extra = labels, extra
+
+    num_labels = 3
+    supported_modes = ('train',)
+    text_label_map = {'a': 2, 'b': 0, 'c': 1}
+
+    def partitions(self, mode):
+        return [0, 1]
+
+    def example_generator(self, mode, partition):
+        for i in range(3):
+            example = {'label': self.labels[i % len(self.labels)]}
+            if i == 0:
+                example['image_fobj'] = io.BytesIO(imagemaker.jpeg(20, 20, seed=partition * 10 + i))
+            else:
+                example.update(image_bytes=imagemaker.png(20, 20, seed=partition * 10 + i),
+                               filename=f'p{partition}_{i}.png')
+            if self.extra:
+                example.update(weight=0.5 * i, tags=['x', str(i)], index=partition * 10 + i)
+            yield example
+
+
+def test_in_memory_images_label_map_partitions_and_extras(tmp_path):
+    out = str(tmp_path / 'out')
+    convert(f'--output_dir={out}', config=MemoryConfig())
+    spec = {'weight': tf.io.FixedLenFeature([], tf.float32),
+            'index': tf.io.FixedLenFeature([], tf.int64), 'tags': tf.io.VarLenFeature(tf.string)}
+    rows = sorted(read_split(out, 'train', spec), key=lambda r: r['index'])
+    assert [r['index'] for r in rows] == [0, 1, 2, 10, 11, 12]
+    assert [r[records.LABEL] for r in rows] == [2, 0, 2, 2, 0, 2]
+    assert [list(r['tags']) for r in rows][1] == [b'x', b'1']
+    assert rows[2]['weight'] == 1.0 and rows[4][records.FILENAME] == 'p1_1.png'
+    assert open(os.path.join(out, 'labels.txt')).read() == 'b\nc\na\n'
+    import tensorflow_datasets as tfds
+    example = next(iter(tfds.as_numpy(tfds.builder_from_directory(out).as_dataset(split='train'))))
+    assert set(example) >= {'image', 'weight', 'tags', 'index'}
+
+
+def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
+    with pytest.raises(Exception) as info:
+        convert(f'--output_dir={tmp_path}/out', config=MemoryConfig(labels=('a', 'zz')))
+    assert DatasetError.find_in(info.value) == (
+        "label 'zz' (split train) is not in MemoryConfig.text_label_map; add it there or fix the input")
+    assert not os.path.exists(tmp_path / 'out') or not any(
+        n.endswith('-of-00001') for n in os.listdir(tmp_path / 'out'))
+
+
+def test_more_labels_than_num_labels_is_an_error(tmp_path):
+    root = write_tree(tmp_path / 'in', {f'train/c{i}/x.jpg': imagemaker.jpeg(20, 20) for i in range(3)})
+    with pytest.raises(Exception) as info:
+        convert(f'--input_dir={root}', f'--output_dir={tmp_path}/out', '--num_labels=2')
+    assert "found 3 distinct labels ('c0', 'c1', 'c2'), more than num_labels = 2" in DatasetError.find_in(info.value)
+
+
+def test_label_offset_reserves_background(tmp_path):
+    root = write_tree(tmp_path / 'in', {f'train/c{i}/x.jpg': imagemaker.jpeg(20, 20) for i in range(2)})
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={root}', f'--output_dir={out}', '--label_offset=1')
+    assert sorted(r[records.LABEL] for r in read_split(out, 'train')) == [1, 2]
+    assert open(os.path.join(out, 'labels.txt')).read() == 'background\nc0\nc1\n'
+
+
+def test_inconsistent_extras_and_bad_dicts_are_clear_errors(tmp_path):
+    class Bad(MemoryConfig):
+        def example_generator(self, mode, partition):
+            yield {'image_path': '/x.jpg'}
+
+    with pytest.raises(Exception) as info:
+        convert(f'--output_dir={tmp_path}/a', config=Bad())
+    assert DatasetError.find_in(info.value).startswith(
+        "Bad.example_generator('train') yielded a dict with keys ['image_path']; it needs 'label'")
+
+
+
+def test_simple_example_script_with_a_config_class_in_main(tmp_path):
+    import subprocess
+    import sys
+    result = subprocess.run(
+        [sys.executable, '-m', 'pipeline.simple_example', '--num_classes=3', f'--save_dir={tmp_path}'],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    data_dir = f'{tmp_path}/image_classification_builder/simple/0.1.0'
+    assert f'records to {data_dir}' in result.stdout
+    assert 'Worker:' not in result.stderr
+    labels = {r[records.TEXT]: r[records.LABEL] for r in read_split(data_dir, 'train')}
+    assert labels == {'class-0': 0, 'class-1': 1, 'class-2': 2}

@@ -1,0 +1,156 @@
+"""Decoding, validation and normalisation of single images (transforms/images.py)."""
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from tests import imagemaker
+from transforms.images import ImageError, ImageOptions, convert_image, target_size
+
+DEFAULT = ImageOptions()
+
+
+def test_rgb_jpeg_is_stored_byte_for_byte():
+    data = imagemaker.jpeg(640, 300)
+    stored = convert_image(data, DEFAULT)
+    assert stored.encoded == data and stored.passed_through
+    assert (stored.height, stored.width) == (300, 640)
+
+
+def test_progressive_jpeg_is_passed_through():
+    data = imagemaker.jpeg(300, 200, progressive=True)
+    assert convert_image(data, DEFAULT).encoded == data
+
+
+def test_reencode_flag_reencodes_rgb_jpeg():
+    data = imagemaker.jpeg(64, 64)
+    stored = convert_image(data, ImageOptions(reencode=True, jpeg_quality=100))
+    assert stored.encoded != data and not stored.passed_through
+    assert np.abs(imagemaker.decode(stored.encoded).astype(int) - imagemaker.decode(data)).mean() < 2
+
+
+def test_png_becomes_rgb_jpeg_with_same_pixels():
+    source = imagemaker.gradient(300, 260)
+    stored = convert_image(imagemaker.encode(Image.fromarray(source), 'PNG'),
+                           ImageOptions(jpeg_quality=100))
+    assert Image.open(io.BytesIO(stored.encoded)).format == 'JPEG'
+    assert (stored.height, stored.width) == (260, 300)
+    assert np.abs(imagemaker.decode(stored.encoded).astype(int) - source).mean() < 2
+
+
+def test_grayscale_jpeg_becomes_three_equal_channels():
+    gray = Image.fromarray(imagemaker.gradient(50, 40)[..., 0])
+    stored = convert_image(imagemaker.encode(gray, 'JPEG', quality=95), DEFAULT)
+    pixels = imagemaker.decode(stored.encoded)
+    assert pixels.shape == (40, 50, 3)
+    assert Image.open(io.BytesIO(stored.encoded)).mode == 'RGB'
+    assert np.abs(pixels[..., 0].astype(int) - np.asarray(gray)).mean() < 3
+
+
+def test_cmyk_jpeg_is_converted_to_rgb():
+    rgb = Image.fromarray(imagemaker.gradient(64, 64))
+    data = imagemaker.encode(rgb.convert('CMYK'), 'JPEG', quality=95)
+    stored = convert_image(data, DEFAULT)
+    assert not stored.passed_through
+    assert Image.open(io.BytesIO(stored.encoded)).mode == 'RGB'
+    assert np.abs(imagemaker.decode(stored.encoded).astype(int) - np.asarray(rgb)).mean() < 6
+
+
+def test_alpha_is_composited_on_white():
+    rgba = np.zeros((10, 20, 4), np.uint8)
+    rgba[:, :10] = (255, 0, 0, 255)      # opaque red
+    rgba[:, 10:] = (0, 0, 255, 0)        # fully transparent blue
+    stored = convert_image(imagemaker.encode(Image.fromarray(rgba, 'RGBA'), 'PNG'),
+                           ImageOptions(jpeg_quality=100))
+    pixels = imagemaker.decode(stored.encoded).astype(int)
+    assert np.abs(pixels[:, 2:8] - (255, 0, 0)).max() < 12
+    assert np.abs(pixels[:, 13:] - (255, 255, 255)).max() < 12
+
+
+def test_palette_png_with_transparency():
+    image = Image.new('P', (16, 16), 0)
+    image.putpalette([0, 255, 0] + [0, 0, 0] * 255)
+    image.paste(1, (8, 0, 16, 16))
+    data = imagemaker.encode(image, 'PNG', transparency=1)
+    pixels = imagemaker.decode(convert_image(data, ImageOptions(jpeg_quality=100)).encoded).astype(int)
+    assert np.abs(pixels[:, 1:5] - (0, 255, 0)).max() < 12
+    assert np.abs(pixels[:, 11:] - (255, 255, 255)).max() < 12
+
+
+def test_sixteen_bit_png_is_scaled_not_clipped():
+    samples = np.full((8, 8), 65535, np.uint16)
+    samples[:, 4:] = 32896  # 128 * 257
+    stored = convert_image(imagemaker.encode(Image.fromarray(samples), 'PNG'),
+                           ImageOptions(jpeg_quality=100))
+    pixels = imagemaker.decode(stored.encoded).astype(int)
+    assert abs(pixels[:, :2].mean() - 255) < 3 and abs(pixels[:, 6:].mean() - 128) < 3
+
+
+def test_interlaced_png_gif_tiff_webp_bmp_decode():
+    source = imagemaker.gradient(160, 120)
+    image = Image.fromarray(source)
+    for fmt, kwargs in [('PNG', {'interlace': 1}), ('GIF', {}), ('TIFF', {}), ('WEBP', {'lossless': True}),
+                        ('BMP', {})]:
+        stored = convert_image(imagemaker.encode(image, fmt, **kwargs), ImageOptions(jpeg_quality=100))
+        assert (stored.height, stored.width) == (120, 160), fmt
+        tolerance = 25 if fmt == 'GIF' else 3  # GIF quantises to 256 colours.
+        assert np.abs(imagemaker.decode(stored.encoded).astype(int) - source).mean() < tolerance, fmt
+
+
+def test_animated_gif_keeps_first_frame():
+    frames = [Image.new('RGB', (10, 10), c) for c in [(255, 0, 0), (0, 0, 255)]]
+    out = io.BytesIO()
+    frames[0].save(out, 'GIF', save_all=True, append_images=frames[1:])
+    pixels = imagemaker.decode(convert_image(out.getvalue(), DEFAULT).encoded).astype(int)
+    assert np.abs(pixels - (255, 0, 0)).max() < 12
+
+
+@pytest.mark.parametrize('orientation,size', [(6, (300, 200)), (8, (300, 200)), (3, (200, 300))])
+def test_exif_rotation_is_applied(orientation, size):
+    data = imagemaker.exif_rotated_jpeg(300, 200, orientation)
+    stored = convert_image(data, ImageOptions(jpeg_quality=100))
+    assert (stored.height, stored.width) == size
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert('RGB'))
+    assert np.abs(imagemaker.decode(stored.encoded).astype(int) - expected).mean() < 3
+    assert 0x0112 not in Image.open(io.BytesIO(stored.encoded)).getexif()
+
+
+def test_exif_rotation_can_be_disabled():
+    data = imagemaker.exif_rotated_jpeg(300, 200, 6)
+    stored = convert_image(data, ImageOptions(apply_exif_orientation=False))
+    assert stored.encoded == data and (stored.height, stored.width) == (200, 300)
+
+
+def test_truncated_jpeg_is_rejected():
+    data = imagemaker.jpeg(400, 300)
+    with pytest.raises(ImageError, match='truncated'):
+        convert_image(data[: len(data) // 2], DEFAULT)
+
+
+def test_empty_and_garbage_are_rejected():
+    with pytest.raises(ImageError, match='empty file'):
+        convert_image(b'', DEFAULT)
+    with pytest.raises(ImageError, match='not an image'):
+        convert_image(b'this is a text file', DEFAULT)
+
+
+def test_decompression_bomb_is_rejected_before_decoding():
+    data = imagemaker.encode(Image.new('L', (5000, 5000)), 'PNG')
+    with pytest.raises(ImageError, match='max_image_pixels'):
+        convert_image(data, ImageOptions(max_image_pixels=1_000_000))
+
+
+def test_resize_keeps_aspect_and_never_upscales():
+    assert target_size(4000, 3000, ImageOptions(max_side=1000)) == (1000, 750)
+    assert target_size(4000, 3000, ImageOptions(max_pixels=120_000)) == (400, 300)
+    assert target_size(400, 300, ImageOptions(max_side=1000, max_pixels=10**9)) == (400, 300)
+    stored = convert_image(imagemaker.jpeg(1600, 1200), ImageOptions(max_side=400))
+    assert (stored.width, stored.height) == (400, 300) and not stored.passed_through
+    assert imagemaker.decode(stored.encoded).shape == (300, 400, 3)
+
+
+def test_resize_after_exif_rotation_uses_upright_size():
+    data = imagemaker.exif_rotated_jpeg(800, 400, 6)
+    stored = convert_image(data, ImageOptions(max_side=200))
+    assert (stored.width, stored.height) == (100, 200)

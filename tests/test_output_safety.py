@@ -1,0 +1,124 @@
+"""Nothing lost or half-written: overwrite rules, failed runs, error ratio, duplicates, CLI errors."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import imagemaker
+from tests.helpers import convert, read_split, shard_paths, write_tree
+from transforms.errors import DatasetError
+
+
+def _error(*argv, **kwargs) -> str:
+    with pytest.raises(Exception) as info:
+        convert(*argv, **kwargs)
+    message = DatasetError.find_in(info.value)
+    assert message is not None, info.value
+    return message
+
+
+@pytest.fixture
+def images(tmp_path):
+    return write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
+                                        for i in range(8)})
+
+
+def test_existing_dataset_is_refused_then_fully_replaced_with_overwrite(tmp_path, images):
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={images}', f'--output_dir={out}', '--num_shards=3', '--dataset_name=old')
+    assert len(shard_paths(out, 'train')) == 3
+    message = _error(f'--input_dir={images}', f'--output_dir={out}')
+    assert message.startswith(f'{out} already holds a dataset (')
+    assert message.endswith('pass --overwrite to replace it or choose another --output_dir')
+    (tmp_path / 'out' / 'notes.md').write_text('not ours')
+    convert(f'--input_dir={images}', f'--output_dir={out}', '--overwrite', '--dataset_name=new')
+    names = sorted(os.listdir(out))
+    assert [n for n in names if 'tfrecord' in n] == ['new-train.tfrecord-00000-of-00001']
+    assert 'notes.md' in names and not any(n.startswith('.tmp-') for n in names)
+
+
+def test_error_ratio_failure_commits_nothing_and_keeps_previous_dataset(tmp_path, images):
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={images}', f'--output_dir={out}')
+    before = {n: open(os.path.join(out, n), 'rb').read() for n in os.listdir(out)
+              if not n.startswith('.')}
+    for i in range(3):
+        (tmp_path / 'in' / 'train' / 'c0' / f'bad{i}.jpg').write_bytes(b'\xff\xd8garbage')
+    message = _error(f'--input_dir={images}', f'--output_dir={out}', '--overwrite')
+    assert message.startswith("3 of 11 inputs of split 'train' (27.3%) could not be converted, "
+                              'more than --max_error_ratio 0.01; nothing was committed. See ')
+    report = message.split('See ')[1].split(' for each')[0]
+    assert report.startswith(out + '/.tmp-') and 'bad0.jpg' in open(report).read()
+    after = {n: open(os.path.join(out, n), 'rb').read() for n in os.listdir(out)
+             if not n.startswith('.')}
+    assert after == before
+    assert not [n for n in os.listdir(os.path.dirname(report)) if n.endswith('.tfrecord')]
+
+
+def test_failed_run_leaves_no_final_named_shards(tmp_path, images):
+    out = str(tmp_path / 'out')
+    message = _error(f'--input_dir={images}', f'--output_dir={out}', '--num_labels=1')
+    assert 'more than num_labels = 1' in message
+    assert not os.path.exists(out) or not any('tfrecord' in n for n in os.listdir(out))
+
+
+def test_duplicates_are_an_error_or_dropped_and_reported(tmp_path, images):
+    csv = tmp_path / 'train.csv'
+    csv.write_text(f'{images}/train/c0/0.jpg,a\n{images}/train/c1/1.jpg,b\n{images}/train/c0/0.jpg,a\n')
+    message = _error(f'--csv_train={csv}', f'--output_dir={tmp_path}/a')
+    assert message == (f"split 'train' lists 1 input(s) more than once, e.g. {images}/train/c0/0.jpg; "
+                       'remove the duplicates or pass --skip_duplicates to drop them')
+    summary = convert(f'--csv_train={csv}', f'--output_dir={tmp_path}/b', '--skip_duplicates',
+                      '--max_error_ratio=0.5')
+    assert summary['splits']['train'] | {} and summary['splits']['train']['records'] == 2
+    assert 'duplicate' in open(tmp_path / 'b' / 'errors-train.jsonl').read()
+    assert len(read_split(str(tmp_path / 'b'), 'train')) == 2
+
+
+def test_empty_split_is_an_error(tmp_path, images):
+    os.makedirs(tmp_path / 'in' / 'test' / 'c0')
+    message = _error(f'--input_dir={images}', f'--output_dir={tmp_path}/out')
+    assert message == "split 'test' has no examples; add images for it or leave the split out of the input"
+
+
+def _cli(*argv, cwd=None):
+    return subprocess.run([sys.executable, '-m', 'pipeline.run', *argv], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize('argv,expected', [
+    (['--input_dir=/no/such/folder', '--output_dir=/tmp/x'],
+     'error: cannot list folder /no/such/folder: No such file or directory'),
+    (['--csv_train=/no/such.csv', '--output_dir=/tmp/x'],
+     'error: --csv_train /no/such.csv does not exist; give the path of a CSV file with uri,label lines'),
+    (['--input_dir=/tmp', '--csv_train=/x.csv', '--output_dir=/tmp/x'],
+     'error: give exactly one input: --input_dir, --csv_<split> or --config (got --input_dir, --csv_*)'),
+    (['--config=nosuchmodule:Cfg', '--output_dir=/tmp/x'],
+     "error: --config nosuchmodule:Cfg: cannot import it (No module named 'nosuchmodule'); is the module on PYTHONPATH?"),
+    (['--input_dir=/tmp', '--output_dir=/tmp/x', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),
+])
+def test_cli_errors_are_one_line(argv, expected):
+    result = _cli(*argv)
+    assert result.returncode == 2
+    assert result.stderr.strip() == expected
+
+
+def test_cli_help_documents_every_flag():
+    from pipeline.options import converter_flag_names
+    result = _cli('--help')
+    assert result.returncode == 0
+    for name in converter_flag_names():
+        assert f'--{name}' in result.stdout, name
+
+
+def test_default_run_converts_a_generated_sample(tmp_path):
+    result = _cli(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / 'sample_tfrecords'
+    assert 'shard 1/1 written' in result.stderr
+    assert f"Load it with:\n  tfds.builder_from_directory('sample_tfrecords')" in result.stdout
+    assert sorted(n for n in os.listdir(out) if 'tfrecord' in n) == [
+        'dataset-test.tfrecord-00000-of-00001', 'dataset-train.tfrecord-00000-of-00001',
+        'dataset-validation.tfrecord-00000-of-00001']
+    assert _cli(cwd=tmp_path).returncode == 0  # Running it again replaces the sample output.
