@@ -43,13 +43,14 @@ def prepare(argv: list[str], config: ImageClassificationConfig | None = None):
     if not opts.output_dir:
         raise DatasetError('--output_dir is required: a local folder or gs://bucket/prefix')
     output_dir = opts.output_dir.rstrip('/')
+    for path in [output_dir, opts.input_dir, opts.labels_file,
+                 *(getattr(opts, f'csv_{s}') for s in SPLITS)]:
+        fileio.check_bucket(path or '')
     source = resolve_source(opts, config)
     name = opts.dataset_name or source.name
     if not _NAME.match(name):
         raise DatasetError(f'dataset name {name!r} must be lower_snake_case (a-z, 0-9, _); '
                            'set --dataset_name')
-    for path in [output_dir, opts.input_dir or '', opts.labels_file or '']:
-        fileio.check_bucket(path)
     existing = existing_dataset_files(output_dir)
     if existing and not opts.overwrite:
         raise DatasetError(f'{output_dir} already holds a dataset ({len(existing)} files, e.g. '

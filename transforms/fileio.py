@@ -129,15 +129,12 @@ _CLIENT = None
 
 
 def storage_client():
-    """One google-cloud-storage client per process (honours STORAGE_EMULATOR_HOST)."""
+    """One google-cloud-storage client per process (Application Default Credentials; it talks
+    to STORAGE_EMULATOR_HOST, anonymously, when that is set)."""
     global _CLIENT
     if _CLIENT is None:
         from google.cloud import storage
-        if os.environ.get('STORAGE_EMULATOR_HOST'):
-            from google.auth.credentials import AnonymousCredentials
-            _CLIENT = storage.Client(project='emulator', credentials=AnonymousCredentials())
-        else:
-            _CLIENT = storage.Client()
+        _CLIENT = storage.Client()
     return _CLIENT
 
 

@@ -1,0 +1,166 @@
+"""A real GCS-API emulator on 127.0.0.1, and a local metadata endpoint for credentials.
+
+`gcp-storage-emulator` (pure Python, from PyPI) serves the JSON API including the batch
+copy/delete requests Beam uses to move temporary files into place.
+
+Beam asks google.auth for Application Default Credentials and, when none are found, retries
+for about 20 s per process before going anonymous. The metadata endpoint answers that question
+at once for this process and every DirectRunner worker it starts: it plays the GCE metadata
+server and hands out a dummy token, which the emulator ignores. The environment is set so that a
+developer's own gcloud credentials are never used.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BUCKET = 'test-bucket'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+class _MetadataHandler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        path = self.path.split('?')[0]
+        if path.endswith('/token'):
+            body = json.dumps({'access_token': 'test-token', 'expires_in': 3600,
+                               'token_type': 'Bearer'})
+        elif path.endswith('/project/project-id'):
+            body = 'test-project'
+        elif path.endswith('/universe/universe-domain'):
+            body = 'googleapis.com'
+        elif path.rstrip('/').endswith('/service-accounts/default'):
+            body = json.dumps({'email': 'tests@test-project.iam.gserviceaccount.com',
+                               'scopes': ['https://www.googleapis.com/auth/cloud-platform'],
+                               'aliases': ['default']})
+        elif path.endswith('/email'):
+            body = 'tests@test-project.iam.gserviceaccount.com'
+        else:
+            body = ''
+        data = body.encode()
+        self.send_response(200)
+        self.send_header('Metadata-Flavor', 'Google')
+        self.send_header('Content-Type', 'application/json' if body.startswith('{') else 'text/plain')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def hermetic_environment(emulator_port: int, metadata_port: int) -> None:
+    """Points every Google client in this process and its children at the local servers."""
+    for name in ('GOOGLE_APPLICATION_CREDENTIALS', 'GOOGLE_CLOUD_PROJECT', 'GCLOUD_PROJECT'):
+        os.environ.pop(name, None)
+    os.environ.update({
+        'STORAGE_EMULATOR_HOST': f'http://127.0.0.1:{emulator_port}',
+        'GCE_METADATA_HOST': f'127.0.0.1:{metadata_port}',
+        'GCE_METADATA_IP': f'127.0.0.1:{metadata_port}',
+        'CLOUDSDK_CONFIG': tempfile.mkdtemp(prefix='no-gcloud-'),
+        'GOOGLE_CLOUD_PROJECT': 'test-project',
+    })
+
+
+class LocalGcs:
+    """The emulator process and the metadata endpoint; `wipe()` empties the bucket."""
+
+    def __init__(self, emulator_port: int, metadata_port: int):
+        self.endpoint = f'http://127.0.0.1:{emulator_port}'
+        self._metadata = ThreadingHTTPServer(('127.0.0.1', metadata_port), _MetadataHandler)
+        threading.Thread(target=self._metadata.serve_forever, daemon=True).start()
+        self._process = subprocess.Popen(
+            [sys.executable, '-m', 'gcp_storage_emulator', 'start', '--host', '127.0.0.1',
+             '--port', str(emulator_port), '--in-memory', '--default-bucket', BUCKET, '-q'],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f'{self.endpoint}/storage/v1/b/{BUCKET}', timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or self._process.poll() is not None:
+                    raise RuntimeError('the GCS emulator did not start')
+                time.sleep(0.05)
+
+    def wipe(self) -> None:
+        urllib.request.urlopen(f'{self.endpoint}/wipe?keep-buckets=true', timeout=10)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+        self._metadata.shutdown()
+
+
+def upload(files: dict, prefix: str) -> str:
+    """Uploads {relative path: bytes} under gs://BUCKET/prefix; returns that URI."""
+    from google.cloud import storage
+    bucket = storage.Client().bucket(BUCKET)
+    for relative, data in files.items():
+        bucket.blob(f'{prefix}/{relative}').upload_from_string(data)
+    return f'gs://{BUCKET}/{prefix}'
+
+
+def download(prefix: str) -> dict:
+    """{path relative to prefix: bytes} of every object under gs://BUCKET/prefix/."""
+    from google.cloud import storage
+    blobs = storage.Client().list_blobs(BUCKET, prefix=f'{prefix}/')
+    return {b.name[len(prefix) + 1:]: b.download_as_bytes() for b in blobs}
+
+
+class FlakyProxy:
+    """Forwards to the emulator, but answers every `every`-th request with HTTP 503 instead:
+    the transient error Cloud Storage returns under load."""
+
+    def __init__(self, target_port: int, every: int = 4):
+        import http.client
+        proxy = self
+        self.failures = self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get('Content-Length') or 0))
+                proxy.requests += 1
+                if proxy.requests % every == 0:
+                    proxy.failures += 1
+                    self.send_response(503)
+                    self.send_header('Content-Length', '0')
+                    self.end_headers()
+                    return
+                conn = http.client.HTTPConnection('127.0.0.1', target_port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != 'host'}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):
+                        self.send_header(key, value)
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
+
+            def log_message(self, *args):
+                pass
+
+        self.port = free_port()
+        self._server = ThreadingHTTPServer(('127.0.0.1', self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()

@@ -1,0 +1,140 @@
+"""Cloud Storage end to end against a real GCS-API emulator on 127.0.0.1 (no credentials)."""
+import os
+
+import pytest
+import tensorflow as tf
+
+from tests import imagemaker
+from tests.gcs_servers import BUCKET, download, upload
+from tests.helpers import convert, output_files, read_files
+from transforms import records
+from transforms.errors import DatasetError
+
+IMAGES = {f'{split}/c{c}/{split}{i}.jpg': imagemaker.jpeg(60, 40, seed=c * 50 + i)
+          for split in ('train', 'validation') for c in range(3) for i in range(5)}
+IMAGES['train/c0/broken.jpg'] = b'\xff\xd8\xff\xe0 not really'
+IMAGES['train/c2/photo.png'] = imagemaker.png(300, 280)
+
+
+def _records(files: dict, split: str, tmp_path) -> list[dict]:
+    paths = []
+    for name, data in sorted(files.items()):
+        if f'-{split}.tfrecord-' in name:
+            path = tmp_path / name
+            path.write_bytes(data)
+            paths.append(str(path))
+    return read_files(paths)
+
+
+def _error(*argv) -> str:
+    with pytest.raises(Exception) as info:
+        convert(*argv)
+    return DatasetError.find_in(info.value)
+
+
+def test_folder_on_gcs_to_gcs_matches_local_output_byte_for_byte(gcs, tmp_path):
+    source = upload(IMAGES, 'raw')
+    flags = [f'--input_dir={source}', '--num_shards=2', '--max_error_ratio=0.2']
+    summary = convert(*flags, f'--output_dir=gs://{BUCKET}/out')
+    convert(*flags, f'--output_dir={tmp_path}/local')
+    remote = download('out')
+    assert remote == output_files(f'{tmp_path}/local')
+    assert sorted(n for n in remote if 'train.tfrecord' in n) == [
+        'dataset-train.tfrecord-00000-of-00002', 'dataset-train.tfrecord-00001-of-00002']
+    assert not any(n.startswith('.tmp-') for n in remote)
+    train = _records(remote, 'train', tmp_path)
+    assert len(train) == summary['splits']['train']['records'] == 16
+    assert {r[records.SOURCE] for r in train} >= {f'{source}/train/c2/photo.png'}
+    by_name = {r[records.FILENAME]: r for r in train}
+    assert by_name['train3.jpg'][records.ENCODED] in IMAGES.values()
+    assert (by_name['photo.png'][records.HEIGHT], by_name['photo.png'][records.WIDTH]) == (280, 300)
+    assert b'broken.jpg' in remote['errors-train.jsonl']
+    assert remote['labels.txt'] == b'c0\nc1\nc2\n'
+
+
+def test_multi_process_workers_read_and_write_gcs(gcs, tmp_path):
+    source = upload({k: v for k, v in IMAGES.items() if 'broken' not in k}, 'raw')
+    convert(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/mp', '--num_shards=3',
+            runner_flags=['--direct_running_mode=multi_processing', '--direct_num_workers=2'])
+    remote = download('mp')
+    assert len(_records(remote, 'train', tmp_path)) == 16
+    assert len(_records(remote, 'validation', tmp_path)) == 15
+
+
+def test_csv_on_gcs_with_gcs_and_relative_uris(gcs, tmp_path):
+    upload({'imgs/a.jpg': IMAGES['train/c0/train0.jpg'], 'imgs/b.jpg': IMAGES['train/c1/train0.jpg']},
+           'csvdata')
+    upload({'train.csv': f'uri,label\nimgs/a.jpg,x\ngs://{BUCKET}/csvdata/imgs/b.jpg,y\n'.encode()},
+           'csvdata')
+    convert(f'--csv_train=gs://{BUCKET}/csvdata/train.csv', f'--output_dir=gs://{BUCKET}/csvout')
+    rows = _records(download('csvout'), 'train', tmp_path)
+    assert sorted((r[records.FILENAME], r[records.TEXT]) for r in rows) == [('a.jpg', 'x'), ('b.jpg', 'y')]
+
+
+def test_config_yielding_gfile_objects_for_gcs_paths(gcs, tmp_path):
+    from pipeline.config import ImageClassificationConfig
+    upload({'p/1.jpg': IMAGES['train/c0/train1.jpg'], 'p/2.jpg': IMAGES['train/c1/train1.jpg']}, 'cfg')
+
+    class GcsConfig(ImageClassificationConfig):
+        num_labels, supported_modes = 2, ['train']
+
+        def example_generator(self, mode):
+            for i, label in ((1, 'one'), (2, 'two')):
+                # GFile opens lazily; the worker reads the path itself through Beam.
+                yield {'image_fobj': tf.io.gfile.GFile(f'gs://{BUCKET}/cfg/p/{i}.jpg', 'rb'),
+                       'label': label}
+
+    convert(f'--output_dir=gs://{BUCKET}/cfgout', config=GcsConfig())
+    rows = _records(download('cfgout'), 'train', tmp_path)
+    assert sorted(r[records.ENCODED] for r in rows) == sorted(
+        [IMAGES['train/c0/train1.jpg'], IMAGES['train/c1/train1.jpg']])
+
+
+def test_failed_run_leaves_no_final_named_shards_on_gcs(gcs, tmp_path):
+    upload(IMAGES, 'raw')
+    upload({'train.csv': ''.join(f'gs://{BUCKET}/raw/{k},l{i % 2}\n' for i, k in enumerate(
+        k for k in IMAGES if k.startswith('train/'))).encode() + f'gs://{BUCKET}/raw/train/c0/train0.jpg,l0\n'.encode()}, 'dup')
+    message = _error(f'--csv_train=gs://{BUCKET}/dup/train.csv', f'--output_dir=gs://{BUCKET}/failed',
+                     '--num_shards=4', '--max_error_ratio=0.5')
+    assert 'more than once' in message
+    assert [n for n in download('failed') if 'tfrecord' in n] == []
+
+
+def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
+    source = upload({k: v for k, v in IMAGES.items() if k.startswith('validation/')}, 'raw')
+    convert(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/ow', '--num_shards=3')
+    message = _error(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/ow')
+    assert message.startswith(f'gs://{BUCKET}/ow already holds a dataset (')
+    convert(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/ow', '--num_shards=1', '--overwrite')
+    assert sorted(n for n in download('ow') if 'tfrecord' in n) == [
+        'dataset-validation.tfrecord-00000-of-00001']
+    assert _error(f'--input_dir={source}', '--output_dir=gs://no-such-bucket/x') == (
+        'bucket gs://no-such-bucket does not exist (for gs://no-such-bucket/x); create it '
+        '(gcloud storage buckets create gs://no-such-bucket) or fix the path')
+    assert _error('--input_dir=gs://no-such-bucket/raw', f'--output_dir=gs://{BUCKET}/x') == (
+        'bucket gs://no-such-bucket does not exist (for gs://no-such-bucket/raw); create it '
+        '(gcloud storage buckets create gs://no-such-bucket) or fix the path')
+    assert _error(f'--input_dir=gs://{BUCKET}/nothing-here', f'--output_dir=gs://{BUCKET}/x') == (
+        f'gs://{BUCKET}/nothing-here has no split folders; expected '
+        f'gs://{BUCKET}/nothing-here/train/<class>/<image> (and/or validation/, test/)')
+
+
+def test_transient_503s_are_retried(gcs, tmp_path):
+    import subprocess
+    import sys
+    from tests.gcs_servers import FlakyProxy
+    source = upload({k: v for k, v in IMAGES.items() if 'broken' not in k}, 'raw')
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=4)
+    env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
+    try:
+        result = subprocess.run(
+            [sys.executable, '-m', 'pipeline.run', f'--input_dir={source}',
+             f'--output_dir=gs://{BUCKET}/flaky', '--num_shards=2'],
+            env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        proxy.stop()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert proxy.failures >= 5
+    remote = download('flaky')
+    assert len(_records(remote, 'train', tmp_path)) == 16
+    assert remote['errors-train.jsonl'] == b''
