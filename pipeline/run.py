@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from pipeline import sample_data
 from pipeline.config import ImageClassificationConfig
 from pipeline.console import setup_console_logging
+from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.graph import build_pipeline
 from pipeline.options import ConverterOptions, help_text
 from pipeline.sources import resolve_source
@@ -62,6 +63,8 @@ def prepare(argv: list[str], config: ImageClassificationConfig | None = None):
         labels=source.labels, num_shards=opts.num_shards, target_shard_mb=opts.target_shard_mb,
         max_error_ratio=opts.max_error_ratio, skip_duplicates=opts.skip_duplicates,
         description=opts.description or source.description, version=source.version)
+    if is_dataflow(options):
+        apply_dataflow_defaults(options, argv)
     _default_to_all_cores(options, argv)
     return build_pipeline(options, source.partitions, settings), settings, options
 
@@ -140,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not _is_direct(PipelineOptions(argv)):
             pipeline, settings, _ = prepare(argv)
-            result = pipeline.run()
-            print(f'Submitted. The dataset appears in {settings.output_dir} when the job ends; '
-                  f'job: {getattr(result, "job_id", lambda: "?")()}')
+            pipeline.run()
+            print(f'Job submitted; the dataset appears in {settings.output_dir} when it ends.')
             return 0
         summary = convert(argv)
     except Exception as exc:  # Show the user's error in one line, not a traceback.

@@ -1,0 +1,74 @@
+"""The Flex Template's metadata.json, generated from the converter's own flags.
+
+    python -m pipeline.template_metadata > dataflow_templates/metadata.json
+
+Names, help texts, defaults and optionality come from pipeline/options.py, so the console form
+always shows the flags the pipeline really has; labels and parameter types are added here.
+"""
+import json
+import sys
+
+from pipeline.options import converter_parser
+
+_GCS = r'^gs:\/\/[^\n\r]+$'
+# flag: (label, paramType, regexes)
+PARAMETERS = {
+    'input_dir': ('Input folder (folder per split and class)', 'GCS_READ_FOLDER', [_GCS]),
+    'csv_train': ('Train CSV (uri,label)', 'GCS_READ_FILE', [_GCS]),
+    'csv_validation': ('Validation CSV (uri,label)', 'GCS_READ_FILE', [_GCS]),
+    'csv_test': ('Test CSV (uri,label)', 'GCS_READ_FILE', [_GCS]),
+    'labels_file': ('Labels file (one class per line)', 'GCS_READ_FILE', [_GCS]),
+    'config': ('Config class (module:Class, installed in the image)', 'TEXT', [r'^[\w.]+:\w+$']),
+    'config_arg': ('Config argument (key=value)', 'TEXT', [r'^\w+=.*$']),
+    'output_dir': ('Output folder for shards and metadata', 'GCS_WRITE_FOLDER', [_GCS]),
+    'dataset_name': ('Dataset name (shard file prefix)', 'TEXT', [r'^[a-z][a-z0-9_]*$']),
+    'num_shards': ('Shards per split (0: automatic)', 'NUMBER', []),
+    'target_shard_mb': ('Target shard size in MB', 'NUMBER', []),
+    'overwrite': ('Replace an existing dataset', 'BOOLEAN', []),
+    'description': ('Dataset description', 'TEXT', []),
+    'jpeg_quality': ('JPEG quality of re-encoded images', 'NUMBER', []),
+    'reencode': ('Re-encode every image', 'BOOLEAN', []),
+    'apply_exif_orientation': ('Apply EXIF orientation', 'BOOLEAN', []),
+    'max_pixels': ('Downscale above this many pixels (0: never)', 'NUMBER', []),
+    'max_side': ('Downscale above this side length (0: never)', 'NUMBER', []),
+    'max_image_pixels': ('Skip images larger than this many pixels', 'NUMBER', []),
+    'label_offset': ('Label id offset (1: background class)', 'NUMBER', []),
+    'num_labels': ('Maximum number of distinct labels', 'NUMBER', []),
+    'max_error_ratio': ('Maximum fraction of unconvertible images', 'NUMBER', []),
+    'skip_duplicates': ('Drop inputs listed twice', 'BOOLEAN', []),
+}
+REQUIRED = {'output_dir'}
+
+
+def _default(value) -> str | None:
+    if value is None or value == [] or value == '':
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def template_metadata() -> dict:
+    """The metadata document for every converter flag, in --help order."""
+    parameters = []
+    for action in converter_parser()._actions:
+        if action.dest == 'help':
+            continue
+        label, param_type, regexes = PARAMETERS[action.dest]
+        parameter = {'name': action.dest, 'label': label, 'helpText': action.help,
+                     'isOptional': action.dest not in REQUIRED, 'paramType': param_type}
+        if regexes:
+            parameter['regexes'] = regexes
+        if _default(action.default) is not None:
+            parameter['defaultValue'] = _default(action.default)
+        parameters.append(parameter)
+    return {
+        'name': 'Image classification dataset to TFRecords',
+        'description': 'Converts images with class labels (a folder per split and class, or CSV '
+                       'files of uri,label) into sharded TFRecords of tf.train.Example per split, '
+                       'with TFDS metadata, for Cloud TPU training.',
+        'parameters': parameters,
+    }
+
+
+if __name__ == '__main__':
+    json.dump(template_metadata(), sys.stdout, indent=2)
+    sys.stdout.write('\n')

@@ -1,0 +1,189 @@
+"""Dataflow and the Flex Template, offline: job graphs, job JSON, the staged package, metadata,
+the Dockerfile and the launcher. Submission itself needs a Google Cloud project."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+from pipeline import run
+from pipeline.dataflow import WORKER_DEFAULTS
+from pipeline.options import converter_flag_names, converter_parser
+from pipeline.template_metadata import template_metadata
+from tests import imagemaker
+from tests.gcs_servers import BUCKET, upload
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
+STEPS = ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Examples',
+         'Combine Facts', 'Resolve Labels', 'Key By Split', 'Combine Buckets', 'Plan Shards',
+         'Assign Shards', 'Group By Shard', 'Write Shards', 'Collect Results', 'Commit Dataset']
+
+
+@pytest.fixture
+def raw(gcs):
+    return upload({'train/a/1.jpg': imagemaker.jpeg(seed=1), 'train/b/2.jpg': imagemaker.jpeg(seed=2)},
+                  'raw')
+
+
+def _template_job(tmp_path, raw, *extra) -> tuple[dict, str]:
+    """Writes the Dataflow job JSON offline (--template_location) and returns it."""
+    for sub in ('tmp', 'staging'):
+        os.makedirs(tmp_path / sub, exist_ok=True)
+    pipeline, _, _ = run.prepare([
+        *CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
+        f'--template_location={tmp_path}/job.json', '--no_auth', '--dataflow_endpoint=http://localhost:1',
+        f'--input_dir={raw}', f'--output_dir=gs://{BUCKET}/out', *extra])
+    pipeline.run()
+    return json.load(open(tmp_path / 'job.json')), str(tmp_path / 'staging')
+
+
+def test_dry_run_builds_the_whole_job_graph(raw):
+    pipeline, settings, options = run.prepare([
+        *CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp', f'--input_dir={raw}',
+        f'--output_dir=gs://{BUCKET}/out'])
+    result = pipeline.run()
+    names = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
+    assert set(STEPS) <= names
+    assert settings.output_dir == f'gs://{BUCKET}/out' and settings.temp_dir.startswith(f'gs://{BUCKET}/out/.tmp-')
+
+
+def test_job_json_has_worker_defaults_and_overrides(tmp_path, raw):
+    job, _ = _template_job(tmp_path, raw)
+    pool = job['environment']['workerPools'][0]
+    assert pool['machineType'] == WORKER_DEFAULTS['machine_type'][1] == 'n2-standard-4'
+    assert pool['diskSizeGb'] == 30 and pool['numThreadsPerWorker'] == 4
+    assert pool['autoscalingSettings']['maxNumWorkers'] == 32
+    options = job['environment']['sdkPipelineOptions']['options']
+    assert options['output_dir'] == f'gs://{BUCKET}/out' and options['setup_file'].endswith('setup.py')
+    job, _ = _template_job(tmp_path, raw, '--machine_type=n2-highcpu-16', '--max_num_workers=200',
+                           '--sdk_container_image=example.com/image:1')
+    pool = job['environment']['workerPools'][0]
+    assert pool['machineType'] == 'n2-highcpu-16' and pool['autoscalingSettings']['maxNumWorkers'] == 200
+    assert pool['sdkHarnessContainerImages'][0]['containerImage'] == 'example.com/image:1'
+    assert 'setup_file' not in job['environment']['sdkPipelineOptions']['options']
+
+
+def test_default_worker_settings_pass_beams_validator(gcs):
+    argv = [*CLOUD, f'--temp_location=gs://{BUCKET}/tmp']
+    options = PipelineOptions(argv)
+    from pipeline.dataflow import apply_dataflow_defaults
+    apply_dataflow_defaults(options, argv)
+    assert PipelineOptionsValidator(options, DataflowRunner()).validate() == []
+    bad = PipelineOptions([*argv, '--max_num_workers=-2'])
+    assert PipelineOptionsValidator(bad, DataflowRunner()).validate() == [
+        'Invalid value (-2) for option: max_num_workers. Value needs to be positive.']
+
+
+def test_staged_package_holds_every_module_and_workers_can_unpickle_every_step(tmp_path, raw):
+    job, staging = _template_job(tmp_path, raw)
+    sdist = os.path.join(staging, 'workflow.tar.gz')
+    with tarfile.open(sdist) as archive:
+        staged = {re.sub(r'^[^/]+/', '', n) for n in archive.getnames()}
+    modules = {os.path.relpath(p, REPO) for p in glob.glob(f'{REPO}/pipeline/*.py') + glob.glob(f'{REPO}/transforms/*.py')}
+    assert modules <= staged
+    target = tmp_path / 'worker_site'
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--no-build-isolation',
+                    '--target', str(target), sdist], check=True)
+    # A fresh process that sees only the staged package (first on sys.path) unpickles every DoFn.
+    from apache_beam.portability.api import beam_runner_api_pb2
+    pipeline = beam_runner_api_pb2.Pipeline()
+    with open(os.path.join(staging, 'pipeline.pb'), 'rb') as stream:
+        pipeline.ParseFromString(stream.read())
+    payloads = []
+    for transform in pipeline.components.transforms.values():
+        if transform.spec.urn == 'beam:transform:pardo:v1':
+            pardo = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+            if pardo.do_fn.urn == 'beam:dofn:pickled_python_info:v1':
+                payloads.append(pardo.do_fn.payload.hex())
+    (tmp_path / 'payloads.json').write_text(json.dumps(payloads))
+    script = (
+        'import json, sys\n'
+        'from apache_beam.internal import pickler\n'
+        f'fns = [pickler.loads(bytes.fromhex(p)) for p in json.load(open({str(tmp_path / "payloads.json")!r}))]\n'
+        'ours = {n: m.__file__ for n, m in sys.modules.items() if n.split(".")[0] in ("pipeline", "transforms")}\n'
+        'print(json.dumps({"count": len(fns), "modules": ours}))\n')
+    env = dict(os.environ, PYTHONPATH=str(target))
+    result = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report['count'] >= 8
+    assert 'transforms.write_shards' in report['modules']
+    assert all(path.startswith(str(target)) for path in report['modules'].values()), report['modules']
+
+
+def test_metadata_json_is_generated_from_the_flags_and_valid():
+    from google.cloud.dataflow_v1beta3 import TemplateMetadata
+    from google.protobuf import json_format
+    committed = json.load(open(os.path.join(REPO, 'dataflow_templates', 'metadata.json')))
+    assert committed == template_metadata(), 'regenerate: python -m pipeline.template_metadata'
+    json_format.ParseDict(committed, TemplateMetadata.pb(TemplateMetadata()))
+    by_name = {p['name']: p for p in committed['parameters']}
+    assert set(by_name) == converter_flag_names()
+    for action in converter_parser()._actions:
+        if action.dest == 'help':
+            continue
+        parameter = by_name[action.dest]
+        assert parameter['label'] and parameter['helpText'] == action.help
+        assert parameter['isOptional'] == (action.dest != 'output_dir')
+        if action.default not in (None, [], ''):
+            expected = str(action.default).lower() if isinstance(action.default, bool) else str(action.default)
+            assert parameter['defaultValue'] == expected
+    assert by_name['output_dir']['paramType'] == 'GCS_WRITE_FOLDER'
+    assert by_name['input_dir']['paramType'] == 'GCS_READ_FOLDER'
+    assert by_name['reencode']['paramType'] == 'BOOLEAN' and by_name['num_shards']['paramType'] == 'NUMBER'
+
+
+def test_dockerfile_paths_and_versions_match_the_repo():
+    text = open(os.path.join(REPO, 'dataflow_templates', 'Dockerfile')).read()
+    workdir = re.search(r'ARG WORKDIR=(\S+)', text)[1]
+    for line in re.findall(r'^COPY (?!--from)(.+)$', text, re.M):
+        for source in line.split()[:-1]:
+            assert os.path.exists(os.path.join(REPO, source)), source
+    for name in ('FLEX_TEMPLATE_PYTHON_PY_FILE', 'FLEX_TEMPLATE_PYTHON_SETUP_FILE'):
+        path = re.search(rf'{name}="\$\{{WORKDIR\}}/([^"]+)"', text)[1]
+        assert os.path.exists(os.path.join(REPO, path)), path
+    setup = open(os.path.join(REPO, 'setup.py')).read()
+    beam = re.search(r"BEAM_VERSION = '([^']+)'", setup)[1]
+    assert re.search(r'apache/beam_python(\d\.\d+)_sdk:(\S+) ', text).groups() == (
+        f'{sys.version_info.major}.{sys.version_info.minor}', beam)
+    assert 'FROM python:3.11-slim' in text and 'python311-template-launcher-base' in text
+    assert workdir == '/template'
+
+
+def test_hadolint_passes():
+    result = subprocess.run(['hadolint', os.path.join(REPO, 'dataflow_templates', 'Dockerfile')],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
+    for sub in ('tmp', 'staging'):
+        os.makedirs(tmp_path / sub)
+    values = {'input_dir': raw, 'output_dir': f'gs://{BUCKET}/launched', 'dataset_name': 'launched',
+              'num_shards': '4', 'reencode': 'true', 'apply_exif_orientation': 'false',
+              'overwrite': 'false', 'skip_duplicates': 'true', 'max_error_ratio': '0.05',
+              'jpeg_quality': '90', 'target_shard_mb': '64', 'max_pixels': '0', 'max_side': '512',
+              'max_image_pixels': '50000000', 'label_offset': '1', 'num_labels': '5',
+              'description': 'from the console'}
+    assert set(values) | {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config',
+                          'config_arg'} == converter_flag_names()
+    argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
+            f'--template_location={tmp_path}/job.json', '--no_auth',
+            '--dataflow_endpoint=http://localhost:1', *(f'--{k}={v}' for k, v in values.items())]
+    result = subprocess.run([sys.executable, os.path.join(REPO, 'dataflow_templates', 'launcher.py'), *argv],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'Job submitted' in result.stdout
+    options = json.load(open(tmp_path / 'job.json'))['environment']['sdkPipelineOptions']['options']
+    assert options['num_shards'] == 4 and options['reencode'] is True
+    assert options['apply_exif_orientation'] is False and options['max_side'] == 512
+    assert options['dataset_name'] == 'launched' and options['description'] == 'from the console'
