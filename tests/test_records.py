@@ -55,3 +55,18 @@ def test_reader_detects_flipped_byte_and_truncation():
     whole = records.frame_record(b'hello world') * 2
     with pytest.raises(records.RecordError, match='record 1: file ends'):
         list(records.read_records(io.BytesIO(whole[:-3])))
+
+
+def test_decoder_reads_our_examples_and_tensorflows():
+    features = {'image/encoded': b'\x00jpeg', 'image/height': 70000, 'neg': -5, 'score': 0.25,
+                'tags': ['a', 'b'], 'empty_ints': [], 'ids': [1, 2**40]}
+    decoded = records.decode_example(records.encode_example(features))
+    assert decoded == {'image/encoded': [b'\x00jpeg'], 'image/height': [70000], 'neg': [-5],
+                       'score': [0.25], 'tags': [b'a', b'b'], 'empty_ints': [], 'ids': [1, 2**40]}
+    example = tf.train.Example()
+    example.features.feature['x'].int64_list.value.extend([3, -1])
+    example.features.feature['y'].float_list.value.append(1.5)
+    example.features.feature['z'].bytes_list.value.append(b'q')
+    assert records.decode_example(example.SerializeToString()) == {'x': [3, -1], 'y': [1.5], 'z': [b'q']}
+    with pytest.raises(ValueError):
+        records.decode_example(b'\x0a\x05abc')

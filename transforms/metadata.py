@@ -7,7 +7,7 @@ they are written as plain JSON so workers need no TFDS import.
 import json
 from typing import Mapping
 
-from transforms import records
+from transforms import fileio, records
 
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'
@@ -91,6 +91,17 @@ def dataset_info_json(dataset: str, version: str, description: str,
                     'shardLengths': [str(n) for n in info['shard_lengths']]}
                    for name, info in splits.items()],
     }
+
+
+def load_json(output_dir: str, name: str) -> dict:
+    return json.loads(fileio.read_bytes(fileio.join(output_dir, name)))
+
+
+def shard_paths(output_dir: str, info: dict, split: str) -> list[str]:
+    """The shard files `dataset_info.json` says a split has, in order."""
+    entry = next(s for s in info['splits'] if s['name'] == split)
+    total = len(entry['shardLengths'])
+    return [fileio.join(output_dir, shard_name(info['name'], split, i, total)) for i in range(total)]
 
 
 def dumps(document) -> bytes:

@@ -92,6 +92,86 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     return _delimited(0x0A, entries)
 
 
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError('truncated varint')
+        byte = data[pos]
+        result |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes):
+    """Yields (field number, wire type, value) of a protobuf message; value is bytes or int."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(data, pos)
+        elif wire == 2:
+            size, pos = _read_varint(data, pos)
+            if pos + size > len(data):
+                raise ValueError('truncated field')
+            value, pos = data[pos:pos + size], pos + size
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, pos = data[pos:pos + size], pos + size
+        else:
+            raise ValueError(f'unsupported wire type {wire}')
+        yield number, wire, value
+
+
+def _decode_feature(data: bytes) -> list:
+    for number, _, body in _fields(data):
+        values = []
+        for _, wire, item in _fields(body):
+            if number == 1:
+                values.append(item)
+            elif number == 2:  # floats, packed or not
+                values.extend(struct.unpack(f'<{len(item) // 4}f', item) if wire == 2
+                              else struct.unpack('<f', item))
+            elif number == 3:  # int64s, packed or not
+                items = [item] if wire == 0 else _unpack_varints(item)
+                values.extend(v - (1 << 64) if v >= 1 << 63 else v for v in items)
+        return values
+    return []
+
+
+def _unpack_varints(data: bytes) -> list[int]:
+    values, pos = [], 0
+    while pos < len(data):
+        value, pos = _read_varint(data, pos)
+        values.append(value)
+    return values
+
+
+def decode_example(data: bytes) -> dict[str, list]:
+    """Parses a serialised `tf.train.Example` into {name: list of bytes/int/float} (no TensorFlow).
+
+    Raises ValueError when `data` is not a well-formed Example.
+    """
+    features = {}
+    for number, wire, body in _fields(data):
+        if number != 1 or wire != 2:
+            raise ValueError(f'unexpected field {number} in Example')
+        for _, _, entry in _fields(body):
+            name, value = None, b''
+            for field, _, item in _fields(entry):
+                if field == 1:
+                    name = item.decode()
+                elif field == 2:
+                    value = item
+            if name is None:
+                raise ValueError('feature without a name')
+            features[name] = _decode_feature(value)
+    return features
+
+
 def _masked_crc(data: bytes) -> int:
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

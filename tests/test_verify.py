@@ -1,0 +1,118 @@
+"""verify: passes on a sound dataset and names each kind of damage precisely."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.verify import verify
+from tests import imagemaker
+from tests.helpers import convert, shard_paths, write_tree
+from transforms import records
+
+SHARED = imagemaker.jpeg(50, 50, seed=99)
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+    files = {f'train/c{c}/{i}.jpg': imagemaker.jpeg(40, 30, seed=c * 100 + i) for c in range(3) for i in range(6)}
+    files.update({f'test/c{c}/{i}.jpg': imagemaker.jpeg(40, 30, seed=1000 + c * 100 + i) for c in range(3) for i in range(2)})
+    root = write_tree(tmp_path_factory.mktemp('in'), files)
+    out = str(tmp_path_factory.mktemp('out') / 'ds')
+    convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=3')
+    return out
+
+
+@pytest.fixture
+def copy(dataset, tmp_path):
+    target = str(tmp_path / 'copy')
+    shutil.copytree(dataset, target)
+    return target
+
+
+def test_sound_dataset_passes(dataset):
+    assert verify(dataset, processes=2) == []
+
+
+def test_flipped_byte_is_found_with_shard_and_record(copy):
+    path = shard_paths(copy, 'train')[1]
+    data = bytearray(open(path, 'rb').read())
+    data[200] ^= 0x40
+    open(path, 'wb').write(bytes(data))
+    problems = verify(copy, processes=1)
+    assert problems[0] == f'train shard 1 ({os.path.basename(path)}) record 0: data checksum mismatch'
+
+
+def test_truncated_shard(copy):
+    path = shard_paths(copy, 'train')[0]
+    data = open(path, 'rb').read()
+    open(path, 'wb').write(data[:-100])
+    problems = verify(copy, processes=1)
+    name = os.path.basename(path)
+    assert problems[0].startswith(f'train shard 0 ({name}) record ')
+    assert problems[0].endswith(': file ends inside the record data')
+    assert problems[1].startswith(f'train shard 0 ({name}): ') and 'dataset_info.json says 6' in problems[1]
+
+
+def test_missing_shard_and_shard_from_another_run(copy):
+    os.remove(shard_paths(copy, 'test')[2])
+    stale = os.path.join(copy, 'dataset-train.tfrecord-00004-of-00005')
+    shutil.copy(shard_paths(copy, 'train')[0], stale)
+    problems = verify(copy, processes=1)
+    assert 'dataset-test.tfrecord-00002-of-00003: missing shard' in problems
+    assert ('dataset-train.tfrecord-00004-of-00005: not part of this dataset (a shard from another '
+            'run or dataset); remove it') in problems
+
+
+def test_count_mismatch_in_dataset_info(copy):
+    path = os.path.join(copy, 'dataset_info.json')
+    info = json.load(open(path))
+    info['splits'][0]['shardLengths'][0] = str(int(info['splits'][0]['shardLengths'][0]) + 1)
+    json.dump(info, open(path, 'w'))
+    problems = verify(copy, processes=1)
+    split = info['splits'][0]['name']
+    assert problems == [f'{split} shard 0 ({os.path.basename(shard_paths(copy, split)[0])}): '
+                        f'{int(info["splits"][0]["shardLengths"][0]) - 1} records, dataset_info.json '
+                        f'says {info["splits"][0]["shardLengths"][0]}']
+
+
+def test_wrong_label(copy):
+    path = shard_paths(copy, 'train')[2]
+    with open(path, 'rb') as stream:
+        raw = list(records.read_records(stream))
+    example = {k: (v[0] if len(v) == 1 else v) for k, v in records.decode_example(raw[1]).items()}
+    example[records.LABEL] = (example[records.LABEL] + 1) % 3
+    raw[1] = records.encode_example(example)
+    open(path, 'wb').write(b''.join(records.frame_record(r) for r in raw))
+    problems = verify(copy, processes=1)
+    text = example[records.TEXT].decode()
+    assert problems == [f"train shard 2 ({os.path.basename(path)}) record 1: label "
+                        f"{example[records.LABEL]} is 'c{example[records.LABEL]}' in the label names "
+                        f"but the record says {text!r}"]
+
+
+def test_duplicates_within_and_across_splits(tmp_path):
+    root = write_tree(tmp_path / 'in', {'train/a/x.jpg': SHARED, 'train/a/y.jpg': imagemaker.jpeg(seed=1),
+                                        'train/b/x2.jpg': SHARED, 'test/a/z.jpg': SHARED})
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={root}', f'--output_dir={out}')
+    problems = verify(out, processes=1)
+    assert len(problems) == 2
+    assert problems[0].startswith('train shard 0 (dataset-train.tfrecord-00000-of-00001) record ')
+    assert problems[0].endswith(': duplicate within a split')
+    assert problems[1].startswith('test shard 0 (dataset-test.tfrecord-00000-of-00001) record 0: '
+                                  'same image as train shard 0 record ')
+    assert problems[1].endswith(': duplicate across splits (leakage)')
+
+
+def test_cli_exit_codes(dataset, copy):
+    ok = subprocess.run([sys.executable, '-m', 'pipeline.verify', dataset, '--sample=0.5'],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and 'OK: no problems found' in ok.stdout
+    os.remove(shard_paths(copy, 'train')[0])
+    bad = subprocess.run([sys.executable, '-m', 'pipeline.verify', copy], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and 'missing shard' in bad.stderr
+    none = subprocess.run([sys.executable, '-m', 'pipeline.verify', '/no/such'], capture_output=True, text=True)
+    assert none.returncode == 2 and none.stderr.startswith('error: /no/such has no readable dataset_info.json')
