@@ -14,6 +14,7 @@ setuptools.setup(
     install_requires=[
         f'apache-beam[gcp]=={BEAM_VERSION}',
         'pillow>=10',
+        'simplejpeg>=1.7',
         'google-cloud-storage>=2.14',
         'google-crc32c>=1.5',
         'numpy',

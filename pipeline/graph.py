@@ -1,7 +1,8 @@
 """The Beam pipeline, built from plain arguments and returned unrun (so it can be dry-run).
 
     partitions -> list examples (on workers) -> facts & label map, shard plan (small combines)
-               -> group example refs by shard -> read, convert, write each shard -> commit
+               -> group example refs by chunk -> read, convert, write each chunk's part file
+               -> group part files by shard -> concatenate -> commit
 """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -13,7 +14,7 @@ from transforms.listing import FolderSplit, Partition
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings
 from transforms.sharding import CombineBuckets, plan_shards
-from transforms.write_shards import WriteShard
+from transforms.write_shards import ConcatenateShard, EncodeChunk, ShardResult
 
 
 def _split_further(partition: Partition) -> list[Partition]:
@@ -46,8 +47,12 @@ def _plan(split_stats, settings: ConversionSettings):
     return split, plan_shards(stats, settings.num_shards, settings.target_shard_mb)
 
 
-def _shard_key(ref: ExampleRef, plans):
-    return (ref.split, plans[ref.split].shard_of(ref)), ref
+def _chunk_key(ref: ExampleRef, plans):
+    return (ref.split, *plans[ref.split].chunk_of(ref)), ref
+
+
+def _shard_key(result: ShardResult):
+    return (result.split, result.shard), result
 
 
 def build_pipeline(options: PipelineOptions, partitions: list[Partition],
@@ -70,11 +75,14 @@ def build_pipeline(options: PipelineOptions, partitions: list[Partition],
              | 'Combine Buckets' >> beam.CombinePerKey(CombineBuckets())
              | 'Plan Shards' >> beam.Map(_plan, settings))
     results = (refs
-               | 'Assign Shards' >> beam.Map(_shard_key, plans=beam.pvalue.AsDict(plans))
+               | 'Assign Chunks' >> beam.Map(_chunk_key, plans=beam.pvalue.AsDict(plans))
+               | 'Group By Chunk' >> beam.GroupByKey()
+               | 'Encode Chunks' >> beam.ParDo(EncodeChunk(settings),
+                                               label_map=beam.pvalue.AsSingleton(label_map))
+               | 'Key By Shard' >> beam.Map(_shard_key)
                | 'Group By Shard' >> beam.GroupByKey()
-               | 'Write Shards' >> beam.ParDo(WriteShard(settings),
-                                              label_map=beam.pvalue.AsSingleton(label_map),
-                                              plans=beam.pvalue.AsDict(plans)))
+               | 'Concatenate Shards' >> beam.ParDo(ConcatenateShard(settings),
+                                                    plans=beam.pvalue.AsDict(plans)))
     _ = (results
          | 'Collect Results' >> beam.combiners.ToList()
          | 'Commit Dataset' >> beam.Map(commit_dataset,

@@ -24,7 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 STEPS = ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Examples',
          'Combine Facts', 'Resolve Labels', 'Key By Split', 'Combine Buckets', 'Plan Shards',
-         'Assign Shards', 'Group By Shard', 'Write Shards', 'Collect Results', 'Commit Dataset']
+         'Assign Chunks', 'Group By Chunk', 'Encode Chunks', 'Key By Shard', 'Group By Shard',
+         'Concatenate Shards', 'Collect Results', 'Commit Dataset']
 
 
 @pytest.fixture

@@ -138,3 +138,11 @@ def test_transient_503s_are_retried(gcs, tmp_path):
     remote = download('flaky')
     assert len(_records(remote, 'train', tmp_path)) == 16
     assert remote['errors-train.jsonl'] == b''
+
+
+def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
+    from transforms import fileio
+    parts = {f'parts/p{i:03d}': f'<{i}>'.encode() for i in range(70)}
+    upload(parts, 'cat')
+    fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)], f'gs://{BUCKET}/cat/joined')
+    assert download('cat') == {'joined': b''.join(parts[k] for k in sorted(parts))}

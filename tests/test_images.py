@@ -154,3 +154,15 @@ def test_resize_after_exif_rotation_uses_upright_size():
     data = imagemaker.exif_rotated_jpeg(800, 400, 6)
     stored = convert_image(data, ImageOptions(max_side=200))
     assert (stored.width, stored.height) == (100, 200)
+
+
+def test_jpeg_that_libjpeg_only_warns_about_is_judged_like_pillow():
+    data = imagemaker.jpeg(200, 100)
+    sos = data.index(b'\xff\xda')
+    warned = data[:sos] + b'\x00\x01' + data[sos:]  # "2 extraneous bytes before marker"
+    stored = convert_image(warned, DEFAULT)
+    assert stored.passed_through and stored.encoded == warned
+    reencoded = convert_image(warned, ImageOptions(reencode=True))
+    assert (reencoded.width, reencoded.height) == (200, 100)
+    with pytest.raises(ImageError, match='truncated'):
+        convert_image(warned[:len(warned) // 2], DEFAULT)

@@ -86,6 +86,36 @@ def rename(sources: list[str], destinations: list[str]) -> None:
         FileSystems.rename(sources, destinations)
 
 
+def concatenate(sources: list[str], destination: str) -> None:
+    """Joins files in order into `destination` and deletes them.
+
+    On Cloud Storage this is a server-side compose, so no bytes pass through the worker. A
+    compose takes at most 32 objects; longer lists are composed as a tree of intermediate
+    objects. Every compose writes a fresh object from fixed sources, so retrying one after a
+    transient error cannot change the result.
+    """
+    if is_gcs(destination):
+        from google.cloud.storage.retry import DEFAULT_RETRY
+        bucket_name, name = split_gcs(destination)
+        bucket = storage_client().bucket(bucket_name)
+        level, parts, intermediates = 0, [bucket.blob(split_gcs(s)[1]) for s in sources], []
+        while len(parts) > 32:
+            groups = [parts[i:i + 32] for i in range(0, len(parts), 32)]
+            parts = [bucket.blob(f'{name}.compose-{level}-{i}') for i in range(len(groups))]
+            for target, group in zip(parts, groups):
+                target.compose(group, retry=DEFAULT_RETRY)
+            intermediates += [f'gs://{bucket_name}/{p.name}' for p in parts]
+            level += 1
+        bucket.blob(name).compose(parts, retry=DEFAULT_RETRY)
+        delete(intermediates)
+    else:
+        with create(destination) as out:
+            for source in sources:
+                with open(source, 'rb') as stream:
+                    shutil.copyfileobj(stream, out, 8 << 20)
+    delete(sources)
+
+
 def list_subdirs(path: str) -> list[str]:
     """The immediate sub-folders of `path`, sorted, as full paths without trailing slash."""
     if not is_gcs(path):

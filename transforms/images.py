@@ -1,15 +1,21 @@
 """Decode, validate and normalise one image into the JPEG bytes a record stores.
 
-Every image is decoded once in full (for JPEGs kept as they are, in Pillow's draft mode, which
-still entropy-decodes the whole stream and so catches truncation, at 1/8 of the IDCT work).
-Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-bit samples are scaled
-down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
+Every image is decoded once in full. JPEGs kept as they are are decoded at 1/8 scale, which
+still entropy-decodes the whole stream and so catches truncation, at a fraction of the IDCT
+work. Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-bit samples are
+scaled down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
+
+Pillow reads headers and every format; libjpeg-turbo through simplejpeg decodes clean RGB and
+grayscale JPEGs and encodes all output, being faster at both. A JPEG that libjpeg-turbo only
+warns about (extraneous bytes, say) is judged by Pillow instead, so what is accepted is what
+Pillow accepts.
 """
 import dataclasses
 import io
 import math
 
 import numpy as np
+import simplejpeg
 from PIL import Image
 
 # Size limits are enforced by `convert_image` with a message that names the flag to change.
@@ -71,26 +77,49 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
         keep = (image.format == 'JPEG' and image.mode == 'RGB' and orientation in (1, None)
                 and size == (width, height) and not options.reencode)
         if keep:
-            image.draft('RGB', (max(1, width // 8), max(1, height // 8)))
-            image.load()
+            _validate_jpeg(image, data)
             return StoredImage(data, height, width, passed_through=True)
-        if image.format == 'JPEG' and size != (width, height):
-            image.draft(image.mode, size)
-        image.load()
-        image = _to_rgb(image)
-        image = _orient(image, orientation)
+        image = _orient(_decode_rgb(image, data, size), orientation)
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
         if image.size != final:
             image = image.resize(final, Image.Resampling.BICUBIC)
-        out = io.BytesIO()
-        image.save(out, 'JPEG', quality=options.jpeg_quality)
-        return StoredImage(out.getvalue(), image.height, image.width, passed_through=False)
+        encoded = simplejpeg.encode_jpeg(np.asarray(image), quality=options.jpeg_quality,
+                                         colorspace='RGB', colorsubsampling='420')
+        return StoredImage(encoded, image.height, image.width, passed_through=False)
     except ImageError:
         raise
     except Image.DecompressionBombError as exc:
         raise ImageError(str(exc)) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(_describe(exc)) from None
+
+
+def _validate_jpeg(image: Image.Image, data: bytes) -> None:
+    """Decodes a JPEG at 1/8 scale; raises if it is truncated or corrupt."""
+    width, height = image.size
+    try:
+        simplejpeg.decode_jpeg(data, colorspace='RGB', fastdct=True, fastupsample=True,
+                               min_height=max(1, height // 8), min_width=max(1, width // 8))
+    except ValueError:  # A libjpeg-turbo warning or error: Pillow has the last word.
+        image.draft('RGB', (max(1, width // 8), max(1, height // 8)))
+        image.load()
+
+
+def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> Image.Image:
+    """The full image as 8-bit RGB; JPEGs to be downscaled are decoded at a reduced scale."""
+    if image.format == 'JPEG' and image.mode in ('RGB', 'L'):
+        scaled = size != image.size
+        try:
+            pixels = simplejpeg.decode_jpeg(data, colorspace='RGB',
+                                            min_height=size[1] if scaled else 0,
+                                            min_width=size[0] if scaled else 0)
+            return Image.fromarray(pixels, 'RGB')
+        except ValueError:
+            pass
+    if image.format == 'JPEG' and size != image.size:
+        image.draft(image.mode, size)
+    image.load()
+    return _to_rgb(image)
 
 
 def _describe(exc: Exception) -> str:

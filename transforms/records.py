@@ -32,6 +32,8 @@ FeatureValue = bytes | str | int | float | bool | Sequence
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return bytes((value,))
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -84,10 +86,20 @@ def _feature(value: FeatureValue) -> bytes:
     return _delimited(0x12, _delimited(0x0A, packed) if items else b'')  # float_list
 
 
+_NAMES: dict[str, bytes] = {}
+
+
+def _name(name: str) -> bytes:
+    encoded = _NAMES.get(name)
+    if encoded is None:
+        encoded = _NAMES[name] = _delimited(0x0A, name.encode())
+    return encoded
+
+
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     """Serialises a `tf.train.Example` with the given features, keys in sorted order."""
     entries = b''.join(
-        _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, _feature(value)))
+        _delimited(0x0A, _name(name) + _delimited(0x12, _feature(value)))
         for name, value in sorted(features.items()))
     return _delimited(0x0A, entries)
 

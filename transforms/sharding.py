@@ -8,6 +8,10 @@ An example's shard is the range its bucket falls in; inside a shard, examples ar
 only on the set of keys: the same input gives the same shards on any runner and worker count.
 Shards left empty by this cut (possible only for tiny splits) are dropped when the dataset is
 committed, so no shard file is ever empty.
+
+Each shard's bucket range is cut further into chunks of about CHUNK_EXAMPLES examples. Chunks
+are the unit of work (converted in parallel, each into a part file, then concatenated in chunk
+order), so all cores stay busy even when a split has fewer shards than there are workers.
 """
 import bisect
 import dataclasses
@@ -17,6 +21,7 @@ import apache_beam as beam
 from transforms.refs import ExampleRef
 
 BUCKET_BITS = 16
+CHUNK_EXAMPLES = 128
 
 
 def bucket_of(hash_value: int) -> int:
@@ -50,10 +55,16 @@ class CombineBuckets(beam.CombineFn):
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
     num_shards: int
-    starts: tuple[int, ...]   # First bucket of each shard, ascending.
+    chunk_starts: tuple[int, ...]   # First bucket of each chunk, ascending.
+    chunk_shards: tuple[int, ...]   # The shard each chunk belongs to.
 
-    def shard_of(self, ref: ExampleRef) -> int:
-        return bisect.bisect_right(self.starts, bucket_of(ref.key_hash)) - 1
+    def chunk_of(self, ref: ExampleRef) -> tuple[int, int]:
+        """(shard, chunk) of an example."""
+        chunk = bisect.bisect_right(self.chunk_starts, bucket_of(ref.key_hash)) - 1
+        return self.chunk_shards[chunk], chunk
+
+    def chunks_in(self, shard: int) -> int:
+        return self.chunk_shards.count(shard)
 
 
 def shard_count(count: int, input_bytes: int, num_shards: int, target_shard_mb: float) -> int:
@@ -63,13 +74,26 @@ def shard_count(count: int, input_bytes: int, num_shards: int, target_shard_mb: 
 
 
 def plan_shards(stats, num_shards: int, target_shard_mb: float) -> ShardPlan:
-    """Cuts the buckets of one split into shards of nearly equal example counts."""
+    """Cuts the buckets of one split into shards of nearly equal example counts, and each
+    shard into chunks of about CHUNK_EXAMPLES."""
     count, size, buckets = stats
     shards = shard_count(count, size, num_shards, target_shard_mb)
-    starts, seen = [0], 0
-    for bucket in sorted(buckets):
-        shard = seen * shards // count
-        if shard >= len(starts):
-            starts.extend([bucket] * (shard - len(starts) + 1))
+    ordered = sorted(buckets)
+    shard_of, per_shard, seen = {}, {}, 0
+    for bucket in ordered:
+        shard = shard_of[bucket] = seen * shards // count
+        per_shard[shard] = per_shard.get(shard, 0) + buckets[bucket]
         seen += buckets[bucket]
-    return ShardPlan(shards, tuple(starts))
+    chunk_starts, chunk_shards, previous, seen_in_shard = [], [], None, 0
+    for bucket in ordered:
+        shard = shard_of[bucket]
+        if previous is None or shard != previous[0]:
+            seen_in_shard = 0
+        chunks = -(-per_shard[shard] // CHUNK_EXAMPLES)
+        key = (shard, seen_in_shard * chunks // per_shard[shard])
+        if key != previous:
+            chunk_starts.append(bucket if chunk_starts else 0)
+            chunk_shards.append(shard)
+            previous = key
+        seen_in_shard += buckets[bucket]
+    return ShardPlan(shards, tuple(chunk_starts), tuple(chunk_shards))

@@ -1,8 +1,9 @@
-"""WriteShard: reads, converts and writes the examples of one shard to a temporary file.
+"""Writing shards: chunks of examples are converted in parallel, then concatenated per shard.
 
-One element is one shard's ExampleRefs (paths, not image bytes). Images are read and converted
-one at a time and streamed into the shard file, so a worker holds one image at a time, whatever
-the dataset size. Inputs that cannot become records are reported, never fatal.
+EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), reads and converts the
+images one at a time and streams the records into a part file, so a worker holds one image at a
+time whatever the dataset size. ConcatenateShard joins a shard's part files in chunk order into
+the temporary shard file. Inputs that cannot become records are reported, never fatal.
 """
 import dataclasses
 import hashlib
@@ -25,22 +26,38 @@ NAMESPACE = 'image_tfrecords'
 
 @dataclasses.dataclass
 class ShardResult:
+    """What was written to one part file (chunk) or shard file."""
     split: str
     shard: int
     temp_path: str
+    chunk: int | None = None
     records: int = 0
     bytes: int = 0
     label_counts: dict = dataclasses.field(default_factory=dict)   # label id -> records
     errors: list = dataclasses.field(default_factory=list)         # (source, reason)
     passed_through: int = 0
+    seconds: float = 0.0                                           # Converting, summed.
+
+    def add(self, other: 'ShardResult') -> None:
+        self.records += other.records
+        self.bytes += other.bytes
+        self.errors += other.errors
+        self.passed_through += other.passed_through
+        self.seconds += other.seconds
+        for label, n in other.label_counts.items():
+            self.label_counts[label] = self.label_counts.get(label, 0) + n
 
 
-def temp_shard_path(settings: ConversionSettings, split: str, shard: int) -> str:
-    return fileio.join(settings.temp_dir, f'{split}-{shard:05d}.tfrecord')
+def temp_path(settings: ConversionSettings, split: str, shard: int, chunk: int | None = None) -> str:
+    part = '' if chunk is None else f'.part-{chunk:06d}'
+    return fileio.join(settings.temp_dir, f'{split}-{shard:05d}.tfrecord{part}')
 
 
-def order_shard(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
-    """Sorts a shard's refs by (hash, key); returns (unique refs, duplicates dropped)."""
+def order_chunk(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
+    """Sorts refs by (hash, key); returns (unique refs, duplicates dropped).
+
+    Equal keys have equal hashes, so duplicates always meet in one chunk.
+    """
     ordered = sorted(refs, key=lambda r: (r.key_hash, r.key))
     unique, duplicates = [], []
     for ref in ordered:
@@ -59,8 +76,8 @@ def _is_missing(exc: Exception) -> bool:
         'No such file' in str(exc)
 
 
-class WriteShard(beam.DoFn):
-    """((split, shard), refs) -> ShardResult, with the shard written under the temp folder."""
+class EncodeChunk(beam.DoFn):
+    """((split, shard, chunk), refs) -> ShardResult of the chunk's part file."""
 
     def __init__(self, settings: ConversionSettings):
         self._settings = settings
@@ -70,13 +87,12 @@ class WriteShard(beam.DoFn):
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
         self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
         self._bytes = Metrics.counter(NAMESPACE, 'bytes_written')
-        self._shards = Metrics.counter(NAMESPACE, 'shards_written')
 
-    def process(self, element, label_map: LabelMap, plans):
-        (split, shard), refs = element
+    def process(self, element, label_map: LabelMap):
+        (split, shard, chunk), refs = element
         started = time.monotonic()
-        refs, duplicates = order_shard(refs, self._settings.skip_duplicates)
-        result = ShardResult(split, shard, temp_shard_path(self._settings, split, shard))
+        refs, duplicates = order_chunk(refs, self._settings.skip_duplicates)
+        result = ShardResult(split, shard, temp_path(self._settings, split, shard, chunk), chunk)
         result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
                              for r in duplicates)
         with fileio.create(result.temp_path) as out:
@@ -93,7 +109,11 @@ class WriteShard(beam.DoFn):
                 result.passed_through += passed
                 label_id = label_map.id_of(ref.label)
                 result.label_counts[label_id] = result.label_counts.get(label_id, 0) + 1
-        self._report(result, plans[split].num_shards, time.monotonic() - started)
+        result.seconds = time.monotonic() - started
+        self._written.inc(result.records)
+        self._skipped.inc(len(result.errors))
+        self._reencoded.inc(result.records - result.passed_through)
+        self._bytes.inc(result.bytes)
         yield result
 
     def _record(self, ref: ExampleRef, label_map: LabelMap) -> tuple[bytes, bool]:
@@ -119,13 +139,26 @@ class WriteShard(beam.DoFn):
         })
         return records.encode_example(features), stored.passed_through
 
-    def _report(self, result: ShardResult, num_shards: int, seconds: float) -> None:
-        self._written.inc(result.records)
-        self._skipped.inc(len(result.errors))
-        self._reencoded.inc(result.records - result.passed_through)
-        self._bytes.inc(result.bytes)
+
+class ConcatenateShard(beam.DoFn):
+    """((split, shard), chunk results) -> ShardResult of the temporary shard file."""
+
+    def __init__(self, settings: ConversionSettings):
+        self._settings = settings
+
+    def setup(self):
+        self._shards = Metrics.counter(NAMESPACE, 'shards_written')
+
+    def process(self, element, plans):
+        (split, shard), parts = element
+        parts = sorted(parts, key=lambda r: r.chunk)
+        result = ShardResult(split, shard, temp_path(self._settings, split, shard))
+        for part in parts:
+            result.add(part)
+        fileio.concatenate([p.temp_path for p in parts], result.temp_path)
         self._shards.inc()
-        rate = result.records / seconds if seconds > 0 else 0.0
-        LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped, %.0f images/s',
-                    result.split, result.shard + 1, num_shards, result.records,
-                    result.bytes / 1e6, len(result.errors), rate)
+        rate = result.records / result.seconds if result.seconds else 0.0
+        LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped (%.0f images/s per core)',
+                 split, shard + 1, plans[split].num_shards, result.records, result.bytes / 1e6,
+                 len(result.errors), rate)
+        yield result

@@ -1,0 +1,131 @@
+"""Speed and memory of the converter against the baselines a user would pick instead.
+
+    python -m benchmarks.benchmark [--n 20000]
+
+Every variant runs as its own process tree, on the same generated workload (benchmarks/
+workload.py), in the same run: at n/5 and at n images, interleaved, so that the fixed start-up
+cost (imports, runner start) and the steady-state throughput can be told apart:
+steady = (n - n/5) / (t(n) - t(n/5)), start-up = t(n/5) - (n/5) / steady. Peak RSS is sampled
+for the largest process and for the sum over the tree. Prints a table, the ratios ours/baseline
+and our fraction of the codec limit, a 1-core vs all-cores line and peak RSS at n and 2n.
+"""
+import argparse
+import dataclasses
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+from benchmarks.workload import linked_workload, make_workload
+
+PY = sys.executable
+
+
+@dataclasses.dataclass
+class Run:
+    seconds: float
+    rss_max: int   # Largest single process, bytes.
+    rss_sum: int   # Whole process tree, bytes.
+    stdout: str
+
+
+def measure(cmd: list[str]) -> Run:
+    """Runs cmd, sampling the RSS of its process tree every 50 ms."""
+    started = time.perf_counter()
+    process = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    rss_max = rss_sum = 0
+    while process.poll() is None:
+        try:
+            tree = [process] + process.children(recursive=True)
+            sizes = [p.memory_info().rss for p in tree]
+        except psutil.Error:
+            continue
+        rss_max, rss_sum = max(rss_max, max(sizes)), max(rss_sum, sum(sizes))
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    stdout = process.stdout.read()
+    if process.returncode:
+        raise RuntimeError(f'{cmd} failed with exit code {process.returncode}')
+    return Run(seconds, rss_max, rss_sum, stdout)
+
+
+def variants(out: str) -> dict[str, callable]:
+    """name -> function(workload folder) -> command."""
+    ours = [PY, '-m', 'pipeline.run', f'--output_dir={out}', '--overwrite']
+    base = [PY, '-m', 'benchmarks.baselines']
+    return {
+        'ours (pass-through)': lambda w: ours + [f'--input_dir={w}'],
+        'ours --reencode': lambda w: ours + [f'--input_dir={w}', '--reencode'],
+        'naive Beam': lambda w: base + ['naive_beam', w, out],
+        'pool (pass-through)': lambda w: base + ['pool', w, out],
+        'pool (re-encode)': lambda w: base + ['pool', w, out, '--reencode'],
+    }
+
+
+def steady(n_small: int, small: Run, n: int, large: Run) -> tuple[float, float]:
+    """(images/s in steady state, start-up seconds)."""
+    rate = (n - n_small) / max(1e-9, large.seconds - small.seconds)
+    return rate, max(0.0, small.seconds - n_small / rate)
+
+
+def codec_rate(workload: str, encode: bool) -> float:
+    run = measure([PY, '-m', 'benchmarks.baselines', 'codec', workload] + (['--encode'] if encode else []))
+    return float(re.search(r'images_per_second=([\d.]+)', run.stdout)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--n', type=int, default=20000, help='Images in the workload (default 20000).')
+    parser.add_argument('--workdir', default=os.path.join(tempfile.gettempdir(), 'image_tfrecords_bench'))
+    args = parser.parse_args()
+    n, n_small = args.n, args.n // 5
+    print(f'Workload: {n} images in {args.workdir} ({os.cpu_count()} cores, {platform.processor() or platform.machine()}, '
+          f'{psutil.virtual_memory().total / 2**30:.0f} GiB)', flush=True)
+    full = make_workload(os.path.join(args.workdir, f'images-{n}'), n)
+    small = linked_workload(full, os.path.join(args.workdir, f'images-{n}-every5'), every=5)
+    double = linked_workload(full, os.path.join(args.workdir, f'images-{n}-twice'), copies=2)
+    out = os.path.join(args.workdir, 'out')
+    runs: dict[str, dict] = {}
+    for size, workload in ((n_small, small), (n, full)):
+        for name, command in variants(out).items():
+            runs.setdefault(name, {})[size] = measure(command(workload))
+            print(f'  {name} at {size}: {runs[name][size].seconds:.1f} s', flush=True)
+    one_core = {size: measure([PY, '-m', 'pipeline.run', f'--input_dir={w}', f'--output_dir={out}',
+                               '--overwrite', '--direct_num_workers=1', '--direct_running_mode=multi_processing'])
+                for size, w in ((n_small, small), (n, full))}
+    at_double = measure([PY, '-m', 'pipeline.run', f'--input_dir={double}', f'--output_dir={out}', '--overwrite'])
+    decode, decode_encode = codec_rate(full, False), codec_rate(full, True)
+
+    rates = {}
+    print(f'\n| variant | images/s (steady) | start-up s | wall s at {n} | peak RSS max / sum (MiB) |')
+    print('| --- | ---: | ---: | ---: | ---: |')
+    for name, by_size in runs.items():
+        rate, startup = steady(n_small, by_size[n_small], n, by_size[n])
+        rates[name] = rate
+        big = by_size[n]
+        print(f'| {name} | {rate:.0f} | {startup:.1f} | {big.seconds:.1f} | '
+              f'{big.rss_max / 2**20:.0f} / {big.rss_sum / 2**20:.0f} |')
+    print(f'| codec limit: Pillow decode, all cores | {decode:.0f} | | | |')
+    print(f'| codec limit: Pillow decode + encode, all cores | {decode_encode:.0f} | | | |')
+    one, _ = steady(n_small, one_core[n_small], n, one_core[n])
+    ours, ours_re = rates['ours (pass-through)'], rates['ours --reencode']
+    print('\nRatios (steady state):')
+    print(f'  pass-through / pool pass-through   {ours / rates["pool (pass-through)"]:.2f}  (target >= 1.2)')
+    print(f'  pass-through / naive Beam          {ours / rates["naive Beam"]:.2f}  (target >= 4)')
+    print(f'  --reencode / pool re-encode        {ours_re / rates["pool (re-encode)"]:.2f}  (target >= 1.1)')
+    print(f'  pass-through / codec decode limit  {ours / decode:.2f}')
+    print(f'  --reencode / codec decode+encode   {ours_re / decode_encode:.2f}')
+    print(f'Scaling: {one:.0f} images/s on 1 core, {ours:.0f} on {os.cpu_count()}: {ours / one:.2f}x  (target >= 1.8 on 2)')
+    base = runs['ours (pass-through)'][n]
+    print(f'Peak RSS of the largest process: {base.rss_max / 2**20:.0f} MiB at {n} images, '
+          f'{at_double.rss_max / 2**20:.0f} MiB at {2 * n}: {at_double.rss_max / base.rss_max:.2f}x '
+          f'(target <= 1 GiB and within 10%)')
+
+
+if __name__ == '__main__':
+    main()

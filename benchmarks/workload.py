@@ -1,0 +1,107 @@
+"""An ImageNet-like workload made from real photos that scikit-image and scikit-learn ship.
+
+Random crops of the photos, resized to 300-500 px on the long side, written as the folder
+layout ROOT/<split>/<class>/<image>: ~94% RGB JPEG (quality 90), ~3% PNG, ~2% grayscale JPEG,
+~1% CMYK JPEG; 80/10/10 train/validation/test over 10 classes. Photos compress like photos;
+random noise would not.
+"""
+import multiprocessing
+import os
+import random
+
+import numpy as np
+from PIL import Image
+
+SPLITS = (('train', 0.8), ('validation', 0.1), ('test', 0.1))
+CLASSES = 10
+
+
+def _photos() -> list[np.ndarray]:
+    import skimage.data
+    from sklearn.datasets import load_sample_images
+    names = ['astronaut', 'coffee', 'chelsea', 'hubble_deep_field', 'immunohistochemistry',
+             'rocket', 'retina', 'cat', 'camera', 'coins', 'moon', 'grass', 'gravel', 'brick']
+    photos = [getattr(skimage.data, name)() for name in names]
+    photos += list(load_sample_images().images)
+    return [p if p.ndim == 3 else np.stack([p] * 3, -1) for p in photos]
+
+
+_PHOTOS: list = []
+
+
+def _make(task: tuple[str, int, int]) -> None:
+    path, index, seed = task
+    if not _PHOTOS:
+        _PHOTOS.extend(_photos())
+    rng = random.Random(seed)
+    photo = _PHOTOS[rng.randrange(len(_PHOTOS))]
+    h, w = photo.shape[:2]
+    ch, cw = rng.randint(h // 2, h), rng.randint(w // 2, w)
+    y, x = rng.randint(0, h - ch), rng.randint(0, w - cw)
+    image = Image.fromarray(photo[y:y + ch, x:x + cw, :3])
+    side = rng.randint(300, 500)
+    scale = side / max(image.size)
+    image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
+                         Image.Resampling.BICUBIC)
+    if rng.random() < 0.5:
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    kind = rng.random()
+    if kind < 0.03:
+        image.save(path.replace('.jpg', '.png'), 'PNG')
+    elif kind < 0.05:
+        image.convert('L').save(path, 'JPEG', quality=90)
+    elif kind < 0.06:
+        image.convert('CMYK').save(path, 'JPEG', quality=90)
+    else:
+        image.save(path, 'JPEG', quality=90)
+
+
+def make_workload(root: str, n: int, seed: int = 0) -> str:
+    """Writes n images under root (skipped if a complete workload is there); returns root."""
+    marker = os.path.join(root, f'.complete-{n}-{seed}')
+    if os.path.exists(marker):
+        return root
+    tasks, rng = [], random.Random(seed)
+    for index in range(n):
+        r, split = rng.random(), SPLITS[-1][0]
+        for name, share in SPLITS:
+            if r < share:
+                split = name
+                break
+            r -= share
+        label = rng.randrange(CLASSES)
+        folder = os.path.join(root, split, f'class_{label:02d}')
+        os.makedirs(folder, exist_ok=True)
+        tasks.append((os.path.join(folder, f'img_{index:07d}.jpg'), index, rng.getrandbits(32)))
+    with multiprocessing.Pool() as pool:
+        pool.map(_make, tasks, chunksize=64)
+    open(marker, 'w').close()
+    return root
+
+
+def list_images(root: str) -> list[tuple[str, str, str]]:
+    """(split, class, path) of every image in a workload, sorted."""
+    out = []
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if not name.startswith('.'):
+                split, label = os.path.relpath(dirpath, root).split(os.sep)
+                out.append((split, label, os.path.join(dirpath, name)))
+    return sorted(out)
+
+
+def linked_workload(source: str, target: str, copies: int = 1, every: int = 1) -> str:
+    """Every `every`-th image of `source`, `copies` times under new names, as symlinks: a
+    smaller or larger workload of the same images without generating more."""
+    marker = os.path.join(target, f'.complete-{copies}-{every}')
+    if os.path.exists(marker):
+        return target
+    for split, label, path in list_images(source)[::every]:
+        folder = os.path.join(target, split, label)
+        os.makedirs(folder, exist_ok=True)
+        for copy in range(copies):
+            link = os.path.join(folder, f'c{copy}_{os.path.basename(path)}')
+            if not os.path.lexists(link):
+                os.symlink(path, link)
+    open(marker, 'w').close()
+    return target
