@@ -95,8 +95,10 @@ def main() -> None:
         for name, command in variants(out).items():
             runs.setdefault(name, {})[size] = measure(command(workload))
             print(f'  {name} at {size}: {runs[name][size].seconds:.1f} s', flush=True)
-    one_core = {size: measure([PY, '-m', 'pipeline.run', f'--input_dir={w}', f'--output_dir={out}',
-                               '--overwrite', '--direct_num_workers=1', '--direct_running_mode=multi_processing'])
+    # One core: the whole process tree pinned to CPU 0, one worker process.
+    one_core = {size: measure(['taskset', '-c', '0', PY, '-m', 'pipeline.run', f'--input_dir={w}',
+                               f'--output_dir={out}', '--overwrite', '--direct_num_workers=1',
+                               '--direct_running_mode=multi_processing'])
                 for size, w in ((n_small, small), (n, full))}
     at_double = measure([PY, '-m', 'pipeline.run', f'--input_dir={double}', f'--output_dir={out}', '--overwrite'])
     decode, decode_encode = codec_rate(full, False), codec_rate(full, True)

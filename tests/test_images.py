@@ -106,7 +106,9 @@ def test_animated_gif_keeps_first_frame():
     assert np.abs(pixels - (255, 0, 0)).max() < 12
 
 
-@pytest.mark.parametrize('orientation,size', [(6, (300, 200)), (8, (300, 200)), (3, (200, 300))])
+@pytest.mark.parametrize('orientation,size', [(2, (200, 300)), (3, (200, 300)), (4, (200, 300)),
+                                              (5, (300, 200)), (6, (300, 200)), (7, (300, 200)),
+                                              (8, (300, 200))])
 def test_exif_rotation_is_applied(orientation, size):
     data = imagemaker.exif_rotated_jpeg(300, 200, orientation)
     stored = convert_image(data, ImageOptions(jpeg_quality=100))

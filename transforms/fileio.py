@@ -33,6 +33,9 @@ def dirname(path: str) -> str:
 
 
 def read_bytes(path: str) -> bytes:
+    if not is_gcs(path):  # The hot path for local images: plain open() costs a tenth.
+        with open(path, 'rb') as stream:
+            return stream.read()
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         return stream.read()
 

@@ -79,13 +79,13 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
         if keep:
             _validate_jpeg(image, data)
             return StoredImage(data, height, width, passed_through=True)
-        image = _orient(_decode_rgb(image, data, size), orientation)
+        pixels = _orient(_decode_rgb(image, data, size), orientation)
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
-        if image.size != final:
-            image = image.resize(final, Image.Resampling.BICUBIC)
-        encoded = simplejpeg.encode_jpeg(np.asarray(image), quality=options.jpeg_quality,
-                                         colorspace='RGB', colorsubsampling='420')
-        return StoredImage(encoded, image.height, image.width, passed_through=False)
+        if (pixels.shape[1], pixels.shape[0]) != final:
+            pixels = np.asarray(Image.fromarray(pixels).resize(final, Image.Resampling.BICUBIC))
+        encoded = simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=options.jpeg_quality,
+                                         colorspace='RGB', colorsubsampling='420', fastdct=False)
+        return StoredImage(encoded, pixels.shape[0], pixels.shape[1], passed_through=False)
     except ImageError:
         raise
     except Image.DecompressionBombError as exc:
@@ -105,21 +105,21 @@ def _validate_jpeg(image: Image.Image, data: bytes) -> None:
         image.load()
 
 
-def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> Image.Image:
-    """The full image as 8-bit RGB; JPEGs to be downscaled are decoded at a reduced scale."""
+def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.ndarray:
+    """The full image as 8-bit RGB pixels (HxWx3); JPEGs to be downscaled are decoded at a
+    reduced scale."""
     if image.format == 'JPEG' and image.mode in ('RGB', 'L'):
         scaled = size != image.size
         try:
-            pixels = simplejpeg.decode_jpeg(data, colorspace='RGB',
-                                            min_height=size[1] if scaled else 0,
-                                            min_width=size[0] if scaled else 0)
-            return Image.fromarray(pixels, 'RGB')
+            return simplejpeg.decode_jpeg(data, colorspace='RGB',
+                                          min_height=size[1] if scaled else 0,
+                                          min_width=size[0] if scaled else 0)
         except ValueError:
             pass
     if image.format == 'JPEG' and size != image.size:
         image.draft(image.mode, size)
     image.load()
-    return _to_rgb(image)
+    return np.asarray(_to_rgb(image))
 
 
 def _describe(exc: Exception) -> str:
@@ -131,15 +131,23 @@ def _describe(exc: Exception) -> str:
     return f'cannot decode image: {text}'
 
 
-def _orient(image: Image.Image, orientation: int) -> Image.Image:
+def _orient(pixels: np.ndarray, orientation: int) -> np.ndarray:
     """Applies an EXIF orientation (2-8) so the image is stored upright."""
-    method = {
-        2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
-        4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
-        6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
-        8: Image.Transpose.ROTATE_90,
-    }.get(orientation)
-    return image.transpose(method) if method is not None else image
+    if orientation == 2:
+        return pixels[:, ::-1]
+    if orientation == 3:
+        return pixels[::-1, ::-1]
+    if orientation == 4:
+        return pixels[::-1]
+    if orientation == 5:
+        return pixels.transpose(1, 0, 2)
+    if orientation == 6:
+        return np.rot90(pixels, -1)
+    if orientation == 7:
+        return pixels.transpose(1, 0, 2)[::-1, ::-1]
+    if orientation == 8:
+        return np.rot90(pixels, 1)
+    return pixels
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

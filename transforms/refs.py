@@ -20,6 +20,10 @@ class ExampleRef:
     extras: tuple[tuple[str, Any], ...] = ()  # Extra features, sorted by name.
     problem: str | None = None       # Why this input cannot become a record, if known already.
 
+    def __reduce__(self):
+        # Refs cross process boundaries often: pickle the values only, not the field names.
+        return ExampleRef, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
     @property
     def key_hash(self) -> int:
         return key_hash(self.key)
