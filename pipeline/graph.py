@@ -13,7 +13,7 @@ from transforms.labels import CombineFacts, DatasetFacts, LabelMap, check_facts,
 from transforms.listing import FolderSplit, Partition
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings
-from transforms.sharding import CombineBuckets, plan_shards
+from transforms.sharding import AssignChunks, CombineBuckets, plan_shards
 from transforms.write_shards import ConcatenateShard, EncodeChunk, ShardResult
 
 
@@ -47,10 +47,6 @@ def _plan(split_stats, settings: ConversionSettings):
     return split, plan_shards(stats, settings.num_shards, settings.target_shard_mb)
 
 
-def _chunk_key(ref: ExampleRef, plans):
-    return (ref.split, *plans[ref.split].chunk_of(ref)), ref
-
-
 def _shard_key(result: ShardResult):
     return (result.split, result.shard), result
 
@@ -75,7 +71,7 @@ def build_pipeline(options: PipelineOptions, partitions: list[Partition],
              | 'Combine Buckets' >> beam.CombinePerKey(CombineBuckets())
              | 'Plan Shards' >> beam.Map(_plan, settings))
     results = (refs
-               | 'Assign Chunks' >> beam.Map(_chunk_key, plans=beam.pvalue.AsDict(plans))
+               | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=beam.pvalue.AsDict(plans))
                | 'Group By Chunk' >> beam.GroupByKey()
                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(settings),
                                                label_map=beam.pvalue.AsSingleton(label_map))

@@ -74,6 +74,13 @@ def _scalar_kind(value) -> str:
 
 
 def _feature(value: FeatureValue) -> bytes:
+    # Fast paths for the scalars every record has; lists and floats take the general path.
+    if type(value) is bytes:
+        return _delimited(0x0A, _delimited(0x0A, value))
+    if type(value) is str:
+        return _delimited(0x0A, _delimited(0x0A, value.encode()))
+    if type(value) is int:
+        return _delimited(0x1A, _delimited(0x0A, _varint(value)))
     items = _as_list(value)
     kind = value_kind(value)
     if kind in ('bytes', 'text'):

@@ -17,6 +17,7 @@ import bisect
 import dataclasses
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms.refs import ExampleRef
 
@@ -65,6 +66,27 @@ class ShardPlan:
 
     def chunks_in(self, shard: int) -> int:
         return self.chunk_shards.count(shard)
+
+
+class AssignChunks(beam.DoFn):
+    """ExampleRef -> ((split, shard, chunk), [refs]): the refs of a bundle, grouped by chunk.
+
+    Emitting one list per chunk and bundle instead of one element per ref makes the following
+    GroupByKey handle an order of magnitude fewer elements; a bundle is one listing partition,
+    so what is held here is bounded by a partition.
+    """
+
+    def start_bundle(self):
+        self._groups: dict = {}
+
+    def process(self, ref: ExampleRef, plans):
+        key = (ref.split, *plans[ref.split].chunk_of(ref))
+        self._groups.setdefault(key, []).append(ref)
+
+    def finish_bundle(self):
+        for key, refs in self._groups.items():
+            yield GlobalWindows.windowed_value((key, refs))
+        self._groups = {}
 
 
 def shard_count(count: int, input_bytes: int, num_shards: int, target_shard_mb: float) -> int:

@@ -77,7 +77,7 @@ def _is_missing(exc: Exception) -> bool:
 
 
 class EncodeChunk(beam.DoFn):
-    """((split, shard, chunk), refs) -> ShardResult of the chunk's part file."""
+    """((split, shard, chunk), lists of refs) -> ShardResult of the chunk's part file."""
 
     def __init__(self, settings: ConversionSettings):
         self._settings = settings
@@ -89,9 +89,10 @@ class EncodeChunk(beam.DoFn):
         self._bytes = Metrics.counter(NAMESPACE, 'bytes_written')
 
     def process(self, element, label_map: LabelMap):
-        (split, shard, chunk), refs = element
+        (split, shard, chunk), groups = element
         started = time.monotonic()
-        refs, duplicates = order_chunk(refs, self._settings.skip_duplicates)
+        refs, duplicates = order_chunk((r for group in groups for r in group),
+                                       self._settings.skip_duplicates)
         result = ShardResult(split, shard, temp_path(self._settings, split, shard, chunk), chunk)
         result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
                              for r in duplicates)
