@@ -102,7 +102,7 @@ def convert(argv: list[str], config: ImageClassificationConfig | None = None) ->
     try:
         pipeline.run().wait_until_finish()
     except Exception:
-        fileio.delete(m.path for m in fileio.match(fileio.join(settings.temp_dir, '*.tfrecord')))
+        fileio.delete(m.path for m in fileio.match(fileio.join(settings.temp_dir, '*.tfrecord*')))
         raise
     summary = json.loads(fileio.read_bytes(fileio.join(settings.output_dir, metadata.SUMMARY)))
     summary['seconds'] = time.monotonic() - started

@@ -64,9 +64,6 @@ class ShardPlan:
         chunk = bisect.bisect_right(self.chunk_starts, bucket_of(ref.key_hash)) - 1
         return self.chunk_shards[chunk], chunk
 
-    def chunks_in(self, shard: int) -> int:
-        return self.chunk_shards.count(shard)
-
 
 class AssignChunks(beam.DoFn):
     """ExampleRef -> ((split, shard, chunk), [refs]): the refs of a bundle, grouped by chunk.

@@ -156,7 +156,9 @@ class ConcatenateShard(beam.DoFn):
         result = ShardResult(split, shard, temp_path(self._settings, split, shard))
         for part in parts:
             result.add(part)
-        fileio.concatenate([p.temp_path for p in parts], result.temp_path)
+        sources = [p.temp_path for p in parts]
+        if fileio.exists(sources[0]) or not fileio.exists(result.temp_path):
+            fileio.concatenate(sources, result.temp_path)  # Else a retry after it was done.
         self._shards.inc()
         rate = result.records / result.seconds if result.seconds else 0.0
         LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped (%.0f images/s per core)',
