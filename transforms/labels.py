@@ -34,12 +34,8 @@ class DatasetFacts:
         else:
             self.texts.setdefault(ref.label, set()).add(ref.split)
         for name, value in ref.extras:
-            info = {'kind': records.value_kind(value), 'is_list': isinstance(value, (list, tuple))}
-            seen = self.extras.setdefault(name, dict(info, count=0))
-            if (seen['kind'], seen['is_list']) != (info['kind'], info['is_list']):
-                self._problem(f"extra feature '{name}' is {_describe(seen)} in some examples and "
-                              f'{_describe(info)} in others; yield one type')
-            seen['count'] += 1
+            self._add_extra(name, {'kind': records.value_kind(value),
+                                   'is_list': isinstance(value, (list, tuple)), 'count': 1})
 
     def merge(self, other: 'DatasetFacts') -> None:
         for split, n in other.split_counts.items():
@@ -48,13 +44,17 @@ class DatasetFacts:
             self.texts.setdefault(text, set()).update(splits)
         self.int_labels |= other.int_labels
         for name, info in other.extras.items():
-            seen = self.extras.setdefault(name, dict(info, count=0))
-            if (seen['kind'], seen['is_list']) != (info['kind'], info['is_list']):
-                self._problem(f"extra feature '{name}' is {_describe(seen)} in some examples and "
-                              f'{_describe(info)} in others; yield one type')
-            seen['count'] += info['count']
+            self._add_extra(name, info)
         for problem in other.problems:
             self._problem(problem)
+
+    def _add_extra(self, name: str, info: dict) -> None:
+        """Counts `info['count']` examples with extra feature `name` of the given type."""
+        seen = self.extras.setdefault(name, dict(info, count=0))
+        if (seen['kind'], seen['is_list']) != (info['kind'], info['is_list']):
+            self._problem(f"extra feature '{name}' is {_describe(seen)} in some examples and "
+                          f'{_describe(info)} in others; yield one type')
+        seen['count'] += info['count']
 
     def _problem(self, text: str) -> None:
         if text not in self.problems:
