@@ -1,36 +1,74 @@
 """Console output of local runs: our progress lines, without the runner's worker chatter.
 
 DirectRunner worker processes send their log records to the launcher, which prints them as raw
-protobuf text ('Worker: severity: ... message: "..."'). This shows the message of our own
-records as a plain line, and hides the runner's worker warnings that need no action.
+protobuf text ('Worker: severity: ... message: "..."'). The console shows the message of our own
+records as a plain line and hides the rest, including the runner's tracebacks of a failed step:
+the launcher reports the failure in one line. Every record, unfiltered, goes to a log file,
+and so does what worker processes print; `--verbose` shows it all on the console instead.
 """
 import logging
+import os
 import re
+import sys
+import tempfile
+import time
 
 _WORKER_LOGGER = 'apache_beam.runners.portability.local_job_service'
-_ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(?P<where>[^"]*)"')
+_ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(?P<where>[^"]*)"',
+                    re.S)
+_OURS = re.compile(r'/(transforms|pipeline)/[a-z_]+\.py')
 
 
-class _WorkerLogFilter(logging.Filter):
+class _ConsoleFilter(logging.Filter):
+    def __init__(self, verbose: bool):
+        super().__init__()
+        self._verbose = verbose
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != 'Worker: %s' or not record.args:
+        if record.name == _WORKER_LOGGER and record.msg == 'Worker: %s' and record.args:
+            match = _ENTRY.search(str(record.args[0]))
+            if match is None:
+                return self._verbose
+            message = match['message'].encode().decode('unicode_escape')
+            ours = _OURS.search(match['where']) and 'Traceback (most recent' not in message
+            record.msg, record.args = message, ()
+            return bool(ours) or self._verbose
+        if record.name == 'image_tfrecords':
             return True
-        match = _ENTRY.search(str(record.args[0]))
-        if match is None:
-            return record.levelno >= logging.ERROR
-        ours = re.search(r'/(transforms|pipeline)/[a-z_]+\.py', match['where'])
-        if not ours and record.levelno < logging.ERROR:
-            return False
-        record.msg, record.args = match['message'].encode().decode('unicode_escape'), ()
-        return True
+        if record.name.startswith('apache_beam.runners'):
+            return self._verbose
+        return record.levelno >= logging.WARNING or self._verbose
 
 
-def setup_console_logging() -> None:
-    """Plain progress lines on stderr for the launcher and DirectRunner worker processes."""
-    logging.basicConfig(level=logging.WARNING, format='%(message)s')
-    logging.getLogger('image_tfrecords').setLevel(logging.INFO)
-    # A failing step is re-raised to the caller; the runner's own traceback log would repeat it.
-    logging.getLogger('apache_beam.runners').setLevel(logging.CRITICAL)
-    worker_logger = logging.getLogger(_WORKER_LOGGER)
-    worker_logger.setLevel(logging.INFO)
-    worker_logger.addFilter(_WorkerLogFilter())
+def log_file_path() -> str:
+    """A new file under the system temp folder for the full log of one run."""
+    folder = os.path.join(tempfile.gettempdir(), 'image-tfrecords-logs')
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f'run-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}.log')
+
+
+def send_stderr_to(log_file: str) -> None:
+    """Points file descriptor 2 of this process, and so of the runner's worker processes it
+    starts, at `log_file`; `sys.stderr` (the console) stays on the terminal."""
+    console = os.fdopen(os.dup(2), 'w', buffering=1)
+    log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stderr = console
+
+
+def setup_console_logging(verbose: bool = False, log_file: str | None = None) -> None:
+    """Plain progress lines on stderr, and every record in `log_file` if given."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(logging.INFO)
+    console = logging.StreamHandler()
+    console.setFormatter(logging.Formatter('%(message)s'))
+    console.addFilter(_ConsoleFilter(verbose))
+    if log_file:  # Added first: it sees each record before the console filter rewrites it.
+        to_file = logging.FileHandler(log_file)
+        to_file.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s'))
+        root.addHandler(to_file)
+    root.addHandler(console)

@@ -24,10 +24,11 @@ def is_dataflow(options: PipelineOptions) -> bool:
     return 'dataflow' in str(options.view_as(StandardOptions).runner or '').lower()
 
 
-def apply_dataflow_defaults(options: PipelineOptions, argv: list[str]) -> None:
-    """Fills in worker settings the user did not give, and ships this package to workers."""
+def apply_dataflow_defaults(options: PipelineOptions, given: set[str]) -> None:
+    """Fills in worker settings the user did not give (`given`: the flags set), and ships this
+    package to workers."""
     for name, (view, value) in WORKER_DEFAULTS.items():
-        if not any(a.startswith(f'--{name}') for a in argv):
+        if name not in given:
             setattr(options.view_as(view), name, value)
     setup = options.view_as(SetupOptions)
     if setup.setup_file or options.view_as(WorkerOptions).sdk_container_image:

@@ -14,14 +14,18 @@ import json
 import os
 import sys
 
-import matplotlib
+from PIL import Image
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
-from PIL import Image  # noqa: E402
+from transforms import fileio, metadata, records
+from transforms.errors import DatasetError
 
-from transforms import fileio, metadata, records  # noqa: E402
-from transforms.errors import DatasetError  # noqa: E402
+try:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+except ImportError:  # The report extra is not installed: main() says which to install.
+    matplotlib = None
 
 _CLASSES_SHOWN = 12
 _PER_CLASS = 6
@@ -66,6 +70,9 @@ def collect(output_dir: str, sample_records: int) -> dict:
     return {'name': info['name'], 'output_dir': output_dir, 'splits': splits}
 
 
+_MARKERS = {'train': 'o', 'validation': 's', 'test': '^'}
+
+
 def _charts(data: dict, path: str) -> None:
     splits = data['splits']
     fig, axes = plt.subplots(3, 1, figsize=(12, 13), constrained_layout=True)
@@ -74,18 +81,24 @@ def _charts(data: dict, path: str) -> None:
     for i, (name, split) in enumerate(splits.items()):
         counts = [split['summary']['classes'].get(c, 0) for c in classes]
         axes[0].bar([x + i * width for x in range(len(classes))], counts, width, label=name)
-        axes[1].plot([b / 1e6 for b in split['shard_bytes']], 'o', label=name)
+        axes[1].plot([b / 1e6 for b in split['shard_bytes']], _MARKERS.get(name, 'o'), label=name)
+        # Hollow markers of a shape per split: no split hides another where they overlap.
         axes[2].scatter([r['width'] for r in split['sample']], [r['height'] for r in split['sample']],
-                        s=8, alpha=0.5, label=name)
+                        s=24, marker=_MARKERS.get(name, 'o'), facecolors='none',
+                        edgecolors=f'C{i}', linewidths=0.8, label=name)
     axes[0].set_title('Records per class')
     if len(classes) <= 40:
-        axes[0].set_xticks(range(len(classes)), classes, rotation=60, ha='right', fontsize=8)
+        axes[0].set_xticks([x + width * (len(splits) - 1) / 2 for x in range(len(classes))],
+                           classes, rotation=60, ha='right', fontsize=8)
     axes[0].set_ylabel('records')
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    most_shards = max((len(s['shard_bytes']) for s in splits.values()), default=1)
     axes[1].set_title('Shard sizes')
     axes[1].set_xlabel('shard index')
     axes[1].set_ylabel('MB')
     axes[1].set_ylim(bottom=0)
-    axes[1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    axes[1].set_xlim(-0.5, most_shards - 0.5)
+    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[2].set_title('Image sizes (sampled records)')
     axes[2].set_xlabel('width (px)')
     axes[2].set_ylabel('height (px)')
@@ -97,10 +110,10 @@ def _charts(data: dict, path: str) -> None:
 
 def _contact_sheet(data: dict, path: str) -> None:
     by_class = collections.defaultdict(list)
-    for split in data['splits'].values():
+    for name, split in data['splits'].items():
         for record in split['sample']:
             if len(by_class[(record['label'], record['text'])]) < _PER_CLASS:
-                by_class[(record['label'], record['text'])].append(record)
+                by_class[(record['label'], record['text'])].append(dict(record, split=name))
     shown = sorted(by_class)[:_CLASSES_SHOWN] or [(0, 'no records')]
     fig, axes = plt.subplots(len(shown), _PER_CLASS, figsize=(2 * _PER_CLASS, 2 * len(shown)),
                              squeeze=False, constrained_layout=True)
@@ -110,15 +123,19 @@ def _contact_sheet(data: dict, path: str) -> None:
             ax.axis('off')
             if col < len(by_class.get(key, [])):
                 ax.imshow(Image.open(io.BytesIO(by_class[key][col]['encoded'])).convert('RGB'))
-                ax.set_title(f'{key[0]}: {key[1]}'[:28], fontsize=9)
+                ax.set_title(f'{by_class[key][col]["split"]} · {key[0]}: {key[1]}'[:32], fontsize=9)
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
 def _html(data: dict, charts: str, sheet: str) -> str:
-    rows, errors = [], []
+    rows, errors, notes = [], [], []
     for name, split in data['splits'].items():
         s, shards = split['summary'], split['shard_bytes']
+        if s.get('empty_classes'):
+            notes.append(f'<p><b>{html.escape(name)}</b>: no records for class(es) '
+                         f'{html.escape(", ".join(s["empty_classes"]))} (every input of theirs '
+                         'was skipped; see below).</p>')
         rows.append(f'<tr><td>{html.escape(name)}</td><td>{s["records"]}</td><td>{len(shards)}</td>'
                     f'<td>{sum(shards) / 1e6:.1f}</td><td>{min(shards, default=0) / 1e6:.1f} – '
                     f'{max(shards, default=0) / 1e6:.1f}</td><td>{s["skipped"]}</td></tr>')
@@ -130,12 +147,12 @@ def _html(data: dict, charts: str, sheet: str) -> str:
     skipped = ('<table><tr><th>split</th><th>file</th><th>reason</th></tr>' + ''.join(errors) + '</table>'
                if errors else '<p>No files were skipped.</p>')
     return f'''<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{html.escape(data["name"])} – dataset report</title>
+<html><head><meta charset="utf-8"><title>Report: {html.escape(data["name"])} in {html.escape(data["output_dir"])}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} img{{max-width:100%}}</style></head>
 <body><h1>{html.escape(data["name"])}</h1><p>{html.escape(data["output_dir"])}</p>
 <h2>Splits</h2><table><tr><th>split</th><th>records</th><th>shards</th><th>MB</th>
-<th>shard MB (min – max)</th><th>skipped</th></tr>{''.join(rows)}</table>
+<th>shard MB (min – max)</th><th>skipped</th></tr>{''.join(rows)}</table>{''.join(notes)}
 <h2>Classes, shards and image sizes</h2><img src="{html.escape(charts)}" alt="charts">
 <h2>Samples per class</h2><img src="{html.escape(sheet)}" alt="contact sheet">
 <h2>Skipped files</h2>{skipped}
@@ -163,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--sample_records', type=int, default=2000,
                         help='Records read per split for image sizes and samples (default 2000).')
     args = parser.parse_args(argv)
+    if matplotlib is None:
+        print("error: the report needs matplotlib: pip install -e '.[report]' (or pip install "
+              'matplotlib)', file=sys.stderr)
+        return 2
     try:
         paths = write_report(args.output_dir, args.report, args.sample_records)
     except DatasetError as exc:

@@ -4,8 +4,12 @@ Beam, Dataflow and Flex Templates all read this definition; every other flag goe
 Booleans take `--flag`, `--flag=true` or `--flag=false`, as a template launcher passes them.
 """
 import argparse
+import difflib
 
+from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
+
+from transforms.errors import DatasetError
 
 from transforms.images import ImageOptions
 from transforms.settings import SPLITS
@@ -58,7 +62,12 @@ class ConverterOptions(PipelineOptions):
              'from --target_shard_mb).')
         flag('target_shard_mb', type=float, default=DEFAULT_TARGET_SHARD_MB,
              help=f'Shard size aimed at when --num_shards is 0 (default {DEFAULT_TARGET_SHARD_MB}).')
-        switch('overwrite', False, 'Replace a dataset already in --output_dir')
+        switch('overwrite', False, 'Replace a dataset already in --output_dir (and remove '
+               'temporary folders other runs left there)')
+        switch('clean_temp', False, 'Remove the temporary folders unfinished runs left in '
+               '--output_dir, this run\'s own too (it then starts from scratch)')
+        switch('break_lock', False, 'Take the lock of --output_dir from a run that is not running '
+               'any more (see the error that names the lock)')
         flag('description', default='', help='Description stored in dataset_info.json.')
         # Images.
         flag('jpeg_quality', type=int, default=defaults.jpeg_quality,
@@ -83,6 +92,8 @@ class ConverterOptions(PipelineOptions):
              f'(default {DEFAULT_MAX_ERROR_RATIO}).')
         switch('skip_duplicates', False, 'Drop inputs listed twice in a split (reported) instead '
                'of failing')
+        switch('verbose', False, 'Print the runner\'s full log and tracebacks (they go to a log '
+               'file otherwise)')
 
     def image_options(self) -> ImageOptions:
         return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,
@@ -115,6 +126,47 @@ def converter_parser() -> argparse.ArgumentParser:
         '--region=R --temp_location=gs://B/tmp, or --direct_num_workers=N on DirectRunner.')
     ConverterOptions._add_argparse_args(parser)
     return parser
+
+
+class _RaisingParser(pipeline_options._BeamArgumentParser):
+    """Beam's parser of all options, reporting a bad value as a DatasetError, not a usage page."""
+
+    def error(self, message: str):
+        raise DatasetError(f'{message.replace("argument ", "flag ", 1)}; python -m pipeline.run '
+                           '--help lists every flag')
+
+
+def _all_options_parser() -> argparse.ArgumentParser:
+    """A parser of every flag any Beam options class (ours, Beam's, the runners') defines."""
+    parser = _RaisingParser(allow_abbrev=False)
+    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The option names `argv` sets, also where it sets them to their default value."""
+    parser = _all_options_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_known_args(argv)[0]))
+
+
+def check_flags(argv: list[str]) -> None:
+    """Raises a DatasetError naming the first flag that no Beam options class defines, with the
+    nearest valid one."""
+    parser = _all_options_parser()
+    known = [option for action in parser._actions for option in action.option_strings]
+    _, unknown = parser.parse_known_args(argv)
+    for arg in unknown:
+        name = arg.split('=', 1)[0]
+        if not name.startswith('-'):
+            raise DatasetError(f'unexpected argument {arg!r}: flags look like --name=value')
+        near = difflib.get_close_matches(name.replace('-', '_').replace('__', '--', 1), known, 1)
+        hint = f'; did you mean {near[0]}?' if near else ''
+        raise DatasetError(f'unknown flag {name}{hint} (python -m pipeline.run --help lists the '
+                           'flags; Beam and runner flags are accepted as well)')
 
 
 def help_text() -> str:

@@ -1,6 +1,6 @@
 """Turns the input flags (folder, CSVs or a config class) into partitions and label settings.
 
-This runs on the launcher and lists only what is small: the split folders, the CSV sizes, the
+This runs on the launcher and lists only what is small: the split folders, the CSV files, the
 config's partitions. Everything large is listed on the workers (transforms/listing.py).
 """
 import ast
@@ -11,7 +11,7 @@ from pipeline.config import ImageClassificationConfig
 from pipeline.options import ConverterOptions
 from transforms import fileio
 from transforms.errors import DatasetError
-from transforms.listing import ConfigPartition, CsvChunk, FolderSplit, Partition
+from transforms.listing import ConfigPartition, CsvFile, FolderSplit, Partition
 from transforms.settings import SPLITS, LabelSettings
 
 
@@ -55,11 +55,10 @@ def _folder_source(root: str, labels: LabelSettings) -> Source:
 def _csv_source(csvs: dict, labels: LabelSettings) -> Source:
     partitions = []
     for split, path in csvs.items():
-        found = fileio.match(path)
-        if not found:
+        if not fileio.exists(path):
             raise DatasetError(f'--csv_{split} {path} does not exist; give the path of a CSV '
                                'file with uri,label lines')
-        partitions += CsvChunk.cover(split, path, found[0].size_in_bytes)
+        partitions.append(CsvFile(split, path))
     return Source(partitions, tuple(s for s in SPLITS if s in csvs), labels)
 
 

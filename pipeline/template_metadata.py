@@ -25,6 +25,8 @@ PARAMETERS = {
     'num_shards': ('Shards per split (0: automatic)', 'NUMBER', []),
     'target_shard_mb': ('Target shard size in MB', 'NUMBER', []),
     'overwrite': ('Replace an existing dataset', 'BOOLEAN', []),
+    'clean_temp': ('Remove temporary folders of earlier runs', 'BOOLEAN', []),
+    'break_lock': ('Break the lock of a run that is gone', 'BOOLEAN', []),
     'description': ('Dataset description', 'TEXT', []),
     'jpeg_quality': ('JPEG quality of re-encoded images', 'NUMBER', []),
     'reencode': ('Re-encode every image', 'BOOLEAN', []),
@@ -36,6 +38,7 @@ PARAMETERS = {
     'num_labels': ('Maximum number of distinct labels', 'NUMBER', []),
     'max_error_ratio': ('Maximum fraction of unconvertible images', 'NUMBER', []),
     'skip_duplicates': ('Drop inputs listed twice', 'BOOLEAN', []),
+    'verbose': ('Full launcher log', 'BOOLEAN', []),
 }
 REQUIRED = {'output_dir'}
 

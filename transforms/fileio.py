@@ -5,10 +5,14 @@ immediate sub-folders of a prefix and checking that a bucket exists. Beam's GCS 
 transient errors (429/5xx, dropped connections) with backoff; permanent ones come out of here as
 a DatasetError that names the path.
 """
+import contextlib
+import dataclasses
+import errno
 import os
 import posixpath
 import shutil
-from typing import Iterable
+import uuid
+from typing import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
@@ -52,9 +56,76 @@ def create(path: str):
                               compression_type=CompressionTypes.UNCOMPRESSED)
 
 
+@contextlib.contextmanager
+def writing(path: str):
+    """`create(path)` for a `with` block, whose failures that retrying cannot fix (disk full,
+    no permission, read-only, no bucket) come out as a DatasetError naming `path`."""
+    with output_errors(path), create(path) as stream:
+        yield stream
+
+
+@contextlib.contextmanager
+def output_errors(path: str):
+    """Turns a permanent failure to write `path` into a DatasetError naming it and the fix."""
+    try:
+        yield
+    except DatasetError:
+        raise
+    except Exception as exc:
+        reason = _permanent_write_error(exc)
+        if reason is None:
+            raise
+        raise DatasetError(f'cannot write {path}: {reason}') from None
+
+
 def write_bytes(path: str, data: bytes) -> None:
-    with create(path) as stream:
+    with writing(path) as stream:
         stream.write(data)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Writes `path` so that it is never seen half-written: locally through a temporary name
+    and a rename; on Cloud Storage an object only appears once its upload is complete."""
+    if is_gcs(path):
+        write_bytes(path, data)
+        return
+    partial = f'{path}.partial-{uuid.uuid4().hex[:8]}'
+    write_bytes(partial, data)
+    os.replace(partial, path)
+
+
+def create_exclusive(path: str, data: bytes) -> bool:
+    """Creates `path` holding `data` only if it does not exist; False if it does.
+
+    Local: O_CREAT|O_EXCL. Cloud Storage: an upload with the precondition generation 0.
+    """
+    if is_gcs(path):
+        from google.api_core.exceptions import PreconditionFailed
+        bucket, name = split_gcs(path)
+        try:
+            storage_client().bucket(bucket).blob(name).upload_from_string(
+                data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, 'wb') as stream:
+        stream.write(data)
+    return True
+
+
+def read_if_exists(path: str) -> bytes | None:
+    """The bytes of `path`, or None when there is no such file."""
+    if is_gcs(path):
+        return read_bytes(path) if exists(path) else None
+    try:
+        return read_bytes(path)
+    except FileNotFoundError:
+        return None
 
 
 def match(pattern: str) -> list[FileMetadata]:
@@ -85,12 +156,23 @@ def delete_tree(path: str) -> None:
 
 
 def rename(sources: list[str], destinations: list[str]) -> None:
-    if sources:
+    """Moves files, replacing what is at the destinations (folders are created as needed).
+
+    Local moves are atomic renames. On Cloud Storage a move is a copy and a delete, so after a
+    crash in between both names exist with the same bytes; moving again completes it.
+    """
+    if not sources:
+        return
+    if is_gcs(sources[0]):
         FileSystems.rename(sources, destinations)
+        return
+    for source, destination in zip(sources, destinations):
+        os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)
+        os.replace(source, destination)
 
 
 def concatenate(sources: list[str], destination: str) -> None:
-    """Joins files in order into `destination` and deletes them.
+    """Joins files in order into `destination` (the sources are left in place).
 
     On Cloud Storage this is a server-side compose, so no bytes pass through the worker. A
     compose takes at most 32 objects; longer lists are composed as a tree of intermediate
@@ -119,26 +201,91 @@ def concatenate(sources: list[str], destination: str) -> None:
                     remaining = os.fstat(stream.fileno()).st_size
                     while remaining > 0:  # Copied inside the kernel.
                         remaining -= os.copy_file_range(stream.fileno(), out.fileno(), remaining)
-    delete(sources)
 
 
-def list_subdirs(path: str) -> list[str]:
-    """The immediate sub-folders of `path`, sorted, as full paths without trailing slash."""
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One name found by listing a folder."""
+    path: str
+    name: str
+    is_dir: bool = False
+    size: int | None = None
+    mtime: float | None = None
+    error: str | None = None    # Why the entry cannot be read (a broken link, say).
+
+    @property
+    def hidden(self) -> bool:
+        return self.name.startswith('.')
+
+
+def _local_entry(entry: os.DirEntry) -> Entry:
+    try:
+        stat = entry.stat()  # Follows links.
+    except OSError as exc:
+        reason = ('symbolic link whose target does not exist' if exc.errno == errno.ENOENT else
+                  'symbolic link loop' if exc.errno == errno.ELOOP else
+                  f'cannot read file: {exc.strerror}')
+        return Entry(entry.path, entry.name, error=reason)
+    if entry.is_dir():
+        return Entry(entry.path, entry.name, is_dir=True)
+    return Entry(entry.path, entry.name, size=stat.st_size, mtime=stat.st_mtime)
+
+
+def list_dir(path: str) -> list[Entry]:
+    """The entries directly in folder `path` (sub-folders and files, hidden ones included), sorted."""
     if not is_gcs(path):
         try:
-            return sorted(entry.path for entry in os.scandir(path)
-                          if entry.is_dir() and not entry.name.startswith('.'))
+            with os.scandir(path) as entries:
+                return sorted((_local_entry(e) for e in entries), key=lambda e: e.path)
         except OSError as exc:
             raise DatasetError(f'cannot list folder {path}: {exc.strerror}') from None
     bucket, prefix = split_gcs(path)
     prefix = prefix.rstrip('/') + '/' if prefix else ''
     try:
         blobs = storage_client().list_blobs(bucket, prefix=prefix, delimiter='/')
-        list(blobs)  # The prefixes are known only once the pages are read.
+        files = [Entry(f'gs://{bucket}/{b.name}', posixpath.basename(b.name), size=b.size,
+                       mtime=b.updated.timestamp() if b.updated else None)
+                 for b in blobs if not b.name.endswith('/')]
     except Exception as exc:
         raise DatasetError(f'cannot list {path}: {_short(exc)}') from None
-    return sorted(f'gs://{bucket}/{p.rstrip("/")}' for p in blobs.prefixes
-                  if not posixpath.basename(p.rstrip('/')).startswith('.'))
+    folders = [Entry(f'gs://{bucket}/{p.rstrip("/")}', posixpath.basename(p.rstrip('/')), is_dir=True)
+               for p in blobs.prefixes]
+    return sorted(files + folders, key=lambda e: e.path)
+
+
+def list_subdirs(path: str) -> list[str]:
+    """The immediate, non-hidden sub-folders of `path`, sorted, as full paths."""
+    return [e.path for e in list_dir(path) if e.is_dir and not e.hidden]
+
+
+def walk_files(path: str) -> Iterator[tuple[str, Entry]]:
+    """(path relative to `path`, entry) of every file below `path`, hidden ones included.
+
+    Local links are followed (each real folder is visited once, so a link loop ends); a link
+    that cannot be followed is an entry with an error.
+    """
+    if is_gcs(path):
+        base = path.rstrip('/') + '/'
+        for meta in match(join(path, '**')):
+            if not meta.path.endswith('/'):
+                relative = meta.path[len(base):]
+                yield relative, Entry(meta.path, posixpath.basename(meta.path), size=meta.size_in_bytes,
+                                      mtime=meta.last_updated_in_seconds)
+        return
+    seen = set()
+
+    def walk(folder: str, relative: str) -> Iterator[tuple[str, Entry]]:
+        identity = os.stat(folder)
+        if (identity.st_dev, identity.st_ino) in seen:
+            return
+        seen.add((identity.st_dev, identity.st_ino))
+        for entry in list_dir(folder):
+            name = f'{relative}{entry.name}'
+            if entry.is_dir:
+                yield from walk(entry.path, name + '/')
+            else:
+                yield name, entry
+    yield from walk(path, '')
 
 
 def check_bucket(path: str) -> None:
@@ -172,6 +319,45 @@ def storage_client():
         from google.cloud import storage
         _CLIENT = storage.Client()
     return _CLIENT
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _permanent_write_error(exc: BaseException) -> str | None:
+    from google.api_core import exceptions as google
+    for cause in _causes(exc):
+        if isinstance(cause, OSError) and cause.errno in _FULL:
+            return f'{cause.strerror}; free some space or choose another --output_dir'
+        if isinstance(cause, OSError) and cause.errno in _DENIED:
+            return f'{cause.strerror}; check the permissions or choose another --output_dir'
+        if isinstance(cause, (google.Forbidden, google.Unauthorized)):
+            return (f'access denied ({_short(cause)}); the account needs '
+                    'roles/storage.objectAdmin on the bucket')
+        if isinstance(cause, google.NotFound):
+            return f'the bucket is gone ({_short(cause)}); create it or choose another --output_dir'
+    return None
+
+
+def unreadable_input(exc: BaseException) -> str | None:
+    """Why an input file cannot be read, if retrying cannot help (missing, denied); else None."""
+    from google.api_core import exceptions as google
+    for cause in _causes(exc):
+        if isinstance(cause, (FileNotFoundError, PermissionError, IsADirectoryError,
+                              NotADirectoryError)):
+            return cause.strerror or type(cause).__name__
+        if isinstance(cause, (google.NotFound, google.Forbidden)):
+            return _short(cause)
+    return None
 
 
 def _short(exc: Exception) -> str:

@@ -19,20 +19,26 @@ _SHOW = 5
 
 @dataclasses.dataclass
 class DatasetFacts:
-    split_counts: dict = dataclasses.field(default_factory=dict)       # split -> examples
+    split_counts: dict = dataclasses.field(default_factory=dict)       # split -> inputs
+    ignored: dict = dataclasses.field(default_factory=dict)            # split -> hidden files
+    known_bad: int = 0                 # Inputs with a problem found by listing (no features).
     texts: dict = dataclasses.field(default_factory=dict)              # label text -> {splits}
     int_labels: set = dataclasses.field(default_factory=set)
     extras: dict = dataclasses.field(default_factory=dict)   # name -> {'kind','is_list','count'}
     problems: list = dataclasses.field(default_factory=list)
 
     def add(self, ref: ExampleRef) -> None:
-        self.split_counts[ref.split] = self.split_counts.get(ref.split, 0) + 1
-        if ref.problem is not None:
+        if ref.ignored:
+            self.ignored[ref.split] = self.ignored.get(ref.split, 0) + 1
             return
+        self.split_counts[ref.split] = self.split_counts.get(ref.split, 0) + 1
         if isinstance(ref.label, int):
             self.int_labels.add(ref.label)
-        else:
+        elif ref.label is not None:  # A class folder is a label even if its files are broken.
             self.texts.setdefault(ref.label, set()).add(ref.split)
+        if ref.problem is not None:
+            self.known_bad += 1
+            return
         for name, value in ref.extras:
             self._add_extra(name, {'kind': records.value_kind(value),
                                    'is_list': isinstance(value, (list, tuple)), 'count': 1})
@@ -40,9 +46,12 @@ class DatasetFacts:
     def merge(self, other: 'DatasetFacts') -> None:
         for split, n in other.split_counts.items():
             self.split_counts[split] = self.split_counts.get(split, 0) + n
+        for split, n in other.ignored.items():
+            self.ignored[split] = self.ignored.get(split, 0) + n
         for text, splits in other.texts.items():
             self.texts.setdefault(text, set()).update(splits)
         self.int_labels |= other.int_labels
+        self.known_bad += other.known_bad
         for name, info in other.extras.items():
             self._add_extra(name, info)
         for problem in other.problems:
@@ -52,8 +61,9 @@ class DatasetFacts:
         """Counts `info['count']` examples with extra feature `name` of the given type."""
         seen = self.extras.setdefault(name, dict(info, count=0))
         if (seen['kind'], seen['is_list']) != (info['kind'], info['is_list']):
-            self._problem(f"extra feature '{name}' is {_describe(seen)} in some examples and "
-                          f'{_describe(info)} in others; yield one type')
+            first, second = sorted([_describe(seen), _describe(info)])
+            self._problem(f"extra feature '{name}' is {first} in some examples and {second} in "
+                          'others; yield one type')
         seen['count'] += info['count']
 
     def _problem(self, text: str) -> None:
@@ -103,7 +113,7 @@ def check_facts(facts: DatasetFacts, splits: tuple[str, ...]) -> None:
     if empty:
         raise DatasetError(f'split {empty[0]!r} has no examples; add images for it or leave the '
                            'split out of the input')
-    total = sum(facts.split_counts.values())
+    total = sum(facts.split_counts.values()) - facts.known_bad
     for name, info in sorted(facts.extras.items()):
         if info['count'] != total:
             raise DatasetError(f"extra feature '{name}' is in {info['count']} of {total} examples; "

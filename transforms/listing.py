@@ -3,6 +3,10 @@
 A source is described by a few partitions made on the launcher without listing anything big:
 a folder split splits further into one partition per class folder, a CSV into byte ranges, a
 user config into the partitions it offers. Each partition is listed on a worker.
+
+Every input is accounted for: each file below a split folder, each data row of a CSV and each
+dict a generator yields becomes one ref, which is either converted, reported as an error, or
+(hidden files and folders) counted as ignored.
 """
 import csv
 import dataclasses
@@ -30,76 +34,190 @@ class Partition:
         raise NotImplementedError
 
 
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith('.') for part in relative.split('/'))
+
+
+def _file_ref(split: str, entry: fileio.Entry, label: str | None, hidden: bool) -> ExampleRef:
+    """The ref of a listed file: ignored when hidden, a problem when unreadable."""
+    if hidden:
+        return ExampleRef(split, entry.path, entry.path, entry.name, None, ignored=True)
+    if entry.error is not None:
+        return ExampleRef(split, entry.path, '', entry.name, label, problem=entry.error)
+    return ExampleRef(split, entry.path, entry.path, entry.name, label, entry.size,
+                      mtime=entry.mtime)
+
+
 @dataclasses.dataclass(frozen=True)
 class FolderSplit(Partition):
-    """`ROOT/<split>/`: one partition per class folder below it."""
+    """`ROOT/<split>/`: one partition per class folder below it, and one for anything else."""
     split: str
     path: str
 
     def split_further(self) -> list[Partition]:
-        return [ClassFolder(self.split, d) for d in fileio.list_subdirs(self.path)]
+        entries = fileio.list_dir(self.path)
+        classes = [e for e in entries if e.is_dir and not e.hidden]
+        others = tuple(e for e in entries if e not in classes)
+        return ([ClassFolder(self.split, e.path) for e in classes]
+                + ([SplitFolderFiles(self.split, self.path, others)] if others else []))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFolderFiles(Partition):
+    """What lies directly in `ROOT/<split>/` besides class folders: files there have no class
+    (each is reported), hidden files and folders are ignored (and counted)."""
+    split: str
+    path: str
+    entries: tuple[fileio.Entry, ...]
+
+    def examples(self) -> Iterator[ExampleRef]:
+        for entry in self.entries:
+            if entry.is_dir:  # Hidden: everything below it is ignored.
+                for _, inner in fileio.walk_files(entry.path):
+                    yield _file_ref(self.split, inner, None, hidden=True)
+            elif entry.hidden:
+                yield _file_ref(self.split, entry, None, hidden=True)
+            else:
+                yield ExampleRef(self.split, entry.path, '', entry.name, None,
+                                 problem=entry.error or f'not in a class folder: move it to '
+                                 f'{self.path}/<class>/{entry.name}')
 
 
 @dataclasses.dataclass(frozen=True)
 class ClassFolder(Partition):
-    """`ROOT/<split>/<class>/`: every file below it (hidden files skipped) has that label."""
+    """`ROOT/<split>/<class>/`: every file below it has that label; hidden files and folders
+    are ignored (and counted)."""
     split: str
     path: str
 
     def examples(self) -> Iterator[ExampleRef]:
         label = fileio.basename(self.path)
-        for meta in fileio.match(fileio.join(self.path, '**')):
-            name = fileio.basename(meta.path)
-            if not name.startswith('.'):
-                yield ExampleRef(self.split, meta.path, meta.path, name, label, meta.size_in_bytes)
+        for relative, entry in fileio.walk_files(self.path):
+            yield _file_ref(self.split, entry, label, _is_hidden(relative))
+
+
+@dataclasses.dataclass(frozen=True)
+class CsvFile(Partition):
+    """A `uri,label` CSV, read as the csv module reads it (UTF-8 with or without a byte-order
+    mark, quoted fields, any line ending). A header line may name further columns: `size`
+    (bytes of the image) and any other name, which becomes a text feature of every record.
+
+    One worker scans the file once for record boundaries (a newline outside quotes: in CSV a
+    position is inside quotes exactly when an odd number of quote characters precede it) and
+    cuts it into chunks of about CSV_CHUNK_BYTES, each then parsed by its own worker.
+    """
+    split: str
+    path: str
+
+    def split_further(self) -> list[Partition]:
+        with fileio.open_read(self.path) as stream:
+            cuts = _record_boundaries(stream, CSV_CHUNK_BYTES)
+        columns = _header(self.path)
+        return [CsvChunk(self.split, self.path, start, end, line, columns)
+                for (start, line), (end, _) in zip(cuts, cuts[1:])]
+
+
+def _record_boundaries(stream, every: int) -> list[tuple[int, int]]:
+    """(byte offset, line number) of record starts about `every` bytes apart, then of the end."""
+    cuts, offset, lines, inside, target = [(0, 1)], 0, 1, False, every
+    while block := stream.read(1 << 20):
+        position = 0  # `inside` is the quote state at this position of the block.
+        while (search := max(target - offset, position)) < len(block):
+            inside ^= block.count(b'"', position, search) % 2 == 1
+            newline = block.find(b'\n', search)
+            if newline < 0:
+                position = search
+                break
+            inside ^= block.count(b'"', search, newline) % 2 == 1
+            position = newline + 1
+            if inside:  # A newline inside a quoted field: look on.
+                target = offset + position
+                continue
+            cuts.append((offset + position, lines + block.count(b'\n', 0, position)))
+            target = offset + position + every
+        inside ^= block.count(b'"', position) % 2 == 1
+        lines += block.count(b'\n')
+        offset += len(block)
+    if cuts[-1][0] != offset:
+        cuts.append((offset, lines))
+    return cuts
+
+
+def _header(path: str) -> tuple[str, ...] | None:
+    """The column names if the CSV starts with a header line (`uri,label[,...]`), else None."""
+    with fileio.open_read(path) as stream:
+        head = stream.read(1 << 16).decode('utf-8-sig', 'replace')
+    row = next(csv.reader(io.StringIO(head, newline='')), [])
+    names = tuple(name.strip() for name in row)
+    if len(names) < 2 or names[0].lower() not in _HEADER_URIS or names[1].lower() != 'label':
+        return None
+    for name in names[2:]:
+        if not name or name in records.IMAGE_FEATURES or names.count(name) > 1:
+            raise DatasetError(f'{path} line 1: column {name!r} cannot be a feature name; name '
+                               'each further column once, not after a record key')
+    return names
 
 
 @dataclasses.dataclass(frozen=True)
 class CsvChunk(Partition):
-    """The lines of a `uri,label` CSV that start in bytes [start, end)."""
+    """The records of a CSV that start in bytes [start, end) (both record boundaries)."""
     split: str
     path: str
     start: int
     end: int
-
-    @classmethod
-    def cover(cls, split: str, path: str, size: int) -> list['CsvChunk']:
-        bounds = list(range(0, size, CSV_CHUNK_BYTES)) + [size]
-        return [cls(split, path, a, b) for a, b in zip(bounds, bounds[1:])] or [cls(split, path, 0, 0)]
+    first_line: int = 1
+    columns: tuple[str, ...] | None = None
 
     def examples(self) -> Iterator[ExampleRef]:
-        base = fileio.dirname(self.path)
         with fileio.open_read(self.path) as stream:
-            if self.start:
-                stream.seek(self.start - 1)
-                stream.readline()  # The line that began before this chunk belongs to another.
-            position = stream.tell()
-            while position < self.end:
-                raw = stream.readline()
-                if not raw:
-                    break
-                ref = self._parse(raw.decode('utf-8', 'replace'), position, base)
-                if ref is not None:
-                    yield ref
-                position += len(raw)
+            stream.seek(self.start)
+            data = stream.read(self.end - self.start)
+        text = data.decode('utf-8-sig' if self.start == 0 else 'utf-8', 'replace')
+        reader = csv.reader(io.StringIO(text, newline=''))
+        base = fileio.dirname(self.path)
+        while True:
+            line = self.first_line + reader.line_num
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield self._problem(line, f'cannot parse: {exc}')
+                continue
+            if not row or (self.columns and self.start == 0 and reader.line_num == 1):
+                continue  # A blank line, or the header.
+            yield self._parse(row, line, base)
 
-    def _parse(self, line: str, offset: int, base: str) -> ExampleRef | None:
-        if not line.strip():
-            return None
-        fields = next(csv.reader(io.StringIO(line)))
-        where = f'{self.path} at byte {offset}'
-        if len(fields) < 2 or not fields[0].strip():
-            return ExampleRef(self.split, where, '', '', None,
-                              problem=f'bad CSV line {line.strip()[:80]!r}: expected uri,label')
-        uri, label = fields[0].strip(), fields[1].strip()
-        if offset == 0 and label.lower() == 'label' and uri.lower() in _HEADER_URIS:
-            return None
+    def _problem(self, line: int, reason: str) -> ExampleRef:
+        return ExampleRef(self.split, f'{self.path}:{line}', '', '', None,
+                          problem=f'{self.path} line {line}: {reason}')
+
+    def _parse(self, row: list[str], line: int, base: str) -> ExampleRef:
+        names = self.columns or ('uri', 'label')
+        if len(row) != len(names):
+            hint = ('' if len(row) < len(names) else '; name further columns in the header line '
+                    'to make them features' if self.columns else '; a header line '
+                    '(uri,label,NAME...) makes further columns features')
+            return self._problem(line, f'{len(row)} fields, expected {len(names)} '
+                                 f'({",".join(names)}){hint}')
+        uri, label = row[0].strip(), row[1].strip()
+        if not uri:
+            return self._problem(line, 'no uri')
         if not (fileio.is_gcs(uri) or uri.startswith('/')):
             uri = fileio.join(base, uri)
         if not label:
-            return ExampleRef(self.split, uri, uri, fileio.basename(uri), None,
-                              problem=f'no label ({where})')
-        return ExampleRef(self.split, uri, uri, fileio.basename(uri), label)
+            return ExampleRef(self.split, uri, '', fileio.basename(uri), None,
+                              problem=f'{self.path} line {line}: no label')
+        size, extras = None, []
+        for name, value in zip(names[2:], row[2:]):
+            if name == 'size':
+                if not value.strip().isdigit():
+                    return self._problem(line, f'size {value!r} is not a whole number of bytes')
+                size = int(value)
+            else:
+                extras.append((name, value))
+        return ExampleRef(self.split, uri, uri, fileio.basename(uri), label, size,
+                          extras=tuple(sorted(extras)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ class ExampleRef:
     data: bytes | None = None        # The image itself, for in-memory examples only.
     extras: tuple[tuple[str, Any], ...] = ()  # Extra features, sorted by name.
     problem: str | None = None       # Why this input cannot become a record, if known already.
+    mtime: float | None = None       # Modification time of the input, when listing gives it.
+    ignored: bool = False            # A hidden file: counted, never converted.
 
     def __reduce__(self):
         # Refs cross process boundaries often: pickle the values only, not the field names.

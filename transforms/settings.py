@@ -1,7 +1,10 @@
 """ConversionSettings: what the workers need to know about a run, resolved once from the flags."""
 import dataclasses
+import functools
 
+from transforms import fileio
 from transforms.images import ImageOptions
+from transforms.resume import LAYOUT_VERSION, fingerprint
 
 SPLITS = ('train', 'validation', 'test')
 
@@ -19,14 +22,36 @@ class LabelSettings:
 @dataclasses.dataclass(frozen=True)
 class ConversionSettings:
     output_dir: str
-    temp_dir: str
     dataset_name: str
     splits: tuple[str, ...]
     image: ImageOptions = ImageOptions()
     labels: LabelSettings = LabelSettings()
     num_shards: int = 0
     target_shard_mb: float = 128.0
-    max_error_ratio: float = 0.01
     skip_duplicates: bool = False
     description: str = ''
     version: str = '1.0.0'
+    # What does not shape the output bytes (and so is not part of the run id):
+    max_error_ratio: float = 0.01
+    overwrite: bool = False
+    lock_token: str = ''          # The output lock this run holds (see lock.py).
+    release_lock: bool = False    # The job itself releases the lock (the launcher does not wait).
+    resuming: bool = False        # An earlier attempt left work in temp_dir.
+
+    @functools.cached_property
+    def run_id(self) -> str:
+        """Fingerprint of every setting that shapes the output (see resume.py)."""
+        return fingerprint(LAYOUT_VERSION, self.dataset_name, self.splits, self.image,
+                           self.labels, self.num_shards, self.target_shard_mb,
+                           self.skip_duplicates, self.description, self.version)
+
+    @property
+    def temp_dir(self) -> str:
+        return temp_dir(self.output_dir, self.run_id)
+
+
+TEMP_PREFIX = '.tmp-'
+
+
+def temp_dir(output_dir: str, run_id: str) -> str:
+    return fileio.join(output_dir.rstrip('/'), TEMP_PREFIX + run_id)

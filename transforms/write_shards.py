@@ -3,17 +3,20 @@
 EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), reads and converts the
 images one at a time and streams the records into a part file, so a worker holds one image at a
 time whatever the dataset size. ConcatenateShard joins a shard's part files in chunk order into
-the temporary shard file. Inputs that cannot become records are reported, never fatal.
+the temporary shard file. Inputs that cannot become records are reported, never fatal; a file
+that cannot be written (disk full, no permission) is a DatasetError naming it. Finished parts
+and shards are marked so that a rerun after a crash reuses them (resume.py).
 """
 import dataclasses
 import hashlib
 import logging
 import time
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms import fileio, records
+from transforms import faults, fileio, records, resume
 from transforms.errors import DatasetError
 from transforms.images import ImageError, convert_image
 from transforms.labels import LabelMap
@@ -48,11 +51,6 @@ class ShardResult:
             self.label_counts[label] = self.label_counts.get(label, 0) + n
 
 
-def temp_path(settings: ConversionSettings, split: str, shard: int, chunk: int | None = None) -> str:
-    part = '' if chunk is None else f'.part-{chunk:06d}'
-    return fileio.join(settings.temp_dir, f'{split}-{shard:05d}.tfrecord{part}')
-
-
 def order_chunk(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
     """Sorts refs by (hash, key); returns (unique refs, duplicates dropped).
 
@@ -70,33 +68,52 @@ def order_chunk(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[Exa
     return unique, duplicates
 
 
-def _is_missing(exc: Exception) -> bool:
-    return isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) or \
-        type(exc).__name__ in ('NotFound', 'Forbidden') or 'Not found' in str(exc) or \
-        'No such file' in str(exc)
-
-
 class EncodeChunk(beam.DoFn):
-    """((split, shard, chunk), lists of refs) -> ShardResult of the chunk's part file."""
+    """((split, shard, chunk), lists of refs) -> ShardResult of the chunk's part file.
+
+    Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
+    """
 
     def __init__(self, settings: ConversionSettings):
         self._settings = settings
 
-    def setup(self):
+    def setup(self) -> None:
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
         self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
         self._bytes = Metrics.counter(NAMESPACE, 'bytes_written')
+        self._converted_chunks = Metrics.counter(NAMESPACE, 'chunks_converted')
+        self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
 
-    def process(self, element, label_map: LabelMap):
+    def process(self, element, label_map: LabelMap, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard, chunk), groups = element
+        refs = [r for group in groups for r in group]
+        settings = self._settings
+        chunk_fp = resume.chunk_fingerprint(settings.run_id, label_map, (split, shard, chunk), refs)
+        path = resume.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
+        if settings.resuming:
+            shard_done = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)])
+            if fileio.exists(f'{shard_done}.json'):  # Already joined into its shard.
+                self._reused_chunks.inc()
+                yield ShardResult(split, shard, '', chunk)
+                return
+            done = resume.load_done(path, ShardResult)
+            if done is not None:
+                self._reused_chunks.inc()
+                yield done
+                return
+        result = self._encode(refs, ShardResult(split, shard, path, chunk), label_map)
+        resume.save_done(path, result)
+        faults.crash_point('chunk', counted=True)
+        self._converted_chunks.inc()
+        yield result
+
+    def _encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap) -> ShardResult:
         started = time.monotonic()
-        refs, duplicates = order_chunk((r for group in groups for r in group),
-                                       self._settings.skip_duplicates)
-        result = ShardResult(split, shard, temp_path(self._settings, split, shard, chunk), chunk)
+        refs, duplicates = order_chunk(refs, self._settings.skip_duplicates)
         result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
                              for r in duplicates)
-        with fileio.create(result.temp_path) as out:
+        with fileio.writing(result.temp_path) as out:
             for ref in refs:
                 try:
                     record, passed = self._record(ref, label_map)
@@ -115,7 +132,7 @@ class EncodeChunk(beam.DoFn):
         self._skipped.inc(len(result.errors))
         self._reencoded.inc(result.records - result.passed_through)
         self._bytes.inc(result.bytes)
-        yield result
+        return result
 
     def _record(self, ref: ExampleRef, label_map: LabelMap) -> tuple[bytes, bool]:
         if ref.problem is not None:
@@ -124,10 +141,11 @@ class EncodeChunk(beam.DoFn):
         if data is None:
             try:
                 data = fileio.read_bytes(ref.source)
-            except Exception as exc:  # Missing inputs are reported; other I/O errors retry.
-                if not _is_missing(exc):
+            except Exception as exc:
+                reason = fileio.unreadable_input(exc)
+                if reason is None:  # Transient or unknown: the runner retries the chunk.
                     raise
-                raise ImageError(f'cannot read file: {str(exc).splitlines()[0][:200]}') from None
+                raise ImageError(f'cannot read file: {reason}') from None
         stored = convert_image(data, self._settings.image)
         features = dict(ref.extras)
         features.update({
@@ -147,18 +165,24 @@ class ConcatenateShard(beam.DoFn):
     def __init__(self, settings: ConversionSettings):
         self._settings = settings
 
-    def setup(self):
+    def setup(self) -> None:
         self._shards = Metrics.counter(NAMESPACE, 'shards_written')
 
-    def process(self, element, plans):
+    def process(self, element, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard), parts = element
-        parts = sorted(parts, key=lambda r: r.chunk)
-        result = ShardResult(split, shard, temp_path(self._settings, split, shard))
-        for part in parts:
-            result.add(part)
-        sources = [p.temp_path for p in parts]
-        if fileio.exists(sources[0]) or not fileio.exists(result.temp_path):
-            fileio.concatenate(sources, result.temp_path)  # Else a retry after it was done.
+        settings = self._settings
+        path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)])
+        result = resume.load_done(path, ShardResult) if settings.resuming else None
+        if result is None:
+            parts = sorted(parts, key=lambda r: r.chunk)
+            result = ShardResult(split, shard, path)
+            for part in parts:
+                result.add(part)
+            sources = [p.temp_path for p in parts]
+            with fileio.output_errors(path):
+                fileio.concatenate(sources, path)
+            resume.save_done(path, result)
+            fileio.delete(sources)
         self._shards.inc()
         rate = result.records / result.seconds if result.seconds else 0.0
         LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped (%.0f images/s per core)',

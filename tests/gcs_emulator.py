@@ -1,0 +1,49 @@
+"""`python -m tests.gcs_emulator start ...`: gcp-storage-emulator with generation preconditions.
+
+The emulator ignores `ifGenerationMatch`, which Cloud Storage honours and the output lock relies
+on (create only if absent: ifGenerationMatch=0). This entry point starts the same emulator with
+that one rule added to object uploads: a precondition that does not hold is answered with
+HTTP 412 Precondition Failed, as Cloud Storage answers it.
+"""
+import sys
+from http import HTTPStatus
+
+from gcp_storage_emulator import server
+from gcp_storage_emulator.__main__ import main
+from gcp_storage_emulator.exceptions import NotFound
+from gcp_storage_emulator.handlers import objects
+
+
+def _object_name(request) -> str | None:
+    """The name of the object an upload request creates (query, or multipart metadata)."""
+    if request.query.get('name'):
+        return request.query['name'][0]
+    if isinstance(request.data, dict) and isinstance(request.data.get('meta'), dict):
+        return request.data['meta'].get('name')
+    return None
+
+
+def _with_generation_precondition(insert):
+    def checked(request, response, storage, *args, **kwargs):
+        wanted = request.query.get('ifGenerationMatch')
+        name = _object_name(request)
+        if wanted and name is not None:
+            try:
+                current = storage.get_file_obj(request.params['bucket_name'], name)['generation']
+            except NotFound:
+                current = '0'
+            if str(current) != wanted[0]:
+                response.status = HTTPStatus.PRECONDITION_FAILED
+                response.json({'error': {'code': 412, 'message': 'conditionNotMet'}})
+                return None
+        return insert(request, response, storage, *args, **kwargs)
+    return checked
+
+
+for _, methods in server.HANDLERS:
+    for method, handler in list(methods.items()):
+        if handler is objects.insert:
+            methods[method] = _with_generation_precondition(objects.insert)
+
+if __name__ == '__main__':
+    sys.exit(main())

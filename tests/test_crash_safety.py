@@ -1,0 +1,237 @@
+"""Never lose a dataset: kills at chosen instants, the output lock, and resume after a crash.
+
+Conversions run as real subprocesses; a kill is a real SIGKILL, either from outside (the whole
+process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (transforms/faults.py).
+"""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import imagemaker
+from tests.gcs_servers import BUCKET, download, upload
+from tests.helpers import IN_PROCESS, convert, output_files, read_files, write_tree
+from transforms import records
+from transforms.errors import DatasetError
+
+MULTI = ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
+
+
+def _images(n: int, classes: int = 3) -> dict:
+    return {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(n)}
+
+
+def _start(*argv, env=None, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+
+
+def _run(*argv, kill_at=None, timeout=300) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if kill_at:
+        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
+    process = _start(*argv, env=env)
+    stdout, stderr = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _info(out) -> dict:
+    return json.load(open(os.path.join(out, 'dataset_info.json')))
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    return write_tree(tmp_path / 'in', _images(60))
+
+
+@pytest.mark.parametrize('kill_at,left', [
+    ('commit:journal', 'old'),          # Journal written, nothing moved yet.
+    ('commit:replace:1', 'neither'),    # The old dataset_info.json moved aside.
+    ('commit:install:1', 'neither'),    # New shards in place, no dataset_info.json yet.
+])
+def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs, kill_at, left):
+    flags = [f'--input_dir={inputs}', '--num_shards=3', *IN_PROCESS]
+    reference = str(tmp_path / 'reference')
+    assert _run(*flags, f'--output_dir={reference}').returncode == 0
+    out = str(tmp_path / 'out')
+    assert _run(*flags[:1], '--num_shards=2', '--dataset_name=old', f'--output_dir={out}',
+                *IN_PROCESS).returncode == 0
+    killed = _run(*flags, f'--output_dir={out}', '--overwrite', kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL
+    names = os.listdir(out)
+    assert '.commit.json' in names and '.lock' in names
+    if left == 'old':
+        assert _info(out)['name'] == 'old'
+        assert sorted(n for n in names if 'tfrecord' in n) == [
+            'old-train.tfrecord-00000-of-00002', 'old-train.tfrecord-00001-of-00002']
+    else:
+        assert 'dataset_info.json' not in names
+    from pipeline.verify import main as verify_main
+    assert verify_main([out]) == 2   # "interrupted commit": rerun to complete it.
+
+    rerun = _run(*flags, f'--output_dir={out}', '--overwrite')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'taking over (its process is gone)' in rerun.stderr
+    assert 'completed the interrupted commit of run ' in rerun.stderr
+    assert output_files(out) == output_files(reference)
+    assert not any(n.startswith('.') for n in os.listdir(out))
+
+
+def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
+    """A real SIGKILL of the whole process tree once the first chunks are written."""
+    inputs = write_tree(tmp_path / 'in', _images(900))
+    flags = [f'--input_dir={inputs}', '--num_shards=4', *MULTI]
+    reference = str(tmp_path / 'reference')
+    full = _run(*flags, f'--output_dir={reference}')
+    assert full.returncode == 0, full.stderr
+    out = str(tmp_path / 'out')
+    process = _start(*flags, f'--output_dir={out}')
+    deadline = time.monotonic() + 120
+    while not glob.glob(f'{out}/.tmp-*/parts/*.json') and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not [n for n in os.listdir(out) if 'tfrecord' in n]   # Nothing final-named.
+    rerun = _run(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'resuming run ' in rerun.stderr
+    reused = int(rerun.stdout.split('reused ')[1].split(' of ')[0])
+    assert reused >= 1
+    assert output_files(out) == output_files(reference)
+
+
+def _first_source_of_a_part(out: str) -> str:
+    part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord'))[0]
+    return read_files([part])[0][records.SOURCE]
+
+
+def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(600))   # 4 shards of 150: 8 chunks.
+    flags = [f'--input_dir={inputs}', '--num_shards=4', *IN_PROCESS]
+    out = str(tmp_path / 'out')
+    assert _run(*flags, f'--output_dir={out}', kill_at='chunk:5').returncode == -signal.SIGKILL
+    assert len(glob.glob(f'{out}/.tmp-*/parts/*.json')) == 5
+    changed = _first_source_of_a_part(out)   # Replace one input of a finished chunk.
+    with open(changed, 'wb') as stream:
+        stream.write(imagemaker.jpeg(24, 16, seed=9999))
+    rerun = _run(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'an earlier attempt finished 5 chunks and 0 shards' in rerun.stderr
+    assert 'reused 4 of 8 chunks' in rerun.stdout
+    reference = str(tmp_path / 'reference')
+    assert _run(*flags, f'--output_dir={reference}').returncode == 0
+    assert output_files(out) == output_files(reference)
+
+
+def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS]
+    assert _run(*flags, '--num_shards=2', kill_at='chunk:1').returncode == -signal.SIGKILL
+    other = glob.glob(f'{out}/.tmp-*')[0]
+    rerun = _run(*flags, '--num_shards=2', '--jpeg_quality=80')
+    assert rerun.returncode == 0 and 'reused' not in rerun.stdout
+    assert f'holds temporary folders of runs with other options: {os.path.basename(other)} (' \
+        in rerun.stderr and '--clean_temp removes them' in rerun.stderr
+    assert os.path.isdir(other)
+    cleaned = _run(*flags, '--num_shards=2', '--jpeg_quality=70', '--overwrite')
+    assert cleaned.returncode == 0
+    assert f'removed temporary folders of unfinished runs: {os.path.basename(other)} (' \
+        in cleaned.stderr
+    assert not [n for n in os.listdir(out) if n.startswith('.')]
+
+
+def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(900))
+    out = str(tmp_path / 'out')
+    first = _start(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=4', *MULTI)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(f'{out}/.lock') and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = _run(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3', *MULTI)
+    stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert second.returncode == 2
+    error = second.stderr.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f'error: {out} is being written by another '
+                                                   f'run: run ')
+    assert f'on host {socket.gethostname()}, pid {first.pid}, started ' in error[0]
+    assert error[0].endswith(f'its lock is {out}/.lock. Wait for it, or if it is not running '
+                             'any more, pass --break_lock')
+    assert sorted(n for n in os.listdir(out) if 'tfrecord' in n) == [
+        f'dataset-train.tfrecord-0000{i}-of-00004' for i in range(4)]
+    assert '900 inputs' in stdout and not os.path.exists(f'{out}/.lock')
+
+
+def test_lock_of_another_host_is_refused_until_broken(tmp_path, inputs):
+    out = tmp_path / 'out'
+    out.mkdir()
+    holder = {'token': 'x', 'run_id': 'abc', 'host': 'elsewhere', 'pid': 1,
+              'started': '2026-01-01T00:00:00+00:00', 'runner': 'DirectRunner', 'waits': True}
+    (out / '.lock').write_text(json.dumps(holder))
+    with pytest.raises(DatasetError) as info:
+        convert(f'--input_dir={inputs}', f'--output_dir={out}')
+    assert str(info.value) == (
+        f'{out} is being written by another run: run abc on host elsewhere, pid 1, started '
+        f'2026-01-01T00:00:00+00:00 (DirectRunner); its lock is {out}/.lock. Wait for it, or if '
+        'it is not running any more, pass --break_lock')
+    summary = convert(f'--input_dir={inputs}', f'--output_dir={out}', '--break_lock')
+    assert summary['splits']['train']['records'] == 60 and not (out / '.lock').exists()
+
+
+def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
+    """A dataset that appears after the launch (written by a tool that ignores the lock) is
+    not replaced without --overwrite."""
+    from pipeline import run
+    from transforms import lock
+    out = str(tmp_path / 'out')
+    job = run.prepare([f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS])
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, 'dataset_info.json'), 'w') as stream:
+        stream.write('{"name": "other"}')
+    try:
+        with pytest.raises(Exception) as info:
+            job.pipeline.run().wait_until_finish()
+    finally:
+        lock.release(out, job.settings.lock_token)
+    assert DatasetError.find_in(info.value) == (
+        f'{out} now holds a dataset (1 files, e.g. dataset_info.json) that was not there when '
+        'this run started; nothing was committed. Pass --overwrite to replace it')
+    assert _info(out) == {'name': 'other'}
+
+
+def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
+    source = upload(_images(40), 'raw')
+    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    assert _run(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    out = f'gs://{BUCKET}/out'
+    assert _run(*flags[:1], '--num_shards=3', '--dataset_name=old', f'--output_dir={out}',
+                *IN_PROCESS).returncode == 0
+    killed = _run(*flags, f'--output_dir={out}', '--overwrite', kill_at='commit:replace:1')
+    assert killed.returncode == -signal.SIGKILL
+    remote = download('out')
+    assert '.commit.json' in remote and 'dataset_info.json' not in remote
+    rerun = _run(*flags, f'--output_dir={out}', '--overwrite')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'completed the interrupted commit' in rerun.stderr
+    assert download('out') == output_files(f'{tmp_path}/local')
+
+
+def test_lock_on_cloud_storage_is_exclusive(gcs):
+    from transforms import lock
+    out = f'gs://{BUCKET}/locked'
+    token = lock.acquire(out, 'r1', 'DataflowRunner', waits=False)
+    with pytest.raises(DatasetError) as info:
+        lock.acquire(out, 'r2', 'DirectRunner', waits=True)
+    assert f'its lock is {out}/.lock' in str(info.value) and '(DataflowRunner)' in str(info.value)
+    lock.release(out, 'not-the-token')
+    assert lock.held(out)['run_id'] == 'r1'
+    lock.release(out, token)
+    assert lock.held(out) is None
+    lock.release(out, lock.acquire(out, 'r2', 'DirectRunner', waits=True))

@@ -1,0 +1,83 @@
+"""Resuming a run after a crash: reuse exactly the work that is provably the same.
+
+A run's temporary folder is named by its run id, a fingerprint of every option that shapes the
+output bytes (not of --max_error_ratio or the runner), so rerunning the same command finds the
+folder an interrupted attempt left. Inside it, every finished piece of work carries a
+fingerprint in its name and a small JSON sidecar, written after the data it describes (so a
+sidecar means the data is complete):
+
+    parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   one chunk's records
+    shards/SPLIT-SSSSS-<shard fingerprint>.tfrecord(.json)         a shard joined from its parts
+
+A chunk's fingerprint covers the run id, the label map, its place in the shard plan and, for
+every input in it, the key, size and modification time (local files are stat'ed when listing
+gave no size or time; Cloud Storage inputs from CSVs or configs are identified by key and any
+size the listing gave). A shard's fingerprint covers the fingerprints of its chunks. Work is
+reused only under an identical fingerprint, so a changed input or option redoes exactly the
+chunks and shards it affects, and a resumed run writes the same bytes as an uninterrupted one.
+"""
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Iterable
+
+from transforms import fileio
+from transforms.refs import ExampleRef
+
+LAYOUT_VERSION = 1   # Raise when the bytes a run writes for the same options change.
+
+
+def fingerprint(*parts) -> str:
+    """A stable hex fingerprint of values with a deterministic repr."""
+    return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
+
+
+def input_identity(ref: ExampleRef) -> tuple:
+    """What identifies an input's content without reading it: key, size, modification time."""
+    size, mtime = ref.size, ref.mtime
+    if mtime is None and ref.source and not fileio.is_gcs(ref.source):
+        try:
+            stat = os.stat(ref.source)
+            size, mtime = stat.st_size, stat.st_mtime
+        except OSError:
+            pass  # Reported when the chunk is converted.
+    return ref.key, size, mtime, ref.label, ref.extras, ref.problem
+
+
+def chunk_fingerprint(run_id: str, label_map, key: tuple, refs: Iterable[ExampleRef]) -> str:
+    return fingerprint(run_id, label_map, key, sorted(input_identity(r) for r in refs))
+
+
+def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
+    return fingerprint(sorted(chunk_fingerprints))
+
+
+def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
+    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
+
+
+def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str) -> str:
+    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.tfrecord')
+
+
+def save_done(path: str, result) -> None:
+    """Marks the data file `path` complete, with what it holds (a ShardResult)."""
+    fileio.write_bytes_atomic(f'{path}.json', json.dumps(dataclasses.asdict(result)).encode())
+
+
+def load_done(path: str, result_type):
+    """The result saved for `path` if it is complete (sidecar and data both there), else None."""
+    data = fileio.read_if_exists(f'{path}.json')
+    if data is None or not fileio.exists(path):
+        return None
+    fields = json.loads(data)
+    fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
+    fields['errors'] = [tuple(e) for e in fields['errors']]
+    return result_type(**fields)
+
+
+def finished_work(temp_dir: str) -> tuple[int, int]:
+    """(chunks, shards) that an earlier attempt finished in `temp_dir`."""
+    count = lambda folder: len(fileio.match(fileio.join(temp_dir, folder, '*.tfrecord.json')))
+    return count('parts'), count('shards')
