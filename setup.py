@@ -9,7 +9,7 @@ setuptools.setup(
     version='0.1.0',
     description='Image-classification datasets to sharded TFRecords for Cloud TPU, on Apache Beam.',
     python_requires='>=3.10',
-    packages=['pipeline', 'transforms'],
+    packages=setuptools.find_packages(include=['pipeline', 'pipeline.*', 'transforms']),
     # What the workers need: conversion itself imports no TensorFlow.
     install_requires=[
         f'apache-beam[gcp]=={BEAM_VERSION}',
@@ -23,8 +23,8 @@ setuptools.setup(
     extras_require={
         # Reading the output back, TFDS loading, and configs written with tf.io.gfile.
         'tensorflow': TENSORFLOW,
-        'report': ['matplotlib>=3.7'],    # pipeline.inspect
-        'torch': ['torch>=2.1'],          # pipeline.torch_data
+        'report': ['matplotlib>=3.7'],    # pipeline.tools.report
+        'torch': ['torch>=2.1'],          # pipeline.readers.torch_data
         # benchmarks/: real photos for the workload, process-tree memory sampling.
         'bench': TENSORFLOW + ['scikit-image>=0.22', 'scikit-learn>=1.3', 'psutil>=5.9',
                                'gcp-storage-emulator>=2024.8'],

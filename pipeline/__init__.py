@@ -1,1 +1,4 @@
-"""Image-classification datasets to sharded TFRecords: options, pipeline graph and entry points."""
+"""The conversion job: flags, inputs, the Beam graph, the job API and the command line.
+
+Sub-packages by role: formats/ (record schema, metadata, file I/O), classic/ (the data_converter
+API), tools/ (verify, report, template metadata), readers/ (tf.data, PyTorch)."""

@@ -9,7 +9,7 @@ import os
 from apache_beam.options.pipeline_options import (
     DebugOptions, PipelineOptions, SetupOptions, StandardOptions, WorkerOptions)
 
-from transforms.errors import DatasetError
+from pipeline.formats.errors import DatasetError
 
 WORKER_DEFAULTS = {  # flag: (options view, value)
     'machine_type': (WorkerOptions, 'n2-standard-4'),      # 4 vCPU, 16 GB: 4 GB per process.

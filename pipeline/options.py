@@ -9,8 +9,7 @@ import difflib
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.errors import DatasetError
-
+from pipeline.formats.errors import DatasetError
 from transforms.images import ImageOptions
 from transforms.settings import SPLITS
 
@@ -102,20 +101,6 @@ class ConverterOptions(PipelineOptions):
                             max_image_pixels=self.max_image_pixels)
 
 
-def to_argv(values: dict) -> list[str]:
-    """Flags for a dict of option values (the converter's booleans are given as =true/=false)."""
-    ours = converter_flag_names()
-    argv = []
-    for name, value in values.items():
-        if isinstance(value, bool) and name not in ours:
-            argv += [f'--{name}'] if value else []
-        elif isinstance(value, (list, tuple)):
-            argv += [f'--{name}={item}' for item in value]
-        elif value is not None:
-            argv.append(f'--{name}={str(value).lower() if isinstance(value, bool) else value}')
-    return argv
-
-
 def converter_parser() -> argparse.ArgumentParser:
     """A parser of the converter's own flags (for --help and the Flex Template metadata)."""
     parser = argparse.ArgumentParser(
@@ -151,6 +136,16 @@ def given_flags(argv: list[str]) -> set[str]:
     for action in parser._actions:
         action.default = argparse.SUPPRESS
     return set(vars(parser.parse_known_args(argv)[0]))
+
+
+def check_names(values: dict) -> None:
+    """Raises a DatasetError naming the first option name (a keyword of the job API) that no
+    options class defines, with the nearest valid one."""
+    known = {action.dest for action in _all_options_parser()._actions}
+    for name in values:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, 1)
+            raise DatasetError(f'unknown option {name!r}' + (f'; did you mean {near[0]!r}?' if near else ''))
 
 
 def check_flags(argv: list[str]) -> None:

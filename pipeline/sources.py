@@ -7,10 +7,10 @@ import ast
 import dataclasses
 import importlib
 
-from pipeline.config import ImageClassificationConfig
+from pipeline.classic.config import ImageClassificationConfig
+from pipeline.formats import fileio
+from pipeline.formats.errors import DatasetError
 from pipeline.options import ConverterOptions
-from transforms import fileio
-from transforms.errors import DatasetError
 from transforms.listing import ConfigPartition, CsvFile, FolderSplit, Partition
 from transforms.settings import SPLITS, LabelSettings
 

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from pipeline import run
-from transforms import records
+from pipeline import job
+from pipeline.formats import records
 
 IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
 
@@ -22,7 +22,7 @@ def write_tree(root, files: dict) -> str:
 
 
 def convert(*argv, config=None, runner_flags=IN_PROCESS) -> dict:
-    return run.convert([*argv, *runner_flags], config=config)
+    return job.convert([*argv, *runner_flags], config=config)
 
 
 def shard_paths(output_dir: str, split: str) -> list[str]:

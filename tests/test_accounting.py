@@ -2,15 +2,14 @@
 every mistake a one-line answer."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from pipeline.formats import records
 from tests import imagemaker
 from tests.helpers import convert, read_split, write_tree
-from transforms import records
 
 
 def _reasons(out: str, split: str) -> dict:
@@ -165,7 +164,7 @@ def test_default_run_leaves_nothing_in_the_temp_folder(tmp_path):
 
 def test_report_without_matplotlib_says_which_extra_to_install(tmp_path):
     code = ('import sys; sys.modules["matplotlib"] = None; import runpy; '
-            f'sys.argv = ["x", {str(tmp_path)!r}]; runpy.run_module("pipeline.inspect", run_name="__main__")')
+            f'sys.argv = ["x", {str(tmp_path)!r}]; runpy.run_module("pipeline.tools.report", run_name="__main__")')
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [

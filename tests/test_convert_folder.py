@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from pipeline.formats import records
 from tests import imagemaker
 from tests.helpers import (
     convert, output_files, pixels, read_files, read_split, shard_paths, write_tree)
-from transforms import records
 
 
 @pytest.fixture(scope='module')

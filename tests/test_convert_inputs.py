@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
+from pipeline.formats import records
+from pipeline.formats.errors import DatasetError
 from tests import imagemaker
-from tests.helpers import IN_PROCESS, convert, read_split, write_tree
-from transforms import records
-from transforms.errors import DatasetError
+from tests.helpers import convert, read_split, write_tree
 
 
 def test_csv_with_header_labels_file_and_relative_paths(tmp_path):
@@ -182,7 +182,7 @@ def test_simple_example_script_with_a_config_class_in_main(tmp_path):
     import subprocess
     import sys
     result = subprocess.run(
-        [sys.executable, '-m', 'pipeline.simple_example', '--num_classes=3', f'--save_dir={tmp_path}'],
+        [sys.executable, '-m', 'pipeline.classic.simple_example', '--num_classes=3', f'--save_dir={tmp_path}'],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     data_dir = f'{tmp_path}/image_classification_builder/simple/0.1.0'

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
+from pipeline.formats import records
+from pipeline.formats.errors import DatasetError
 from tests import imagemaker
 from tests.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, convert, output_files, read_files, write_tree
-from transforms import records
-from transforms.errors import DatasetError
 
 MULTI = ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
 
@@ -73,7 +73,7 @@ def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs,
             'old-train.tfrecord-00000-of-00002', 'old-train.tfrecord-00001-of-00002']
     else:
         assert 'dataset_info.json' not in names
-    from pipeline.verify import main as verify_main
+    from pipeline.tools.verify import main as verify_main
     assert verify_main([out]) == 2   # "interrupted commit": rerun to complete it.
 
     rerun = _run(*flags, f'--output_dir={out}', '--overwrite')
@@ -188,10 +188,10 @@ def test_lock_of_another_host_is_refused_until_broken(tmp_path, inputs):
 def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
     """A dataset that appears after the launch (written by a tool that ignores the lock) is
     not replaced without --overwrite."""
-    from pipeline import run
+    from pipeline import job as jobs
     from transforms import lock
     out = str(tmp_path / 'out')
-    job = run.prepare([f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS])
+    job = jobs.prepare([f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS])
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, 'dataset_info.json'), 'w') as stream:
         stream.write('{"name": "other"}')

@@ -13,20 +13,26 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 
-from pipeline import run
+from pipeline import job as jobs
 from pipeline.dataflow import WORKER_DEFAULTS
 from pipeline.options import converter_flag_names, converter_parser
-from pipeline.template_metadata import template_metadata
+from pipeline.tools.template_metadata import template_metadata
 from tests import imagemaker
 from tests.gcs_servers import BUCKET, download, upload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
-STEPS = ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Examples',
-         'Combine Facts', 'Drop Ignored', 'Resolve Labels', 'Key By Split', 'Combine Buckets',
-         'Plan Shards', 'Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks',
-         'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks', 'Key By Shard',
-         'Group By Shard', 'Concatenate Shards', 'Collect Results', 'Commit Dataset']
+STAGES = {
+    'List Examples': ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Partitions'],
+    'Resolve Labels': ['Combine Facts', 'Fix Label Ids'],
+    'Drop Ignored': [],
+    'Plan Shards': ['Key By Split', 'Combine Buckets', 'Cut Into Shards'],
+    'Write Shards': ['Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks', 'Group Fingerprints',
+                     'Fingerprint Shards', 'Encode Chunks', 'Key By Shard', 'Group By Shard',
+                     'Concatenate Shards'],
+    'Commit Dataset': ['Collect Results', 'Put In Place'],
+}
+STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]
 
 
 @pytest.fixture
@@ -39,7 +45,7 @@ def _template_job(tmp_path, raw, *extra) -> tuple[dict, str]:
     """Writes the Dataflow job JSON offline (--template_location) and returns it."""
     for sub in ('tmp', 'staging'):
         os.makedirs(tmp_path / sub, exist_ok=True)
-    job = run.prepare([
+    job = jobs.prepare([
         *CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
         f'--template_location={tmp_path}/job.json', '--no_auth', '--dataflow_endpoint=http://localhost:1',
         f'--input_dir={raw}', f'--output_dir=gs://{BUCKET}/out', *extra])
@@ -48,7 +54,7 @@ def _template_job(tmp_path, raw, *extra) -> tuple[dict, str]:
 
 
 def test_dry_run_builds_the_whole_job_graph(raw):
-    job = run.prepare([
+    job = jobs.prepare([
         *CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp', f'--input_dir={raw}',
         f'--output_dir=gs://{BUCKET}/out'])
     result = job.pipeline.run()
@@ -93,7 +99,8 @@ def test_staged_package_holds_every_module_and_workers_can_unpickle_every_step(t
     sdist = os.path.join(staging, 'workflow.tar.gz')
     with tarfile.open(sdist) as archive:
         staged = {re.sub(r'^[^/]+/', '', n) for n in archive.getnames()}
-    modules = {os.path.relpath(p, REPO) for p in glob.glob(f'{REPO}/pipeline/*.py') + glob.glob(f'{REPO}/transforms/*.py')}
+    modules = {os.path.relpath(p, REPO) for p in glob.glob(f'{REPO}/pipeline/**/*.py', recursive=True)
+               + glob.glob(f'{REPO}/transforms/*.py')}
     assert modules <= staged
     target = tmp_path / 'worker_site'
     subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--no-build-isolation',
@@ -130,7 +137,7 @@ def test_metadata_json_is_generated_from_the_flags_and_valid():
     from google.cloud.dataflow_v1beta3 import TemplateMetadata
     from google.protobuf import json_format
     committed = json.load(open(os.path.join(REPO, 'dataflow_templates', 'metadata.json')))
-    assert committed == template_metadata(), 'regenerate: python -m pipeline.template_metadata'
+    assert committed == template_metadata(), 'regenerate: python -m pipeline.tools.template_metadata'
     json_format.ParseDict(committed, TemplateMetadata.pb(TemplateMetadata()))
     by_name = {p['name']: p for p in committed['parameters']}
     assert set(by_name) == converter_flag_names()

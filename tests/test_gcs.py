@@ -4,11 +4,11 @@ import os
 import pytest
 import tensorflow as tf
 
+from pipeline.formats import records
+from pipeline.formats.errors import DatasetError
 from tests import imagemaker
 from tests.gcs_servers import BUCKET, download, upload
 from tests.helpers import convert, output_files, read_files
-from transforms import records
-from transforms.errors import DatasetError
 
 IMAGES = {f'{split}/c{c}/{split}{i}.jpg': imagemaker.jpeg(60, 40, seed=c * 50 + i)
           for split in ('train', 'validation') for c in range(3) for i in range(5)}
@@ -72,7 +72,7 @@ def test_csv_on_gcs_with_gcs_and_relative_uris(gcs, tmp_path):
 
 
 def test_config_yielding_gfile_objects_for_gcs_paths(gcs, tmp_path):
-    from pipeline.config import ImageClassificationConfig
+    from pipeline.classic.config import ImageClassificationConfig
     upload({'p/1.jpg': IMAGES['train/c0/train1.jpg'], 'p/2.jpg': IMAGES['train/c1/train1.jpg']}, 'cfg')
 
     class GcsConfig(ImageClassificationConfig):
@@ -124,6 +124,7 @@ def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
 def test_transient_503s_are_retried(gcs, tmp_path):
     import subprocess
     import sys
+
     from tests.gcs_servers import FlakyProxy
     source = upload({k: v for k, v in IMAGES.items() if 'broken' not in k}, 'raw')
     proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=4)
@@ -143,7 +144,7 @@ def test_transient_503s_are_retried(gcs, tmp_path):
 
 
 def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
-    from transforms import fileio
+    from pipeline.formats import fileio
     parts = {f'parts/p{i:03d}': f'<{i}>'.encode() for i in range(70)}
     upload(parts, 'cat')
     fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)], f'gs://{BUCKET}/cat/joined')

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
+from pipeline.formats.errors import DatasetError
 from tests import imagemaker
 from tests.helpers import convert, read_split, shard_paths, write_tree
-from transforms.errors import DatasetError
 
 
 def _error(*argv, **kwargs) -> str:

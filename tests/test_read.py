@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.read import dataset
-from pipeline.torch_data import TFRecordImageDataset
+from pipeline.formats import records
+from pipeline.readers.tf_data import dataset
+from pipeline.readers.torch_data import TFRecordImageDataset
 from tests import imagemaker
 from tests.helpers import convert, pixels, read_split, write_tree
-from transforms import records
 
 
 @pytest.fixture(scope='module')

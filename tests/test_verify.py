@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from pipeline.verify import verify
+from pipeline.formats import records
+from pipeline.tools.verify import verify
 from tests import imagemaker
 from tests.helpers import convert, shard_paths, write_tree
-from transforms import records
 
 SHARED = imagemaker.jpeg(50, 50, seed=99)
 
@@ -108,11 +108,11 @@ def test_duplicates_within_and_across_splits(tmp_path):
 
 
 def test_cli_exit_codes(dataset, copy):
-    ok = subprocess.run([sys.executable, '-m', 'pipeline.verify', dataset, '--sample=0.5'],
+    ok = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', dataset, '--sample=0.5'],
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and 'OK: no problems found' in ok.stdout
     os.remove(shard_paths(copy, 'train')[0])
-    bad = subprocess.run([sys.executable, '-m', 'pipeline.verify', copy], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', copy], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and 'missing shard' in bad.stderr
-    none = subprocess.run([sys.executable, '-m', 'pipeline.verify', '/no/such'], capture_output=True, text=True)
+    none = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', '/no/such'], capture_output=True, text=True)
     assert none.returncode == 2 and none.stderr.startswith('error: /no/such has no readable dataset_info.json')

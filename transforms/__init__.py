@@ -1,1 +1,2 @@
-"""Beam transforms and the pure functions behind them: listing, decoding, sharding, writing."""
+"""The Beam steps of the conversion, one composite PTransform per stage, and what they need:
+listing, labels, sharding, writing shards, the commit, the output lock and resume."""

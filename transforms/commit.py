@@ -21,12 +21,18 @@ journal forward to the new dataset and says so in one line. New files exist in f
 journal does, so rolling forward is always possible.
 """
 import json
+import logging
 
-from transforms import faults, fileio, lock, metadata
-from transforms.errors import DatasetError
+import apache_beam as beam
+
+from pipeline.formats import fileio, metadata
+from pipeline.formats.errors import DatasetError
+from transforms import faults, lock
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.settings import ConversionSettings, temp_dir
-from transforms.write_shards import LOG, ShardResult
+from transforms.write_shards import ShardResult
+
+LOG = logging.getLogger('image_tfrecords')
 
 JOURNAL = '.commit.json'
 MOVE_BATCH = 100
@@ -45,6 +51,23 @@ def existing_dataset_files(output_dir: str) -> list[str]:
 
 def journal_path(output_dir: str) -> str:
     return fileio.join(output_dir.rstrip('/'), JOURNAL)
+
+
+class CommitDataset(beam.PTransform):
+    """Shard results -> the run summary, once the dataset is in place (see the module docstring)."""
+
+    def __init__(self, settings: ConversionSettings, label_map: beam.PCollection,
+                 facts: beam.PCollection):
+        super().__init__()
+        self._settings, self._label_map, self._facts = settings, label_map, facts
+
+    def expand(self, results: beam.PCollection) -> beam.PCollection:
+        return (results
+                | 'Collect Results' >> beam.combiners.ToList()
+                | 'Put In Place' >> beam.Map(commit_dataset,
+                                             label_map=beam.pvalue.AsSingleton(self._label_map),
+                                             facts=beam.pvalue.AsSingleton(self._facts),
+                                             settings=self._settings))
 
 
 def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: DatasetFacts,

@@ -6,11 +6,12 @@ all ExampleRefs before any image is read; `resolve_labels` then fixes the ids: t
 splits (plus `--label_offset`). Integer labels are ids already.
 """
 import dataclasses
+from typing import Iterable
 
 import apache_beam as beam
 
-from transforms import records
-from transforms.errors import DatasetError
+from pipeline.formats import records
+from pipeline.formats.errors import DatasetError
 from transforms.refs import ExampleRef
 from transforms.settings import LabelSettings
 
@@ -83,7 +84,7 @@ class CombineFacts(beam.CombineFn):
         facts.add(ref)
         return facts
 
-    def merge_accumulators(self, accumulators) -> DatasetFacts:
+    def merge_accumulators(self, accumulators: Iterable[DatasetFacts]) -> DatasetFacts:
         merged = DatasetFacts()
         for facts in accumulators:
             merged.merge(facts)
@@ -103,6 +104,26 @@ class LabelMap:
 
     def text_of(self, label: str | int) -> str:
         return self.names[label] if isinstance(label, int) else label
+
+
+class ResolveLabels(beam.PTransform):
+    """Listed refs -> (facts, label map): two singletons, the facts combined over every ref and
+    the label ids fixed from them, before any image is read (a DatasetError for an empty split,
+    an unknown label, ...)."""
+
+    def __init__(self, splits: tuple[str, ...], labels: LabelSettings):
+        super().__init__()
+        self._splits, self._labels = splits, labels
+
+    def expand(self, refs: beam.PCollection):
+        facts = refs | 'Combine Facts' >> beam.CombineGlobally(CombineFacts())
+        label_map = facts | 'Fix Label Ids' >> beam.Map(_label_map, self._splits, self._labels)
+        return facts, label_map
+
+
+def _label_map(facts: DatasetFacts, splits: tuple[str, ...], labels: LabelSettings) -> LabelMap:
+    check_facts(facts, splits)
+    return resolve_labels(facts, labels)
 
 
 def check_facts(facts: DatasetFacts, splits: tuple[str, ...]) -> None:

@@ -14,10 +14,11 @@ import hashlib
 import io
 from typing import Any, Iterator
 
+import apache_beam as beam
 import cloudpickle
 
-from transforms import fileio, records
-from transforms.errors import DatasetError
+from pipeline.formats import fileio, records
+from pipeline.formats.errors import DatasetError
 from transforms.refs import ExampleRef
 
 CSV_CHUNK_BYTES = 8 << 20
@@ -27,11 +28,55 @@ _HEADER_URIS = {'uri', 'path', 'image', 'image_path', 'file', 'filename', 'url'}
 class Partition:
     """A piece of input that one worker lists."""
 
+    sizes_known = False   # Whether listing gives every input's size (else it is measured).
+
     def split_further(self) -> list['Partition']:
         return [self]
 
     def examples(self) -> Iterator[ExampleRef]:
         raise NotImplementedError
+
+
+class ListExamples(beam.PTransform):
+    """Partitions -> every ExampleRef the input holds (ignored ones included), listed on the
+    workers. With `measure_sizes`, inputs whose size the listing did not give are measured."""
+
+    def __init__(self, partitions: list[Partition], measure_sizes: bool):
+        super().__init__()
+        self._partitions, self._measure_sizes = partitions, measure_sizes
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        refs = (pbegin
+                | 'Create Partitions' >> beam.Create(self._partitions)
+                | 'Split Partitions' >> beam.FlatMap(_split_further)
+                | 'Spread Partitions' >> beam.Reshuffle()
+                | 'List Partitions' >> beam.FlatMap(_examples))
+        if not self._measure_sizes:
+            return refs
+        return (refs
+                | 'Spread Examples' >> beam.Reshuffle()
+                | 'Measure Sizes' >> beam.Map(_measure_size))
+
+
+def _split_further(partition: Partition) -> list[Partition]:
+    return partition.split_further()
+
+
+def _examples(partition: Partition) -> Iterator[ExampleRef]:
+    return partition.examples()
+
+
+def _measure_size(ref: ExampleRef) -> ExampleRef:
+    if ref.size is not None or ref.problem is not None or ref.ignored or not ref.source:
+        return ref
+    found = fileio.match(ref.source)
+    return dataclasses.replace(ref, size=found[0].size_in_bytes if found else 0,
+                               mtime=found[0].last_updated_in_seconds if found else None)
+
+
+def is_input(ref: ExampleRef) -> bool:
+    """Whether a listed ref is an input (to convert or report), not an ignored hidden file."""
+    return not ref.ignored
 
 
 def _is_hidden(relative: str) -> bool:
@@ -53,6 +98,7 @@ class FolderSplit(Partition):
     """`ROOT/<split>/`: one partition per class folder below it, and one for anything else."""
     split: str
     path: str
+    sizes_known = True
 
     def split_further(self) -> list[Partition]:
         entries = fileio.list_dir(self.path)

@@ -16,8 +16,8 @@ import os
 import socket
 import uuid
 
-from transforms import fileio
-from transforms.errors import DatasetError
+from pipeline.formats import fileio
+from pipeline.formats.errors import DatasetError
 
 LOCK = '.lock'
 LOG = logging.getLogger('image_tfrecords')

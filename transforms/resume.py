@@ -22,7 +22,7 @@ import json
 import os
 from typing import Iterable
 
-from transforms import fileio
+from pipeline.formats import fileio
 from transforms.refs import ExampleRef
 
 LAYOUT_VERSION = 1   # Raise when the bytes a run writes for the same options change.

@@ -2,7 +2,7 @@
 import dataclasses
 import functools
 
-from transforms import fileio
+from pipeline.formats import fileio
 from transforms.images import ImageOptions
 from transforms.resume import LAYOUT_VERSION, fingerprint
 

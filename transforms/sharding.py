@@ -15,11 +15,15 @@ order), so all cores stay busy even when a split has fewer shards than there are
 """
 import bisect
 import dataclasses
+import logging
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms.refs import ExampleRef
+
+LOG = logging.getLogger('image_tfrecords')
 
 BUCKET_BITS = 16
 CHUNK_EXAMPLES = 128
@@ -29,19 +33,22 @@ def bucket_of(hash_value: int) -> int:
     return hash_value >> (64 - BUCKET_BITS)
 
 
+SplitStats = tuple[int, int, dict]   # (examples, input bytes, {bucket: examples})
+
+
 class CombineBuckets(beam.CombineFn):
     """Per split: (examples, input bytes, {bucket: examples})."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> SplitStats:
         return 0, 0, {}
 
-    def add_input(self, acc, ref: ExampleRef):
+    def add_input(self, acc: SplitStats, ref: ExampleRef) -> SplitStats:
         count, size, buckets = acc
         bucket = bucket_of(ref.key_hash)
         buckets[bucket] = buckets.get(bucket, 0) + 1
         return count + 1, size + (ref.size or 0), buckets
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[SplitStats]) -> SplitStats:
         count, size, buckets = 0, 0, {}
         for c, s, b in accumulators:
             count, size = count + c, size + s
@@ -49,8 +56,35 @@ class CombineBuckets(beam.CombineFn):
                 buckets[bucket] = buckets.get(bucket, 0) + n
         return count, size, buckets
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: SplitStats) -> SplitStats:
         return acc
+
+
+class PlanShards(beam.PTransform):
+    """Input refs -> (split, ShardPlan) for every split, from small per-split statistics."""
+
+    def __init__(self, num_shards: int, target_shard_mb: float):
+        super().__init__()
+        self._num_shards, self._target_shard_mb = num_shards, target_shard_mb
+
+    def expand(self, refs: beam.PCollection) -> beam.PCollection:
+        return (refs
+                | 'Key By Split' >> beam.Map(_by_split)
+                | 'Combine Buckets' >> beam.CombinePerKey(CombineBuckets())
+                | 'Cut Into Shards' >> beam.Map(_plan, self._num_shards, self._target_shard_mb))
+
+
+def _by_split(ref: ExampleRef) -> tuple[str, ExampleRef]:
+    return ref.split, ref
+
+
+def _plan(split_stats: tuple[str, SplitStats], num_shards: int,
+          target_shard_mb: float) -> tuple[str, 'ShardPlan']:
+    split, stats = split_stats
+    if num_shards > stats[0]:
+        LOG.warning('%s: --num_shards %d is more than its %d inputs; writing at most one shard '
+                    'per input', split, num_shards, stats[0])
+    return split, plan_shards(stats, num_shards, target_shard_mb)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,18 +103,19 @@ class AssignChunks(beam.DoFn):
     """ExampleRef -> ((split, shard, chunk), [refs]): the refs of a bundle, grouped by chunk.
 
     Emitting one list per chunk and bundle instead of one element per ref makes the following
-    GroupByKey handle an order of magnitude fewer elements; a bundle is one listing partition,
-    so what is held here is bounded by a partition.
+    GroupByKey handle an order of magnitude fewer elements. What is held here is one bundle's
+    refs: the runner decides the bundle size (DirectRunner and Dataflow cap bundles at a
+    bounded number of elements, and refs are a few hundred bytes each).
     """
 
-    def start_bundle(self):
+    def start_bundle(self) -> None:
         self._groups: dict = {}
 
-    def process(self, ref: ExampleRef, plans):
+    def process(self, ref: ExampleRef, plans: dict) -> None:
         key = (ref.split, *plans[ref.split].chunk_of(ref))
         self._groups.setdefault(key, []).append(ref)
 
-    def finish_bundle(self):
+    def finish_bundle(self) -> Iterator:
         for key, refs in self._groups.items():
             yield GlobalWindows.windowed_value((key, refs))
         self._groups = {}
@@ -92,7 +127,7 @@ def shard_count(count: int, input_bytes: int, num_shards: int, target_shard_mb: 
     return max(1, min(wanted, count))
 
 
-def plan_shards(stats, num_shards: int, target_shard_mb: float) -> ShardPlan:
+def plan_shards(stats: SplitStats, num_shards: int, target_shard_mb: float) -> ShardPlan:
     """Cuts the buckets of one split into shards of nearly equal example counts, and each
     shard into chunks of about CHUNK_EXAMPLES."""
     count, size, buckets = stats

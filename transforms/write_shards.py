@@ -11,17 +11,19 @@ import dataclasses
 import hashlib
 import logging
 import time
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms import faults, fileio, records, resume
-from transforms.errors import DatasetError
+from pipeline.formats import fileio, records
+from pipeline.formats.errors import DatasetError
+from transforms import faults, resume
 from transforms.images import ImageError, convert_image
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings
+from transforms.sharding import AssignChunks
 
 LOG = logging.getLogger('image_tfrecords')
 NAMESPACE = 'image_tfrecords'
@@ -51,7 +53,7 @@ class ShardResult:
             self.label_counts[label] = self.label_counts.get(label, 0) + n
 
 
-def order_chunk(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
+def order_chunk(refs: Iterable[ExampleRef], skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
     """Sorts refs by (hash, key); returns (unique refs, duplicates dropped).
 
     Equal keys have equal hashes, so duplicates always meet in one chunk.
@@ -66,6 +68,59 @@ def order_chunk(refs, skip_duplicates: bool) -> tuple[list[ExampleRef], list[Exa
             f"split '{duplicates[0].split}' lists {len(names)} input(s) more than once, e.g. "
             f'{names[0]}; remove the duplicates or pass --skip_duplicates to drop them')
     return unique, duplicates
+
+
+class WriteShards(beam.PTransform):
+    """Input refs -> ShardResult of every temporary shard file.
+
+    Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
+    fingerprinted (resume.py), each chunk is converted into a part file, and each shard's parts
+    are joined in chunk order.
+    """
+
+    def __init__(self, settings: ConversionSettings, plans: beam.PCollection,
+                 label_map: beam.PCollection):
+        super().__init__()
+        self._settings, self._plans, self._label_map = settings, plans, label_map
+
+    def expand(self, refs: beam.PCollection) -> beam.PCollection:
+        plans = beam.pvalue.AsDict(self._plans)
+        label_map = beam.pvalue.AsSingleton(self._label_map)
+        chunks = (refs
+                  | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=plans)
+                  | 'Group By Chunk' >> beam.GroupByKey())
+        shard_fps = beam.pvalue.AsDict(
+            chunks
+            | 'Fingerprint Chunks' >> beam.Map(_chunk_fingerprint, self._settings.run_id,
+                                               label_map=label_map)
+            | 'Group Fingerprints' >> beam.GroupByKey()
+            | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
+        return (chunks
+                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings), label_map=label_map,
+                                                shard_fps=shard_fps)
+                | 'Key By Shard' >> beam.Map(_shard_key)
+                | 'Group By Shard' >> beam.GroupByKey()
+                | 'Concatenate Shards' >> beam.ParDo(ConcatenateShard(self._settings),
+                                                     plans=plans, shard_fps=shard_fps))
+
+
+ShardKey = tuple[str, int]   # (split, shard)
+
+
+def _chunk_fingerprint(chunk: tuple, run_id: str,
+                       label_map: LabelMap) -> tuple[ShardKey, tuple[int, str]]:
+    (split, shard, index), groups = chunk
+    refs = [r for group in groups for r in group]
+    return (split, shard), (index, resume.chunk_fingerprint(run_id, label_map, chunk[0], refs))
+
+
+def _shard_fingerprint(shard_chunks: tuple) -> tuple[ShardKey, str]:
+    key, chunks = shard_chunks
+    return key, resume.shard_fingerprint(chunks)
+
+
+def _shard_key(result: ShardResult) -> tuple[ShardKey, ShardResult]:
+    return (result.split, result.shard), result
 
 
 class EncodeChunk(beam.DoFn):
@@ -85,7 +140,7 @@ class EncodeChunk(beam.DoFn):
         self._converted_chunks = Metrics.counter(NAMESPACE, 'chunks_converted')
         self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
 
-    def process(self, element, label_map: LabelMap, shard_fps: dict) -> Iterator[ShardResult]:
+    def process(self, element: tuple, label_map: LabelMap, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard, chunk), groups = element
         refs = [r for group in groups for r in group]
         settings = self._settings
@@ -168,7 +223,7 @@ class ConcatenateShard(beam.DoFn):
     def setup(self) -> None:
         self._shards = Metrics.counter(NAMESPACE, 'shards_written')
 
-    def process(self, element, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
+    def process(self, element: tuple, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard), parts = element
         settings = self._settings
         path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)])

@@ -2,7 +2,13 @@
 
 Examples are serialised straight to protobuf wire format (no TensorFlow import on workers, keys
 in sorted order so the bytes are deterministic), and framed as TFRecords with masked CRC32C.
-Readers (tests, `verify`, `read`) use `PARSE_SPEC`/`parse_example` from here too.
+Readers use the same definitions: `parse_spec()` for tf.data, and `read_records` with
+`decode_example` where TensorFlow is not wanted (verify, the report, the PyTorch reader).
+
+The decoder is written here rather than generated from example.proto: the protobuf runtime
+alone has no `tf.train.Example` class (TensorFlow or a generated module ships it), and the
+wire format of the three feature kinds takes a few dozen lines. tests/test_records.py pins it
+against TensorFlow's own serializer, packed and unpacked lists included.
 """
 import struct
 from typing import BinaryIO, Iterator, Mapping, Sequence

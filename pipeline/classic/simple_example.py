@@ -1,6 +1,6 @@
 """A custom ImageClassificationConfig, as in the classic data_converter's simple_example.py.
 
-    python -m pipeline.simple_example --save_dir /tmp/simple_tfrecords
+    python -m pipeline.classic.simple_example --save_dir /tmp/simple_tfrecords
 
 Generates random JPEG/PNG images over N classes and three splits, describes them with a config
 class whose example_generator yields {'image_fobj', 'label'} dicts, and converts them with

@@ -1,14 +1,14 @@
 """Reading a written dataset back as a `tf.data.Dataset` of (image, label).
 
-    from pipeline.read import dataset
+    from pipeline.readers.tf_data import dataset
     ds = dataset('gs://my-bucket/tfrecords/imagenet', 'train', shuffle_files=True, shuffle_buffer=10_000)
 
-The shard list comes from dataset_info.json and the parse spec from transforms/records.py, the
+The shard list comes from dataset_info.json and the parse spec from pipeline/formats/records.py, the
 same definitions the writer uses. (For TFDS: `tfds.builder_from_directory(output_dir)`.)
 """
 import tensorflow as tf
 
-from transforms import metadata, records
+from pipeline.formats import metadata, records
 
 
 def dataset(output_dir: str, split: str, shuffle_files: bool = False, shuffle_buffer: int = 0,

@@ -7,7 +7,7 @@ they are written as plain JSON so workers need no TFDS import.
 import json
 from typing import Mapping
 
-from transforms import fileio, records
+from pipeline.formats import fileio, records
 
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.errors import DatasetError
+from pipeline.formats.errors import DatasetError
 
 
 def is_gcs(path: str) -> bool:

@@ -1,6 +1,6 @@
 """The Flex Template's metadata.json, generated from the converter's own flags.
 
-    python -m pipeline.template_metadata > dataflow_templates/metadata.json
+    python -m pipeline.tools.template_metadata > dataflow_templates/metadata.json
 
 Names, help texts, defaults and optionality come from pipeline/options.py, so the console form
 always shows the flags the pipeline really has; labels and parameter types are added here.

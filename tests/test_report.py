@@ -5,7 +5,7 @@ import sys
 
 from PIL import Image
 
-from pipeline.inspect import write_report
+from pipeline.tools.report import write_report
 from tests import imagemaker
 from tests.helpers import convert, write_tree
 
@@ -29,6 +29,6 @@ def test_report_references_real_images_and_lists_skipped_files(tmp_path):
     assert '<td>train</td><td>12</td><td>2</td>' in page
     assert 'broken.jpg' in page and 'not an image Pillow can read' in page
     assert paths == [str(report), str(tmp_path / 'rep' / 'report.png'), str(tmp_path / 'rep' / 'report-samples.png')]
-    cli = subprocess.run([sys.executable, '-m', 'pipeline.inspect', out, f'--report={tmp_path}/cli.html'],
+    cli = subprocess.run([sys.executable, '-m', 'pipeline.tools.report', out, f'--report={tmp_path}/cli.html'],
                          capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0 and (tmp_path / 'cli-samples.png').exists()

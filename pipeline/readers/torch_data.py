@@ -1,10 +1,10 @@
 """A PyTorch `IterableDataset` over the shards of a split, without TensorFlow.
 
-    from pipeline.torch_data import TFRecordImageDataset
+    from pipeline.readers.torch_data import TFRecordImageDataset
     loader = torch.utils.data.DataLoader(TFRecordImageDataset(out, 'train'), num_workers=4)
 
 Records are read with this project's own TFRecord reader and Example decoder
-(transforms/records.py): no TensorFlow in a PyTorch environment, every record CRC-checked, and
+(pipeline/formats/records.py): no TensorFlow in a PyTorch environment, every record CRC-checked, and
 `gs://` read through the same I/O layer as the converter. Each DataLoader worker (and each rank,
 with `rank`/`world_size`) reads its own shards; with fewer shards than readers, every reader
 scans all shards and keeps every n-th record. Either way each record is read exactly once.
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from transforms import fileio, metadata, records
+from pipeline.formats import fileio, metadata, records
 
 
 class TFRecordImageDataset(torch.utils.data.IterableDataset):

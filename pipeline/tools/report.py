@@ -1,4 +1,4 @@
-"""A report on a written dataset: `python -m pipeline.inspect OUTPUT_DIR --report report.html`.
+"""A report on a written dataset: `python -m pipeline.tools.report OUTPUT_DIR --report report.html`.
 
 Writes a static HTML page (opens in a browser, no server) and beside it two PNGs: charts
 (class histogram per split, shard sizes, image sizes) and a contact sheet of sample images per
@@ -16,8 +16,8 @@ import sys
 
 from PIL import Image
 
-from transforms import fileio, metadata, records
-from transforms.errors import DatasetError
+from pipeline.formats import fileio, metadata, records
+from pipeline.formats.errors import DatasetError
 
 try:
     import matplotlib
@@ -174,7 +174,7 @@ def write_report(output_dir: str, report: str, sample_records: int = 2000) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='python -m pipeline.inspect', description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(prog='python -m pipeline.tools.report', description=__doc__.split('\n\n')[0])
     parser.add_argument('output_dir', help='The dataset folder (local or gs://).')
     parser.add_argument('--report', default='report.html', help='HTML file to write (default report.html).')
     parser.add_argument('--sample_records', type=int, default=2000,

@@ -1,0 +1,1 @@
+"""The classic tensorflow/tpu data_converter API (ImageClassificationConfig and -Builder)."""

@@ -1,0 +1,225 @@
+"""The job API: `prepare` checks the options, takes the output lock and builds the pipeline;
+`convert` runs it to the end and returns the run's summary. The command line
+(pipeline/run.py) and the classic builder (pipeline/classic/builder.py) both call it.
+"""
+import dataclasses
+import logging
+import re
+import shutil
+import tempfile
+import time
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import (
+    DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions)
+
+from pipeline import sample_data
+from pipeline.classic.config import ImageClassificationConfig
+from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
+from pipeline.formats import fileio, metadata
+from pipeline.formats.errors import DatasetError
+from pipeline.graph import build_pipeline
+from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
+from pipeline.sources import resolve_source
+from transforms import commit, lock, resume
+from transforms.settings import SPLITS, TEMP_PREFIX, ConversionSettings
+from transforms.write_shards import NAMESPACE
+
+LOG = logging.getLogger('image_tfrecords')
+SAMPLE_OUTPUT = 'sample_tfrecords'
+_NAME = re.compile(r'^[a-z][a-z0-9_]*$')
+
+
+@dataclasses.dataclass
+class Job:
+    """A prepared conversion. `pipeline` is None when there is nothing left to do (a rerun that
+    completed its own interrupted commit)."""
+    pipeline: beam.Pipeline | None
+    settings: ConversionSettings
+    options: PipelineOptions
+    sample_dir: str | None = None   # A generated sample input, removed after the run.
+
+
+def prepare(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
+            waits: bool = True, **values) -> Job:
+    """Checks the options, takes the output lock and builds the pipeline without running it.
+
+    Options are command-line `flags` (ours, Beam's, the runners') and keyword `values` by option
+    name, which take precedence. `waits`: the caller runs the job to its end (and then releases
+    the lock); otherwise the job's commit step releases it. Dry runs and template files take no
+    lock.
+    """
+    flags = list(flags)
+    check_flags(flags)
+    check_names(values)
+    options = PipelineOptions(flags, **values)
+    given = given_flags(flags) | set(values)
+    opts = options.view_as(ConverterOptions)
+    _check_numbers(opts)
+    sample_dir = None
+    if not (opts.output_dir or opts.input_dir or opts.config or config
+            or any(getattr(opts, f'csv_{s}') for s in SPLITS)):
+        sample_dir = tempfile.mkdtemp(prefix='sample_images_')
+        opts.input_dir = sample_data.write_sample_dataset(sample_dir)
+        opts.output_dir, opts.overwrite = SAMPLE_OUTPUT, True
+        LOG.info('no input given: converting a generated sample dataset into ./%s', SAMPLE_OUTPUT)
+    try:
+        return _prepare(options, given, config, waits, sample_dir)
+    except BaseException:
+        if sample_dir:
+            shutil.rmtree(sample_dir, ignore_errors=True)
+        raise
+
+
+def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
+             sample_dir: str | None) -> Job:
+    opts = options.view_as(ConverterOptions)
+    if not opts.output_dir:
+        raise DatasetError('--output_dir is required: a local folder or gs://bucket/prefix')
+    output_dir = opts.output_dir.rstrip('/')
+    for path in [output_dir, opts.input_dir, opts.labels_file,
+                 *(getattr(opts, f'csv_{s}') for s in SPLITS)]:
+        fileio.check_bucket(path or '')
+    source = resolve_source(opts, config)
+    name = opts.dataset_name or source.name
+    if not _NAME.match(name):
+        raise DatasetError(f'dataset name {name!r} must be lower_snake_case (a-z, 0-9, _); '
+                           'set --dataset_name')
+    settings = ConversionSettings(
+        output_dir=output_dir, dataset_name=name, splits=source.splits,
+        image=opts.image_options(), labels=source.labels, num_shards=opts.num_shards,
+        target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
+        description=opts.description or source.description, version=source.version,
+        max_error_ratio=opts.max_error_ratio, overwrite=opts.overwrite, release_lock=not waits)
+    if is_dataflow(options):
+        apply_dataflow_defaults(options, given)
+    _default_to_all_cores(options, given)
+    if (options.view_as(TestOptions).dry_run
+            or options.view_as(GoogleCloudOptions).template_location):  # A job description only.
+        return Job(build_pipeline(options, source.partitions, settings), settings, options,
+                   sample_dir)
+    runner = str(options.view_as(StandardOptions).runner or 'DirectRunner')
+    token = lock.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
+    try:
+        settings = dataclasses.replace(settings, lock_token=token)
+        done = _recover(settings)
+        if done:
+            return Job(None, settings, options, sample_dir)
+        _check_existing(settings)
+        settings = dataclasses.replace(settings, resuming=_temp_folders(settings, opts))
+        return Job(build_pipeline(options, source.partitions, settings), settings, options,
+                   sample_dir)
+    except BaseException:
+        lock.release(output_dir, token)
+        raise
+
+
+def _recover(settings: ConversionSettings) -> bool:
+    """Completes an interrupted commit; True if it was this very run's (nothing left to do)."""
+    journal = commit.interrupted_commit(settings.output_dir)
+    if journal is None:
+        return False
+    LOG.warning('%s', commit.finish_commit(settings.output_dir))
+    return journal['run_id'] == settings.run_id
+
+
+def _check_existing(settings: ConversionSettings) -> None:
+    existing = commit.existing_dataset_files(settings.output_dir)
+    if existing and not settings.overwrite:
+        raise DatasetError(f'{settings.output_dir} already holds a dataset ({len(existing)} files, '
+                           f'e.g. {fileio.basename(existing[0])}); pass --overwrite to replace it '
+                           'or choose another --output_dir')
+
+
+def _temp_folders(settings: ConversionSettings, opts: ConverterOptions) -> bool:
+    """Says what unfinished runs left in the output and removes it as the flags ask: other
+    runs' temporary folders with --overwrite or --clean_temp, this run's own (its resume state)
+    with --clean_temp. Returns whether this run can reuse earlier work."""
+    present = fileio.is_gcs(settings.output_dir) or fileio.exists(settings.output_dir)
+    folders = [e for e in fileio.list_dir(settings.output_dir)
+               if e.is_dir and e.name.startswith(TEMP_PREFIX)] if present else []
+    ours = [e for e in folders if e.path.rstrip('/') == settings.temp_dir.rstrip('/')]
+    removed = folders if opts.clean_temp else [e for e in folders if e not in ours] \
+        if opts.overwrite else []
+    kept_others = [e for e in folders if e not in ours and e not in removed]
+    if removed:
+        sizes = _sizes(removed)
+        for entry in removed:
+            fileio.delete_tree(entry.path)
+        LOG.warning('removed temporary folders of unfinished runs: %s', sizes)
+    if kept_others:
+        LOG.warning('%s holds temporary folders of runs with other options: %s; --clean_temp '
+                    'removes them', settings.output_dir, _sizes(kept_others))
+    if not ours or ours[0] in removed:
+        return False
+    chunks, shards = resume.finished_work(settings.temp_dir)
+    LOG.warning('resuming run %s: an earlier attempt finished %d chunks and %d shards; they are '
+                'reused where inputs and options are unchanged', settings.run_id, chunks, shards)
+    return True
+
+
+def _sizes(folders: list[fileio.Entry]) -> str:
+    return ', '.join(f'{e.name} ({_folder_bytes(e.path) / 1e6:.1f} MB)' for e in folders)
+
+
+def _folder_bytes(path: str) -> int:
+    return sum(m.size_in_bytes for m in fileio.match(fileio.join(path, '**')))
+
+
+def _check_numbers(opts: ConverterOptions) -> None:
+    checks = [(1 <= opts.jpeg_quality <= 100, '--jpeg_quality must be 1..100'),
+              (opts.num_shards >= 0, '--num_shards must be >= 0 (0: automatic)'),
+              (opts.target_shard_mb > 0, '--target_shard_mb must be > 0'),
+              (0 <= opts.max_error_ratio <= 1, '--max_error_ratio must be in 0..1'),
+              (opts.label_offset >= 0, '--label_offset must be >= 0'),
+              (opts.max_pixels >= 0 and opts.max_side >= 0, '--max_pixels/--max_side must be >= 0')]
+    for ok, message in checks:
+        if not ok:
+            raise DatasetError(message)
+
+
+def is_direct(options: PipelineOptions) -> bool:
+    runner = options.view_as(StandardOptions).runner
+    return runner is None or str(runner).lower() in ('directrunner', 'direct')
+
+
+def _default_to_all_cores(options: PipelineOptions, given: set[str]) -> None:
+    """On DirectRunner, use one worker process per core unless the flags say otherwise."""
+    if is_direct(options) and not {'direct_num_workers', 'direct_running_mode'} & given:
+        direct = options.view_as(DirectOptions)
+        direct.direct_num_workers, direct.direct_running_mode = 0, 'multi_processing'
+
+
+def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
+            **values) -> dict:
+    """Runs a conversion to the end and returns its summary (see summary.json), with the
+    seconds it took and the chunks it converted and reused. Options as for `prepare`."""
+    started = time.monotonic()
+    job = prepare(flags, config, **values)
+    settings = job.settings
+    counters = {}
+    try:
+        if job.pipeline is not None:
+            result = job.pipeline.run()
+            result.wait_until_finish()
+            counters = _counters(result)
+        lock.check(settings.output_dir, settings.lock_token)   # So the summary is this run's.
+        summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)
+    finally:
+        lock.release(settings.output_dir, settings.lock_token)
+        if job.sample_dir:
+            shutil.rmtree(job.sample_dir, ignore_errors=True)
+    summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,
+                   chunks={'converted': counters.get('chunks_converted', 0),
+                           'reused': counters.get('chunks_reused', 0)})
+    return summary
+
+
+def _counters(result) -> dict:
+    query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+    totals = {}
+    for counter in query['counters']:
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
+    return totals

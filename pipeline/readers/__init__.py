@@ -1,0 +1,1 @@
+"""Readers of a finished dataset: tf.data and PyTorch."""

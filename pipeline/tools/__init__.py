@@ -1,0 +1,1 @@
+"""Tools run on a finished dataset: verify, the HTML report, Flex Template metadata."""

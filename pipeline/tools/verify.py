@@ -1,0 +1,204 @@
+"""Proves a written dataset is sound: `python -m pipeline.tools.verify OUTPUT_DIR [--sample F]`.
+
+Reads every shard in parallel (one process per core) and checks each record's length and data
+CRCs, that it parses as tf.train.Example with the expected keys and types, its label against the
+label names, its SHA-256 key against its bytes, and (for all, or a `--sample` fraction) that the
+image decodes to the stored size; then that shard names, shard counts and bytes agree with
+dataset_info.json, that no shard is missing or left from another run, and that no image occurs
+twice within a split or in two splits. Prints every problem with shard and record index and
+exits non-zero if there is any; a held lock and temporary folders of unfinished runs are
+warnings, an interrupted commit an error (exit 2) that says how to complete it.
+"""
+import argparse
+import dataclasses
+import hashlib
+import io
+import multiprocessing
+import re
+import sys
+
+from PIL import Image
+
+from pipeline.formats import fileio, metadata, records
+from pipeline.formats.errors import DatasetError
+from transforms import commit, lock
+from transforms.settings import TEMP_PREFIX
+
+Image.MAX_IMAGE_PIXELS = None
+_SHARD = re.compile(r'^(?P<name>.+)-(?P<split>[^-]+)\.tfrecord-(?P<index>\d{5})-of-(?P<total>\d{5})$')
+
+
+@dataclasses.dataclass
+class ShardReport:
+    split: str
+    index: int
+    name: str
+    records: int = 0
+    bytes: int = 0
+    problems: list = dataclasses.field(default_factory=list)
+    digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
+
+
+def _check_record(data: bytes, names: list[str], sample: float) -> tuple[list[str], bytes]:
+    """Problems of one record, and the digest of its image."""
+    try:
+        example = records.decode_example(data)
+    except ValueError as exc:
+        return [f'does not parse as tf.train.Example ({exc})'], b''
+    problems = []
+    for key, kind in records.IMAGE_FEATURES.items():
+        values = example.get(key)
+        ok_type = values is not None and len(values) == 1 and isinstance(
+            values[0], int if kind == 'int' else bytes)
+        if not ok_type:
+            problems.append(f'{key} is missing or not a single {kind}')
+    if problems:
+        return problems, b''
+    value = {key: example[key][0] for key in records.IMAGE_FEATURES}
+    label, text = value[records.LABEL], value[records.TEXT].decode()
+    if not 0 <= label < len(names):
+        problems.append(f'label {label} is out of range 0..{len(names) - 1}')
+    elif names[label] != text:
+        problems.append(f'label {label} is {names[label]!r} in the label names but the record says {text!r}')
+    digest = hashlib.sha256(value[records.ENCODED]).digest()
+    if digest.hex() != value[records.SHA256].decode():
+        problems.append('image/key/sha256 does not match the image bytes')
+    if int.from_bytes(digest[:4], 'big') < sample * 2**32:
+        problems += _check_image(value)
+    return problems, digest[:16]
+
+
+def _check_image(value: dict) -> list[str]:
+    try:
+        image = Image.open(io.BytesIO(value[records.ENCODED]))
+        image.load()
+    except Exception as exc:
+        return [f'image does not decode ({exc})']
+    size = (value[records.WIDTH], value[records.HEIGHT])
+    problems = []
+    if image.size != size:
+        problems.append(f'image is {image.size[0]}x{image.size[1]} but the record says {size[0]}x{size[1]}')
+    if image.format != 'JPEG' or image.mode != 'RGB':
+        problems.append(f'image is {image.format} {image.mode}, not an RGB JPEG')
+    return problems
+
+
+def check_shard(task: tuple) -> ShardReport:
+    """Reads one shard and checks every record (runs in a worker process)."""
+    split, index, path, names, sample = task
+    report = ShardReport(split, index, fileio.basename(path))
+    try:
+        with fileio.open_read(path) as stream:
+            for number, data in enumerate(records.read_records(stream)):
+                problems, digest = _check_record(data, names, sample)
+                report.problems += [f'record {number}: {p}' for p in problems]
+                report.digests.append((digest, number))
+                report.records += 1
+                report.bytes += len(data) + 16
+    except records.RecordError as exc:
+        report.problems.append(str(exc))
+    except Exception as exc:  # A missing or unreadable file.
+        report.problems.append(f'cannot read: {str(exc).splitlines()[0][:200]}')
+    return report
+
+
+def _layout_problems(output_dir: str, info: dict) -> list[str]:
+    expected = {fileio.basename(p) for s in info['splits'] for p in metadata.shard_paths(output_dir, info, s['name'])}
+    found = {fileio.basename(m.path): m for m in fileio.match(fileio.join(output_dir, '*.tfrecord*'))}
+    problems = [f'{name}: missing shard' for name in sorted(expected - set(found))]
+    for name in sorted(set(found) - expected):
+        problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
+                        'remove it')
+    return problems
+
+
+def warnings(output_dir: str) -> list[str]:
+    """What is left in `output_dir` besides the dataset: a held lock, temporary folders."""
+    found = []
+    holder = lock.held(output_dir)
+    if holder is not None:
+        found.append(f'{lock.lock_path(output_dir)}: held by {lock.describe(holder)}; if that run '
+                     'is not running any more, its rerun takes it over (or pass --break_lock)')
+    for entry in fileio.list_dir(output_dir):
+        if entry.is_dir and entry.name.startswith(TEMP_PREFIX):
+            size = sum(m.size_in_bytes for m in fileio.match(fileio.join(entry.path, '**')))
+            found.append(f'{entry.path}: temporary folder of an unfinished run ({size / 1e6:.1f} '
+                         'MB); rerunning it resumes from there, --clean_temp or --overwrite '
+                         'removes it')
+    return found
+
+
+def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
+    """All problems of the dataset under `output_dir` ([] when it is sound)."""
+    output_dir = output_dir.rstrip('/')
+    journal = commit.interrupted_commit(output_dir)
+    if journal is not None:
+        raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal["run_id"]} '
+                           f'({commit.journal_path(output_dir)}); rerun the conversion command to '
+                           'complete it')
+    try:
+        info = metadata.load_json(output_dir, metadata.DATASET_INFO)
+        names = fileio.read_bytes(fileio.join(output_dir, metadata.LABELS)).decode().splitlines()
+    except Exception as exc:
+        raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt: '
+                           f'{str(exc).splitlines()[0]}') from None
+    problems = _layout_problems(output_dir, info)
+    tasks = [(s['name'], i, path, names, sample) for s in info['splits']
+             for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name']))]
+    with multiprocessing.get_context('spawn').Pool(processes) as pool:
+        reports = sorted(pool.imap_unordered(check_shard, tasks), key=lambda r: (r.split, r.index))
+    seen: dict[bytes, tuple] = {}
+    for split in info['splits']:
+        lengths = [int(n) for n in split['shardLengths']]
+        shards = [r for r in reports if r.split == split['name']]
+        for report in shards:
+            where = f"{split['name']} shard {report.index} ({report.name})"
+            problems += [f'{where} {p}' for p in report.problems]
+            if report.records != lengths[report.index]:
+                problems.append(f'{where}: {report.records} records, dataset_info.json says '
+                                f'{lengths[report.index]}')
+            for digest, number in report.digests:
+                if digest and digest in seen:
+                    other = seen[digest]
+                    kind = 'within a split' if other[0] == split['name'] else 'across splits (leakage)'
+                    problems.append(f'{where} record {number}: same image as {other[0]} shard '
+                                    f'{other[1]} record {other[2]}: duplicate {kind}')
+                elif digest:
+                    seen[digest] = (split['name'], report.index, number)
+        total = sum(r.bytes for r in shards)
+        if not any(r.problems for r in shards) and total != int(split['numBytes']):
+            problems.append(f"{split['name']}: {total} bytes, dataset_info.json says {split['numBytes']}")
+    _print_summary(info, reports, problems)
+    return problems
+
+
+def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
+    for split in info['splits']:
+        shards = [r for r in reports if r.split == split['name']]
+        print(f"{split['name']:<12}{sum(r.records for r in shards):>10} records"
+              f"{len(shards):>6} shards{sum(r.bytes for r in shards) / 1e6:>10.1f} MB")
+    print(f'{len(problems)} problem(s)' if problems else 'OK: no problems found')
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog='python -m pipeline.tools.verify', description=__doc__.split('\n\n')[0])
+    parser.add_argument('output_dir', help='The dataset folder (local or gs://).')
+    parser.add_argument('--sample', type=float, default=1.0,
+                        help='Fraction of images to decode (default 1: all); every record is '
+                        'still read, CRC-checked, parsed and hashed.')
+    parser.add_argument('--processes', type=int, default=None, help='Default: one per core.')
+    args = parser.parse_args(argv)
+    try:
+        problems = verify(args.output_dir, args.sample, args.processes)
+        for warning in warnings(args.output_dir.rstrip('/')):
+            print(f'warning: {warning}', file=sys.stderr)
+    except DatasetError as exc:
+        print(f'error: {exc}', file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
