@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from benchmarks.workload import linked_workload, make_workload
+from transforms.resume import chunk_of_part
 
 PY = sys.executable
 
@@ -37,7 +38,8 @@ def watched(cmd: list[str], out: str, kill_at: int | None = None) -> tuple[float
                                start_new_session=True)
     seen = 0
     while process.poll() is None:
-        seen = max(seen, len(glob.glob(f'{out}/.tmp-*/parts/*.json')))
+        parts = glob.glob(f'{out}/.tmp-*/parts/*.json')
+        seen = max(seen, len({chunk_of_part(p) for p in parts}))
         if kill_at is not None and seen >= kill_at:
             os.killpg(process.pid, signal.SIGKILL)
             break

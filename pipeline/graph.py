@@ -5,10 +5,13 @@
                -> Write Shards: refs grouped by chunk, fingerprinted, converted into part
                   files, joined per shard
                -> Commit Dataset
+
+A plan-only job (`--plan_only`) runs the first three stages and writes the plan instead.
 """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.plan import write_plan
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, Partition, is_input
@@ -22,10 +25,28 @@ def build_pipeline(options: PipelineOptions, partitions: list[Partition],
     """The conversion of `partitions` into a committed dataset under settings.output_dir."""
     p = beam.Pipeline(options=options)
     measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
+    facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
+    shards = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
+    _ = shards | 'Commit Dataset' >> CommitDataset(settings, label_map, facts)
+    return p
+
+
+def build_plan_pipeline(options: PipelineOptions, partitions: list[Partition],
+                        settings: ConversionSettings, plan_path: str) -> beam.Pipeline:
+    """Lists and plans without converting: the plan document goes to `plan_path`."""
+    p = beam.Pipeline(options=options)
+    measure_sizes = not all(x.sizes_known for x in partitions)
+    facts, label_map, _, plans = _plan(p, partitions, settings, measure_sizes)
+    _ = facts | 'Write Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
+                                         beam.pvalue.AsDict(plans), plan_path)
+    return p
+
+
+def _plan(p: beam.Pipeline, partitions: list[Partition], settings: ConversionSettings,
+          measure_sizes: bool) -> tuple:
+    """(facts, label map, input refs, shard plans) of the input."""
     listed = p | 'List Examples' >> ListExamples(partitions, measure_sizes)
     facts, label_map = listed | 'Resolve Labels' >> ResolveLabels(settings.splits, settings.labels)
     inputs = listed | 'Drop Ignored' >> beam.Filter(is_input)
     plans = inputs | 'Plan Shards' >> PlanShards(settings.num_shards, settings.target_shard_mb)
-    shards = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
-    _ = shards | 'Commit Dataset' >> CommitDataset(settings, label_map, facts)
-    return p
+    return facts, label_map, inputs, plans

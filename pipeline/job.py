@@ -3,11 +3,14 @@
 (pipeline/run.py) and the classic builder (pipeline/classic/builder.py) both call it.
 """
 import dataclasses
+import json
 import logging
+import os
 import re
 import shutil
 import tempfile
 import time
+import uuid
 from typing import Sequence
 
 import apache_beam as beam
@@ -20,8 +23,9 @@ from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.formats import fileio, metadata
 from pipeline.formats.errors import DatasetError
-from pipeline.graph import build_pipeline
+from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
+from pipeline.plan import estimate
 from pipeline.sources import resolve_source
 from transforms import commit, lock, resume
 from transforms.settings import SPLITS, TEMP_PREFIX, ConversionSettings
@@ -40,6 +44,7 @@ class Job:
     settings: ConversionSettings
     options: PipelineOptions
     sample_dir: str | None = None   # A generated sample input, removed after the run.
+    plan_path: str | None = None    # Where a plan-only job writes its plan.
 
 
 def prepare(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
@@ -76,9 +81,9 @@ def prepare(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
 def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
              sample_dir: str | None) -> Job:
     opts = options.view_as(ConverterOptions)
-    if not opts.output_dir:
+    if not opts.output_dir and not opts.plan_only:
         raise DatasetError('--output_dir is required: a local folder or gs://bucket/prefix')
-    output_dir = opts.output_dir.rstrip('/')
+    output_dir = (opts.output_dir or '').rstrip('/')
     for path in [output_dir, opts.input_dir, opts.labels_file,
                  *(getattr(opts, f'csv_{s}') for s in SPLITS)]:
         fileio.check_bucket(path or '')
@@ -96,6 +101,10 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     if is_dataflow(options):
         apply_dataflow_defaults(options, given)
     _default_to_all_cores(options, given)
+    if opts.plan_only:  # Writes nothing to the output: no lock.
+        path = _plan_path(options, settings)
+        return Job(build_plan_pipeline(options, source.partitions, settings, path), settings,
+                   options, sample_dir, path)
     if (options.view_as(TestOptions).dry_run
             or options.view_as(GoogleCloudOptions).template_location):  # A job description only.
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
@@ -114,6 +123,19 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     except BaseException:
         lock.release(output_dir, token)
         raise
+
+
+def _plan_path(options: PipelineOptions, settings: ConversionSettings) -> str:
+    """A new file for the plan: local on DirectRunner, else under --temp_location."""
+    if is_direct(options):
+        handle, path = tempfile.mkstemp(prefix='image-tfrecords-plan-', suffix='.json')
+        os.close(handle)
+        return path
+    temp = options.view_as(GoogleCloudOptions).temp_location
+    if not temp:
+        raise DatasetError('--plan_only on this runner needs --temp_location (a gs:// folder the '
+                           'job writes its plan to)')
+    return fileio.join(temp, f'plan-{settings.run_id}-{uuid.uuid4().hex[:8]}.json')
 
 
 def _recover(settings: ConversionSettings) -> bool:
@@ -215,6 +237,23 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
                    chunks={'converted': counters.get('chunks_converted', 0),
                            'reused': counters.get('chunks_reused', 0)})
     return summary
+
+
+def plan(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
+         **values) -> dict:
+    """Lists the input and plans the conversion without converting anything: per split the
+    inputs, ignored files, labels, shards and estimated sizes, with the time and worker
+    estimate of pipeline/plan.py. Options as for `prepare`."""
+    job = prepare(flags, config, **dict(values, plan_only=True))
+    try:
+        job.pipeline.run().wait_until_finish()
+        document = json.loads(fileio.read_bytes(job.plan_path))
+    finally:
+        fileio.delete([job.plan_path] if fileio.exists(job.plan_path) else [])
+        if job.sample_dir:
+            shutil.rmtree(job.sample_dir, ignore_errors=True)
+    cores = os.cpu_count() if is_direct(job.options) else 0
+    return estimate(document, cores)
 
 
 def _counters(result) -> dict:

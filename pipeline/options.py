@@ -91,6 +91,10 @@ class ConverterOptions(PipelineOptions):
              f'(default {DEFAULT_MAX_ERROR_RATIO}).')
         switch('skip_duplicates', False, 'Drop inputs listed twice in a split (reported) instead '
                'of failing')
+        switch('plan_only', False, 'List the inputs and print what the conversion would write '
+               'and cost (per split: inputs, labels, shards, sizes), converting nothing')
+        flag('plan_format', choices=('text', 'json'), default='text',
+             help='How --plan_only prints the plan: text or json (default text).')
         switch('verbose', False, 'Print the runner\'s full log and tracebacks (they go to a log '
                'file otherwise)')
 

@@ -11,11 +11,11 @@ import traceback
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import job
+from pipeline import job, plan
 from pipeline.console import log_file_path, send_stderr_to, setup_console_logging
 from pipeline.formats import fileio
 from pipeline.formats.errors import DatasetError
-from pipeline.options import help_text
+from pipeline.options import ConverterOptions, help_text
 from transforms import lock
 from transforms.settings import SPLITS
 
@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         send_stderr_to(log_file)
     setup_console_logging(verbose, log_file)
     try:
+        options = PipelineOptions(argv).view_as(ConverterOptions)
+        if options.plan_only:
+            document = job.plan(argv)
+            print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
+            return _done(log_file)
         if not job.is_direct(PipelineOptions(argv)):
             return _submit(argv)
         summary = job.convert(argv)
@@ -103,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f'\nWrote {summary["dataset"]} to {out}. Load it with:\n'
           f'  import tensorflow_datasets as tfds\n'
           f'  tfds.builder_from_directory({out!r}).as_dataset(split="train")')
+    return _done(log_file)
+
+
+def _done(log_file: str) -> int:
+    """A successful run keeps no log file."""
     logging.shutdown()
     fileio.delete([log_file])
     return 0

@@ -120,14 +120,40 @@ def download(prefix: str) -> dict:
     return {b.name[len(prefix) + 1:]: b.download_as_bytes() for b in blobs}
 
 
+def operations(method: str, path: str, body: bytes) -> list[str]:
+    """The Cloud Storage operations one JSON-API request asks for (a batch holds several)."""
+    if path.startswith('/batch/'):
+        requests = [line.split(' ') for line in body.decode('latin-1').splitlines()
+                    if line.startswith(('DELETE ', 'POST ', 'GET ', 'PATCH '))]
+        return [op for method_path in requests if len(method_path) >= 2
+                for op in operations(method_path[0], method_path[1], b'')]
+    path, _, query = path.partition('?')
+    if path.startswith('/upload/') or method == 'PUT':
+        return ['upload']
+    if method == 'GET' and (path.startswith('/download/') or 'alt=media' in query):
+        return ['read']
+    if '/compose' in path:
+        return ['compose']
+    if '/copyTo/' in path or '/rewriteTo/' in path:
+        return ['copy']
+    if method == 'DELETE':
+        return ['delete']
+    if method == 'GET' and path.endswith('/o'):
+        return ['list']
+    return ['get metadata'] if method == 'GET' else [f'other {method}']
+
+
 class FlakyProxy:
     """Forwards to the emulator, but answers every `every`-th request with HTTP 503 instead:
-    the transient error Cloud Storage returns under load."""
+    the transient error Cloud Storage returns under load (every=0: never). Counts the
+    operations it forwards, by kind (`operations`)."""
 
     def __init__(self, target_port: int, every: int = 4):
+        import collections
         import http.client
         proxy = self
         self.failures = self.requests = 0
+        self.operations = collections.Counter()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = 'HTTP/1.1'
@@ -135,12 +161,13 @@ class FlakyProxy:
             def _forward(self):
                 body = self.rfile.read(int(self.headers.get('Content-Length') or 0))
                 proxy.requests += 1
-                if proxy.requests % every == 0:
+                if every and proxy.requests % every == 0:
                     proxy.failures += 1
                     self.send_response(503)
                     self.send_header('Content-Length', '0')
                     self.end_headers()
                     return
+                proxy.operations.update(operations(self.command, self.path, body))
                 conn = http.client.HTTPConnection('127.0.0.1', target_port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != 'host'}
                 conn.request(self.command, self.path, body=body, headers=headers)

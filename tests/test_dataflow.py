@@ -189,7 +189,7 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
               'jpeg_quality': '90', 'target_shard_mb': '64', 'max_pixels': '0', 'max_side': '512',
               'max_image_pixels': '50000000', 'label_offset': '1', 'num_labels': '5',
               'description': 'from the console', 'clean_temp': 'true', 'break_lock': 'false',
-              'verbose': 'false'}
+              'verbose': 'false', 'plan_only': 'false', 'plan_format': 'text'}
     assert set(values) | {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config',
                           'config_arg'} == converter_flag_names()
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',

@@ -3,6 +3,8 @@ what the end-to-end tests only imply, pinned where it is decided."""
 import collections
 
 import apache_beam as beam
+import numpy as np
+import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -13,7 +15,8 @@ from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings, LabelSettings
-from transforms.sharding import AssignChunks, PlanShards
+from transforms.sharding import (
+    CHUNK_EXAMPLES, AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)
 from transforms.write_shards import WriteShards
 
 
@@ -22,26 +25,19 @@ def _refs(n: int, split: str = 'train') -> list[ExampleRef]:
                        f'img{i}.jpg', f'c{i % 3}', 1000) for i in range(n)]
 
 
-def _shard_sizes(plans):
-    """(split, sorted examples per shard) of the plans, counting the refs of _refs()."""
-    out = []
-    for split, plan in plans:
-        per_shard = collections.Counter(plan.chunk_of(r)[0] for r in _refs(1000, split))
-        out.append((split, plan.num_shards, sorted(per_shard.values())))
-    return out
+def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
+    """Examples per shard, ranking refs as the chunks rank them: by (hash, key)."""
+    ranked = sorted(refs, key=lambda r: (r.key_hash, r.key))
+    sizes = collections.Counter(plan.shard_of_rank(rank) for rank in range(len(ranked)))
+    return [sizes[s] for s in range(plan.num_shards)]
 
 
 def test_plan_shards_honours_the_shard_count_with_even_shards():
+    train, test = _refs(1000), _refs(7, 'test')
     with test_pipeline.TestPipeline() as p:
-        plans = (p | beam.Create(_refs(1000) + _refs(7, 'test'))
-                 | PlanShards(num_shards=4, target_shard_mb=128))
-        sizes = plans | beam.Map(lambda plan: _shard_sizes([plan])[0])
-        assert_that(sizes | beam.Filter(lambda s: s[0] == 'train')
-                    | beam.Map(lambda s: (s[1], len(s[2]), min(s[2]) >= 230, max(s[2]) <= 270)),
-                    equal_to([(4, 4, True, True)]), label='train: 4 even shards')
-        assert_that(plans | beam.Filter(lambda kv: kv[0] == 'test')
-                    | beam.Map(lambda kv: kv[1].num_shards),
-                    equal_to([4]), label='test: 7 inputs, 4 shards')
+        plans = p | beam.Create(train + test) | PlanShards(num_shards=4, target_shard_mb=128)
+        sizes = plans | beam.Map(lambda kv: (kv[0], _shard_sizes(train if kv[0] == 'train' else test, kv[1])))
+        assert_that(sizes, equal_to([('train', [250] * 4), ('test', [2, 2, 2, 1])]))
 
 
 def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
@@ -56,18 +52,44 @@ def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
         assert_that(counts, equal_to([3]))
 
 
-def test_assign_chunks_puts_every_ref_in_exactly_one_chunk_of_its_shard():
+def test_assign_chunks_puts_every_ref_in_one_chunk_at_its_rank():
     refs = _refs(1000)
+    ranks = {r.key: i for i, r in enumerate(sorted(refs, key=lambda r: (r.key_hash, r.key)))}
     with test_pipeline.TestPipeline() as p:
         plans = p | 'Refs For Plan' >> beam.Create(refs) | PlanShards(4, 128)
         chunks = (p | 'Refs' >> beam.Create(refs)
                   | beam.ParDo(AssignChunks(), plans=beam.pvalue.AsDict(plans))
                   | beam.GroupByKey()
-                  | beam.Map(lambda kv: (kv[0], sorted(r.key for g in kv[1] for r in g))))
-        keys = chunks | beam.FlatMap(lambda kv: kv[1])
-        assert_that(keys, equal_to([r.key for r in refs]), label='each ref once')
-        sizes = chunks | beam.Map(lambda kv: 64 <= len(kv[1]) <= 128)
-        assert_that(sizes, equal_to([True] * 8), label='8 chunks of at most 128')
+                  | beam.Map(lambda kv: (kv[0], sorted(ranks[r.key] for g in kv[1] for r in g))))
+        assert_that(chunks | beam.FlatMap(lambda kv: kv[1]), equal_to(list(range(1000))),
+                    label='each ref once')
+        # A chunk is a run of consecutive ranks of about CHUNK_EXAMPLES.
+        runs = chunks | beam.Map(lambda kv: (kv[1][-1] - kv[1][0] + 1 == len(kv[1]),
+                                             100 <= len(kv[1]) <= 160))
+        assert_that(runs | beam.combiners.Count.PerElement(), equal_to([((True, True), 8)]),
+                    label='8 runs of about 128')
+
+
+def _synthetic_plan(count: int, num_shards: int, seed: int = 0):
+    """The plan for `count` examples with random 64-bit hashes, planned from their histogram."""
+    hashes = np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.int64).astype(np.uint64) * 2
+    bits = bucket_bits(count)
+    histogram = Histogram(bits)
+    histogram.dense = np.bincount((hashes >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits)
+    return plan_shards(histogram, count, shard_count(count, 0, num_shards, 128))
+
+
+@pytest.mark.parametrize('count,shards', [(70_000, 70_000), (1_000_000, 1_000_000),
+                                           (3_000_000, 1_000_000), (2_000_000, 81_956)])
+def test_planner_honours_any_shard_count_up_to_a_million_with_even_chunks(count, shards):
+    plan = _synthetic_plan(count, shards)
+    assert plan.num_shards == shards and plan.count == count
+    sizes = np.bincount(np.arange(count) * shards // count, minlength=shards)
+    assert sizes.min() >= count // shards and sizes.max() <= -(-count // shards)
+    chunk_sizes = np.diff(plan.chunk_ranks)
+    assert chunk_sizes.sum() == count and chunk_sizes.min() > 0
+    assert np.median(chunk_sizes) <= 1.2 * CHUNK_EXAMPLES and chunk_sizes.max() <= 2 * CHUNK_EXAMPLES
+    assert shard_count(count, 0, 2_000_000, 128) == min(count, 1_000_000)
 
 
 def test_list_examples_accounts_for_every_file(tmp_path):

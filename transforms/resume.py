@@ -6,11 +6,11 @@ folder an interrupted attempt left. Inside it, every finished piece of work carr
 fingerprint in its name and a small JSON sidecar, written after the data it describes (so a
 sidecar means the data is complete):
 
-    parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   one chunk's records
+    parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   a chunk's records in a shard
     shards/SPLIT-SSSSS-<shard fingerprint>.tfrecord(.json)         a shard joined from its parts
 
-A chunk's fingerprint covers the run id, the label map, its place in the shard plan and, for
-every input in it, the key, size and modification time (local files are stat'ed when listing
+A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
+shards its examples fall in) and, for every input in it, the key, size and modification time (local files are stat'ed when listing
 gave no size or time; Cloud Storage inputs from CSVs or configs are identified by key and any
 size the listing gave). A shard's fingerprint covers the fingerprints of its chunks. Work is
 reused only under an identical fingerprint, so a changed input or option redoes exactly the
@@ -25,7 +25,7 @@ from typing import Iterable
 from pipeline.formats import fileio
 from transforms.refs import ExampleRef
 
-LAYOUT_VERSION = 1   # Raise when the bytes a run writes for the same options change.
+LAYOUT_VERSION = 2   # Raise when the bytes a run writes for the same options change.
 
 
 def fingerprint(*parts) -> str:
@@ -45,8 +45,11 @@ def input_identity(ref: ExampleRef) -> tuple:
     return ref.key, size, mtime, ref.label, ref.extras, ref.problem
 
 
-def chunk_fingerprint(run_id: str, label_map, key: tuple, refs: Iterable[ExampleRef]) -> str:
-    return fingerprint(run_id, label_map, key, sorted(input_identity(r) for r in refs))
+def chunk_fingerprint(run_id: str, label_map, key: tuple, placement: tuple,
+                      refs: Iterable[ExampleRef]) -> str:
+    """`placement`: what decides the shards of the chunk's examples (its first rank, the
+    split's shard count and example count)."""
+    return fingerprint(run_id, label_map, key, placement, sorted(input_identity(r) for r in refs))
 
 
 def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
@@ -79,5 +82,12 @@ def load_done(path: str, result_type):
 
 def finished_work(temp_dir: str) -> tuple[int, int]:
     """(chunks, shards) that an earlier attempt finished in `temp_dir`."""
-    count = lambda folder: len(fileio.match(fileio.join(temp_dir, folder, '*.tfrecord.json')))
-    return count('parts'), count('shards')
+    parts = fileio.match(fileio.join(temp_dir, 'parts', '*.tfrecord.json'))
+    shards = fileio.match(fileio.join(temp_dir, 'shards', '*.tfrecord.json'))
+    return len({chunk_of_part(m.path) for m in parts}), len(shards)
+
+
+def chunk_of_part(path: str) -> tuple[str, str]:
+    """(split, chunk) of a part file's path: a chunk has a part per shard it falls in."""
+    split, _, chunk, _ = fileio.basename(path).split('.')[0].rsplit('-', 3)
+    return split, chunk

@@ -23,7 +23,7 @@ from transforms.images import ImageError, convert_image
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings
-from transforms.sharding import AssignChunks
+from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
 NAMESPACE = 'image_tfrecords'
@@ -53,29 +53,34 @@ class ShardResult:
             self.label_counts[label] = self.label_counts.get(label, 0) + n
 
 
-def order_chunk(refs: Iterable[ExampleRef], skip_duplicates: bool) -> tuple[list[ExampleRef], list[ExampleRef]]:
-    """Sorts refs by (hash, key); returns (unique refs, duplicates dropped).
+def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
+                skip_duplicates: bool) -> dict[int, tuple[list[ExampleRef], list[ExampleRef]]]:
+    """Sorts a chunk's refs by (hash, key), which gives each its rank and so its shard; returns
+    {shard: (unique refs, duplicates dropped)}.
 
-    Equal keys have equal hashes, so duplicates always meet in one chunk.
+    Equal keys have equal hashes, so duplicates always meet in one chunk, next to each other.
     """
     ordered = sorted(refs, key=lambda r: (r.key_hash, r.key))
-    unique, duplicates = [], []
-    for ref in ordered:
-        (duplicates if unique and unique[-1].key == ref.key else unique).append(ref)
-    if duplicates and not skip_duplicates:
-        names = sorted({r.key for r in duplicates})
+    first = plan.first_rank(chunk)
+    pieces: dict[int, tuple[list, list]] = {}
+    for rank, ref in enumerate(ordered, first):
+        unique, duplicates = pieces.setdefault(plan.shard_of_rank(rank), ([], []))
+        previous = ordered[rank - first - 1] if rank > first else None
+        (duplicates if previous is not None and previous.key == ref.key else unique).append(ref)
+    dropped = sorted({r.key for _, duplicates in pieces.values() for r in duplicates})
+    if dropped and not skip_duplicates:
         raise DatasetError(
-            f"split '{duplicates[0].split}' lists {len(names)} input(s) more than once, e.g. "
-            f'{names[0]}; remove the duplicates or pass --skip_duplicates to drop them')
-    return unique, duplicates
+            f"split '{ordered[0].split}' lists {len(dropped)} input(s) more than once, e.g. "
+            f'{dropped[0]}; remove the duplicates or pass --skip_duplicates to drop them')
+    return pieces
 
 
 class WriteShards(beam.PTransform):
     """Input refs -> ShardResult of every temporary shard file.
 
     Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
-    fingerprinted (resume.py), each chunk is converted into a part file, and each shard's parts
-    are joined in chunk order.
+    fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
+    and each shard's parts are joined in chunk order.
     """
 
     def __init__(self, settings: ConversionSettings, plans: beam.PCollection,
@@ -91,13 +96,13 @@ class WriteShards(beam.PTransform):
                   | 'Group By Chunk' >> beam.GroupByKey())
         shard_fps = beam.pvalue.AsDict(
             chunks
-            | 'Fingerprint Chunks' >> beam.Map(_chunk_fingerprint, self._settings.run_id,
-                                               label_map=label_map)
+            | 'Fingerprint Chunks' >> beam.FlatMap(_chunk_fingerprint, self._settings.run_id,
+                                                   label_map=label_map, plans=plans)
             | 'Group Fingerprints' >> beam.GroupByKey()
             | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
         return (chunks
                 | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings), label_map=label_map,
-                                                shard_fps=shard_fps)
+                                                plans=plans, shard_fps=shard_fps)
                 | 'Key By Shard' >> beam.Map(_shard_key)
                 | 'Group By Shard' >> beam.GroupByKey()
                 | 'Concatenate Shards' >> beam.ParDo(ConcatenateShard(self._settings),
@@ -107,11 +112,14 @@ class WriteShards(beam.PTransform):
 ShardKey = tuple[str, int]   # (split, shard)
 
 
-def _chunk_fingerprint(chunk: tuple, run_id: str,
-                       label_map: LabelMap) -> tuple[ShardKey, tuple[int, str]]:
-    (split, shard, index), groups = chunk
+def _chunk_fingerprint(chunk: tuple, run_id: str, label_map: LabelMap,
+                       plans: dict) -> Iterator[tuple[ShardKey, tuple[int, str]]]:
+    """((split, chunk), refs) -> ((split, shard), (chunk, fingerprint)) for each of its shards."""
+    (split, index), groups = chunk
     refs = [r for group in groups for r in group]
-    return (split, shard), (index, resume.chunk_fingerprint(run_id, label_map, chunk[0], refs))
+    fp = resume.chunk_fingerprint(run_id, label_map, chunk[0], plans[split].placement(index), refs)
+    for shard in plans[split].shards_of_chunk(index):
+        yield (split, shard), (index, fp)
 
 
 def _shard_fingerprint(shard_chunks: tuple) -> tuple[ShardKey, str]:
@@ -124,7 +132,8 @@ def _shard_key(result: ShardResult) -> tuple[ShardKey, ShardResult]:
 
 
 class EncodeChunk(beam.DoFn):
-    """((split, shard, chunk), lists of refs) -> ShardResult of the chunk's part file.
+    """((split, chunk), lists of refs) -> a ShardResult per part file: one for each shard the
+    chunk's examples fall in.
 
     Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
     """
@@ -140,34 +149,53 @@ class EncodeChunk(beam.DoFn):
         self._converted_chunks = Metrics.counter(NAMESPACE, 'chunks_converted')
         self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
 
-    def process(self, element: tuple, label_map: LabelMap, shard_fps: dict) -> Iterator[ShardResult]:
-        (split, shard, chunk), groups = element
+    def process(self, element: tuple, label_map: LabelMap, plans: dict,
+                shard_fps: dict) -> Iterator[ShardResult]:
+        (split, chunk), groups = element
         refs = [r for group in groups for r in group]
         settings = self._settings
-        chunk_fp = resume.chunk_fingerprint(settings.run_id, label_map, (split, shard, chunk), refs)
-        path = resume.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
-        if settings.resuming:
-            shard_done = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)])
-            if fileio.exists(f'{shard_done}.json'):  # Already joined into its shard.
-                self._reused_chunks.inc()
-                yield ShardResult(split, shard, '', chunk)
-                return
-            done = resume.load_done(path, ShardResult)
-            if done is not None:
-                self._reused_chunks.inc()
-                yield done
-                return
-        result = self._encode(refs, ShardResult(split, shard, path, chunk), label_map)
-        resume.save_done(path, result)
+        plan = plans[split]
+        chunk_fp = resume.chunk_fingerprint(settings.run_id, label_map, (split, chunk),
+                                            plan.placement(chunk), refs)
+        pieces = split_chunk(refs, plan, chunk, settings.skip_duplicates)
+        paths = {shard: resume.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
+                 for shard in pieces}
+        reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
+        if reused is not None:
+            self._reused_chunks.inc()
+            yield from reused
+            return
+        results = []
+        for shard, (unique, duplicates) in pieces.items():
+            result = ShardResult(split, shard, paths[shard], chunk)
+            result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
+                                 for r in duplicates)
+            results.append(self._encode(unique, result, label_map))
+            resume.save_done(paths[shard], result)
         faults.crash_point('chunk', counted=True)
         self._converted_chunks.inc()
-        yield result
+        yield from results
+
+    def _reused(self, split: str, chunk: int, paths: dict,
+                shard_fps: dict) -> list[ShardResult] | None:
+        """The results of every part of this chunk if an earlier attempt finished them all: each
+        part either joined into its finished shard already, or complete on its own."""
+        results = []
+        for shard, path in paths.items():
+            joined = resume.shard_path(self._settings.temp_dir, split, shard,
+                                       shard_fps[(split, shard)])
+            if fileio.exists(f'{joined}.json'):
+                results.append(ShardResult(split, shard, '', chunk))
+                continue
+            done = resume.load_done(path, ShardResult)
+            if done is None:
+                return None
+            results.append(done)
+        return results
 
     def _encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap) -> ShardResult:
+        """Converts `refs` (in order) into the part file `result.temp_path`."""
         started = time.monotonic()
-        refs, duplicates = order_chunk(refs, self._settings.skip_duplicates)
-        result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
-                             for r in duplicates)
         with fileio.writing(result.temp_path) as out:
             for ref in refs:
                 try:
@@ -239,8 +267,10 @@ class ConcatenateShard(beam.DoFn):
             resume.save_done(path, result)
             fileio.delete(sources)
         self._shards.inc()
-        rate = result.records / result.seconds if result.seconds else 0.0
-        LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped (%.0f images/s per core)',
-                 split, shard + 1, plans[split].num_shards, result.records, result.bytes / 1e6,
-                 len(result.errors), rate)
+        total = plans[split].num_shards
+        if total <= 100 or shard % (total // 100) == 0:  # About a hundred lines per split.
+            rate = result.records / result.seconds if result.seconds else 0.0
+            LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped (%.0f images/s per '
+                     'core)', split, shard + 1, total, result.records, result.bytes / 1e6,
+                     len(result.errors), rate)
         yield result

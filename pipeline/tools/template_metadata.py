@@ -38,6 +38,8 @@ PARAMETERS = {
     'num_labels': ('Maximum number of distinct labels', 'NUMBER', []),
     'max_error_ratio': ('Maximum fraction of unconvertible images', 'NUMBER', []),
     'skip_duplicates': ('Drop inputs listed twice', 'BOOLEAN', []),
+    'plan_only': ('Only plan: list and estimate, convert nothing', 'BOOLEAN', []),
+    'plan_format': ('Plan output format (text or json)', 'TEXT', [r'^(text|json)$']),
     'verbose': ('Full launcher log', 'BOOLEAN', []),
 }
 REQUIRED = {'output_dir'}
