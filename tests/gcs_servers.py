@@ -172,7 +172,9 @@ class FlakyProxy:
                 headers = {k: v for k, v in self.headers.items() if k.lower() != 'host'}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
-                data = response.read()
+                # Links in answers (mediaLink, upload locations) point back through the proxy.
+                data = response.read().replace(f'127.0.0.1:{target_port}'.encode(),
+                                               f'127.0.0.1:{proxy.port}'.encode())
                 self.send_response(response.status)
                 for key, value in response.getheaders():
                     if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):

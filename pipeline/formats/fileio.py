@@ -37,11 +37,15 @@ def dirname(path: str) -> str:
 
 
 def read_bytes(path: str) -> bytes:
-    if not is_gcs(path):  # The hot path for local images: plain open() costs a tenth.
+    """A whole file. Local: plain open() (a tenth of the cost of FileSystems). Cloud Storage:
+    one media download (FileSystems' reader asks for the object's and the bucket's metadata
+    first: three operations per image instead of one), retried on transient errors."""
+    if not is_gcs(path):
         with open(path, 'rb') as stream:
             return stream.read()
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-        return stream.read()
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    return storage_client().bucket(bucket).blob(name).download_as_bytes(retry=DEFAULT_RETRY)
 
 
 def open_read(path: str):
