@@ -58,8 +58,9 @@ class SyntheticPartition(Partition):
 
 def run_stages(n: int, stages: int) -> None:
     """One pipeline with the first `stages` stages (in a child process)."""
+    from benchmarks.scale import SyntheticPartition as Synthetic   # Importable by name on workers.
     per = n // PARTITIONS
-    partitions = [SyntheticPartition(k * per, per) for k in range(PARTITIONS)]
+    partitions = [Synthetic(k * per, per) for k in range(PARTITIONS)]
     options = PipelineOptions(direct_running_mode='multi_processing', direct_num_workers=2)
     with beam.Pipeline(options=options) as p:
         refs = p | 'List Examples' >> ListExamples(partitions, measure_sizes=False)

@@ -26,7 +26,7 @@ STAGES = {
     'List Examples': ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Partitions'],
     'Resolve Labels': ['Combine Facts', 'Fix Label Ids'],
     'Drop Ignored': [],
-    'Plan Shards': ['Key By Split', 'Combine Buckets', 'Cut Into Shards'],
+    'Plan Shards': ['Hash Keys', 'Count Per Split', 'Bucket', 'Combine Buckets', 'Cut Into Shards'],
     'Write Shards': ['Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks', 'Group Fingerprints',
                      'Fingerprint Shards', 'Encode Chunks', 'Key By Shard', 'Group By Shard',
                      'Concatenate Shards'],

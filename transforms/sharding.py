@@ -111,13 +111,20 @@ class PlanShards(beam.PTransform):
         self._num_shards, self._target_shard_mb = num_shards, target_shard_mb
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
-        keyed = refs | 'Key By Split' >> beam.Map(_by_split)
-        totals = keyed | 'Count Per Split' >> beam.CombinePerKey(_CountAndBytes())
-        return (keyed
+        # Only (hash prefix, size) per input travels on: the histogram waits for the counts,
+        # and what waits is buffered (in the launcher, on DirectRunner).
+        hashed = refs | 'Hash Keys' >> beam.Map(_hashed)
+        totals = hashed | 'Count Per Split' >> beam.CombinePerKey(_CountAndBytes())
+        return (hashed
                 | 'Bucket' >> beam.Map(_bucket, totals=beam.pvalue.AsDict(totals))
                 | 'Combine Buckets' >> beam.CombinePerKey(CombineBuckets())
                 | 'Cut Into Shards' >> beam.Map(_plan, beam.pvalue.AsDict(totals),
                                                 self._num_shards, self._target_shard_mb))
+
+
+def _hashed(ref: ExampleRef) -> tuple[str, tuple[int, int | None]]:
+    """(split, (top MAX_BUCKET_BITS bits of the key hash, size)): all that planning needs."""
+    return ref.split, (ref.key_hash >> (64 - MAX_BUCKET_BITS), ref.size)
 
 
 class _CountAndBytes(beam.CombineFn):
@@ -126,9 +133,9 @@ class _CountAndBytes(beam.CombineFn):
     def create_accumulator(self) -> tuple[int, int, int]:
         return 0, 0, 0
 
-    def add_input(self, acc: tuple[int, int, int], ref: ExampleRef) -> tuple[int, int, int]:
-        known = ref.size is not None
-        return acc[0] + 1, acc[1] + known, acc[2] + (ref.size or 0)
+    def add_input(self, acc: tuple[int, int, int], hash_size: tuple) -> tuple[int, int, int]:
+        size = hash_size[1]
+        return acc[0] + 1, acc[1] + (size is not None), acc[2] + (size or 0)
 
     def merge_accumulators(self, accumulators: Iterable[tuple]) -> tuple[int, int, int]:
         return tuple(sum(values) for values in zip(*accumulators))
@@ -143,14 +150,10 @@ def estimated_bytes(totals: tuple[int, int, int]) -> int:
     return size * count // known if known else 0
 
 
-def _by_split(ref: ExampleRef) -> tuple[str, ExampleRef]:
-    return ref.split, ref
-
-
-def _bucket(keyed: tuple[str, ExampleRef], totals: dict) -> tuple[str, tuple[int, int]]:
-    split, ref = keyed
+def _bucket(hashed: tuple[str, tuple], totals: dict) -> tuple[str, tuple[int, int]]:
+    split, (top, _) = hashed
     bits = bucket_bits(totals[split][0])
-    return split, (bucket_of(ref.key_hash, bits), bits)
+    return split, (top >> (MAX_BUCKET_BITS - bits), bits)
 
 
 def _plan(split_histogram: tuple[str, Histogram], totals: dict, num_shards: int,
