@@ -116,3 +116,19 @@ def test_cli_exit_codes(dataset, copy):
     assert bad.returncode == 1 and 'missing shard' in bad.stderr
     none = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', '/no/such'], capture_output=True, text=True)
     assert none.returncode == 2 and none.stderr.startswith('error: /no/such has no readable dataset_info.json')
+
+
+def test_held_lock_and_leftover_temp_folders_are_warnings_with_their_size(copy):
+    os.makedirs(os.path.join(copy, '.tmp-0123456789abcdef', 'parts'))
+    with open(os.path.join(copy, '.tmp-0123456789abcdef', 'parts', 'p.tfrecord'), 'wb') as stream:
+        stream.write(b'x' * 2_500_000)
+    with open(os.path.join(copy, '.lock'), 'w') as stream:
+        json.dump({'token': 't', 'run_id': 'r1', 'host': 'h', 'pid': 7, 'started': 's'}, stream)
+    result = subprocess.run([sys.executable, '-m', 'pipeline.verify', copy], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and 'OK: no problems found' in result.stdout
+    assert result.stderr.splitlines() == [
+        f'warning: {copy}/.lock: held by run r1 on host h, pid 7, started s; if that run is not '
+        'running any more, its rerun takes it over (or pass --break_lock)',
+        f'warning: {copy}/.tmp-0123456789abcdef: temporary folder of an unfinished run (2.5 MB); '
+        'rerunning it resumes from there, --clean_temp or --overwrite removes it']
