@@ -139,6 +139,18 @@ def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
     assert os.listdir(tmp_path / 'out') == []
 
 
+def test_job_api_takes_flags_and_options_by_name_and_rejects_unknown_names(tmp_path):
+    from pipeline import job
+    root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
+                                        for i in range(6)})
+    summary = job.convert([f'--input_dir={root}'], output_dir=str(tmp_path / 'out'),
+                          num_shards=2, direct_running_mode='in_memory', direct_num_workers=1)
+    assert (summary['splits']['train']['records'], summary['splits']['train']['shards']) == (6, 2)
+    with pytest.raises(DatasetError) as info:
+        job.prepare([f'--input_dir={root}'], output_dir=str(tmp_path / 'x'), num_shard=2)
+    assert str(info.value) == "unknown option 'num_shard'; did you mean 'num_shards'?"
+
+
 def test_more_labels_than_num_labels_is_an_error(tmp_path):
     root = write_tree(tmp_path / 'in', {f'train/c{i}/x.jpg': imagemaker.jpeg(20, 20) for i in range(3)})
     with pytest.raises(Exception) as info:

@@ -149,6 +149,17 @@ def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path,
     assert not [n for n in os.listdir(out) if n.startswith('.')]
 
 
+def test_clean_temp_discards_this_runs_own_earlier_work(tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS]
+    assert _run(*flags, kill_at='chunk:1').returncode == -signal.SIGKILL
+    own = os.path.basename(glob.glob(f'{out}/.tmp-*')[0])
+    rerun = _run(*flags, '--clean_temp')
+    assert rerun.returncode == 0, rerun.stderr
+    assert f'removed temporary folders of unfinished runs: {own} (' in rerun.stderr
+    assert 'resuming' not in rerun.stderr and 'reused' not in rerun.stdout
+
+
 def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
     inputs = write_tree(tmp_path / 'in', _images(900))
     out = str(tmp_path / 'out')
