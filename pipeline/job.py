@@ -28,7 +28,7 @@ from pipeline.options import ConverterOptions, check_flags, check_names, given_f
 from pipeline.plan import estimate
 from pipeline.sources import resolve_source
 from transforms import commit, lock, resume
-from transforms.settings import SPLITS, TEMP_PREFIX, ConversionSettings
+from transforms.settings import SPLITS, ConversionSettings, temp_folders
 from transforms.write_shards import NAMESPACE
 
 LOG = logging.getLogger('image_tfrecords')
@@ -159,9 +159,7 @@ def _temp_folders(settings: ConversionSettings, opts: ConverterOptions) -> bool:
     """Says what unfinished runs left in the output and removes it as the flags ask: other
     runs' temporary folders with --overwrite or --clean_temp, this run's own (its resume state)
     with --clean_temp. Returns whether this run can reuse earlier work."""
-    present = fileio.is_gcs(settings.output_dir) or fileio.exists(settings.output_dir)
-    folders = [e for e in fileio.list_dir(settings.output_dir)
-               if e.is_dir and e.name.startswith(TEMP_PREFIX)] if present else []
+    folders = temp_folders(settings.output_dir)
     ours = [e for e in folders if e.path.rstrip('/') == settings.temp_dir.rstrip('/')]
     removed = folders if opts.clean_temp else [e for e in folders if e not in ours] \
         if opts.overwrite else []
@@ -183,11 +181,7 @@ def _temp_folders(settings: ConversionSettings, opts: ConverterOptions) -> bool:
 
 
 def _sizes(folders: list[fileio.Entry]) -> str:
-    return ', '.join(f'{e.name} ({_folder_bytes(e.path) / 1e6:.1f} MB)' for e in folders)
-
-
-def _folder_bytes(path: str) -> int:
-    return sum(m.size_in_bytes for m in fileio.match(fileio.join(path, '**')))
+    return ', '.join(f'{e.name} ({fileio.tree_bytes(e.path) / 1e6:.1f} MB)' for e in folders)
 
 
 def _check_numbers(opts: ConverterOptions) -> None:

@@ -55,3 +55,10 @@ TEMP_PREFIX = '.tmp-'
 
 def temp_dir(output_dir: str, run_id: str) -> str:
     return fileio.join(output_dir.rstrip('/'), TEMP_PREFIX + run_id)
+
+
+def temp_folders(output_dir: str) -> list[fileio.Entry]:
+    """The temporary folders of runs in `output_dir` (none when it does not exist yet)."""
+    if not (fileio.is_gcs(output_dir) or fileio.exists(output_dir)):
+        return []
+    return [e for e in fileio.list_dir(output_dir) if e.is_dir and e.name.startswith(TEMP_PREFIX)]

@@ -141,6 +141,11 @@ def match(pattern: str) -> list[FileMetadata]:
     return sorted(result.metadata_list, key=lambda m: m.path)
 
 
+def tree_bytes(path: str) -> int:
+    """Bytes of every file below folder `path`."""
+    return sum(m.size_in_bytes for m in match(join(path, '**')))
+
+
 def exists(path: str) -> bool:
     return FileSystems.exists(path)
 

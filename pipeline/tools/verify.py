@@ -22,7 +22,7 @@ from PIL import Image
 from pipeline.formats import fileio, metadata, records
 from pipeline.formats.errors import DatasetError
 from transforms import commit, lock
-from transforms.settings import TEMP_PREFIX
+from transforms.settings import temp_folders
 
 Image.MAX_IMAGE_PIXELS = None
 _SHARD = re.compile(r'^(?P<name>.+)-(?P<split>[^-]+)\.tfrecord-(?P<index>\d{5})-of-(?P<total>\d{5})$')
@@ -119,12 +119,10 @@ def warnings(output_dir: str) -> list[str]:
     if holder is not None:
         found.append(f'{lock.lock_path(output_dir)}: held by {lock.describe(holder)}; if that run '
                      'is not running any more, its rerun takes it over (or pass --break_lock)')
-    for entry in fileio.list_dir(output_dir):
-        if entry.is_dir and entry.name.startswith(TEMP_PREFIX):
-            size = sum(m.size_in_bytes for m in fileio.match(fileio.join(entry.path, '**')))
-            found.append(f'{entry.path}: temporary folder of an unfinished run ({size / 1e6:.1f} '
-                         'MB); rerunning it resumes from there, --clean_temp or --overwrite '
-                         'removes it')
+    for entry in temp_folders(output_dir):
+        found.append(f'{entry.path}: temporary folder of an unfinished run '
+                     f'({fileio.tree_bytes(entry.path) / 1e6:.1f} MB); rerunning it resumes from '
+                     'there, --clean_temp or --overwrite removes it')
     return found
 
 
