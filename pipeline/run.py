@@ -104,11 +104,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f'error: {message}', file=sys.stderr)
         return 2
     print(format_summary(summary))
-    out = summary['output_dir']
-    print(f'\nWrote {summary["dataset"]} to {out}. Load it with:\n'
-          f'  import tensorflow_datasets as tfds\n'
-          f'  tfds.builder_from_directory({out!r}).as_dataset(split="train")')
+    print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
+          + load_hint(summary))
     return _done(log_file)
+
+
+def load_hint(summary: dict) -> str:
+    """How to load the dataset just written, for each format it has."""
+    out, formats = summary['output_dir'], summary.get('file_formats', ['tfrecord'])
+    lines = ['  import tensorflow_datasets as tfds']
+    if 'tfrecord' in formats:
+        lines.append(f'  tfds.builder_from_directory({out!r}).as_dataset(split="train")')
+    if 'array_record' in formats:
+        lines += [f'  tfds.builder_from_directory({out!r}).as_data_source(split="train")',
+                  '  # or with Grain: from pipeline.readers.grain_data import dataset',
+                  f'  #   dataset({out!r}, "train", seed=0)']
+    return '\n'.join(lines)
 
 
 def _done(log_file: str) -> int:

@@ -66,6 +66,8 @@ def hermetic_environment(emulator_port: int, metadata_port: int) -> None:
         os.environ.pop(name, None)
     os.environ.update({
         'STORAGE_EMULATOR_HOST': f'http://127.0.0.1:{emulator_port}',
+        # The Cloud Storage C++ client (ArrayRecord's reader) has its own name for it.
+        'CLOUD_STORAGE_EMULATOR_ENDPOINT': f'http://127.0.0.1:{emulator_port}',
         'GCE_METADATA_HOST': f'127.0.0.1:{metadata_port}',
         'GCE_METADATA_IP': f'127.0.0.1:{metadata_port}',
         'CLOUDSDK_CONFIG': tempfile.mkdtemp(prefix='no-gcloud-'),

@@ -29,7 +29,7 @@ STAGES = {
     'Plan Shards': ['Hash Keys', 'Count Per Split', 'Bucket', 'Combine Buckets', 'Cut Into Shards'],
     'Write Shards': ['Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks', 'Group Fingerprints',
                      'Fingerprint Shards', 'Encode Chunks', 'Key By Shard', 'Group By Shard',
-                     'Concatenate Shards'],
+                     'Write Shards'],
     'Commit Dataset': ['Collect Results', 'Put In Place'],
 }
 STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]
@@ -189,7 +189,8 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
               'jpeg_quality': '90', 'target_shard_mb': '64', 'max_pixels': '0', 'max_side': '512',
               'max_image_pixels': '50000000', 'label_offset': '1', 'num_labels': '5',
               'description': 'from the console', 'clean_temp': 'true', 'break_lock': 'false',
-              'verbose': 'false', 'plan_only': 'false', 'plan_format': 'text'}
+              'verbose': 'false', 'plan_only': 'false', 'plan_format': 'text',
+              'output_format': 'tfrecord,array_record'}
     assert set(values) | {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config',
                           'config_arg'} == converter_flag_names()
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
@@ -203,3 +204,4 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
     assert options['num_shards'] == 4 and options['reencode'] is True
     assert options['apply_exif_orientation'] is False and options['max_side'] == 512
     assert options['dataset_name'] == 'launched' and options['description'] == 'from the console'
+    assert options['output_format'] == 'tfrecord,array_record'

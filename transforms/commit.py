@@ -27,7 +27,7 @@ import apache_beam as beam
 
 from pipeline.formats import fileio, metadata
 from pipeline.formats.errors import DatasetError
-from transforms import faults, lock
+from transforms import faults, lock, resume
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.settings import ConversionSettings, temp_dir
 from transforms.write_shards import ShardResult
@@ -36,8 +36,9 @@ LOG = logging.getLogger('image_tfrecords')
 
 JOURNAL = '.commit.json'
 MOVE_BATCH = 100
-DATASET_FILE_PATTERNS = ('*.tfrecord-*', metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
-                         metadata.CLASS_NAMES, metadata.SUMMARY, 'errors-*.jsonl')
+DATASET_FILE_PATTERNS = (*(f'*.{f}-*' for f in metadata.FILE_FORMATS), metadata.DATASET_INFO,
+                         metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES, metadata.SUMMARY,
+                         'errors-*.jsonl')
 
 
 def existing_dataset_files(output_dir: str) -> list[str]:
@@ -113,12 +114,15 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     """Writes the metadata into `staged`; returns the (source, final path) moves and the summary."""
     out = settings.output_dir
     moves, splits_info = [], {}
-    summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id, 'splits': {}}
+    summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
+               'file_formats': list(settings.output_formats), 'splits': {}}
     for split, shard_results in by_split.items():
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
-            moves.append([result.temp_path, fileio.join(out, metadata.shard_name(
-                settings.dataset_name, split, index, len(kept)))])
+            for file_format in settings.output_formats:
+                moves.append([resume.in_format(result.temp_path, file_format),
+                              fileio.join(out, metadata.shard_name(
+                                  settings.dataset_name, split, index, len(kept), file_format))])
         class_counts = {text: 0 for text, splits in facts.texts.items() if split in splits}
         for result in kept:
             for label_id, n in result.label_counts.items():
@@ -142,7 +146,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
              **{metadata.error_report_name(split): _error_lines(split, entries)
                 for split, entries in errors.items()},
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
-                 settings.dataset_name, settings.version, settings.description, splits_info))}
+                 settings.dataset_name, settings.version, settings.description,
+                 settings.output_formats, splits_info))}
     for name, data in files.items():  # dataset_info.json last.
         fileio.write_bytes(fileio.join(staged, name), data)
         moves.append([fileio.join(staged, name), fileio.join(out, name)])

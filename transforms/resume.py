@@ -7,7 +7,11 @@ fingerprint in its name and a small JSON sidecar, written after the data it desc
 sidecar means the data is complete):
 
     parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   a chunk's records in a shard
-    shards/SPLIT-SSSSS-<shard fingerprint>.tfrecord(.json)         a shard joined from its parts
+    shards/SPLIT-SSSSS-<shard fingerprint>.FORMAT                  a shard made from its parts
+    shards/SPLIT-SSSSS-<shard fingerprint>.PRIMARY.json             ... in every output format
+
+(Parts are TFRecord files whatever the output format. A shard has a file per output format,
+tfrecord and/or array_record; the sidecar, named after the first, is written after them all.)
 
 A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
 shards its examples fall in) and, for every input in it, the key, size and modification time (local files are stat'ed when listing
@@ -60,8 +64,13 @@ def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) 
     return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
 
 
-def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str) -> str:
-    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.tfrecord')
+def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str, file_format: str) -> str:
+    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{file_format}')
+
+
+def in_format(shard_file: str, file_format: str) -> str:
+    """The path of the same temporary shard in another format."""
+    return f'{shard_file.rsplit(".", 1)[0]}.{file_format}'
 
 
 def save_done(path: str, result) -> None:
@@ -83,7 +92,7 @@ def load_done(path: str, result_type):
 def finished_work(temp_dir: str) -> tuple[int, int]:
     """(chunks, shards) that an earlier attempt finished in `temp_dir`."""
     parts = fileio.match(fileio.join(temp_dir, 'parts', '*.tfrecord.json'))
-    shards = fileio.match(fileio.join(temp_dir, 'shards', '*.tfrecord.json'))
+    shards = fileio.match(fileio.join(temp_dir, 'shards', '*.json'))
     return len({chunk_of_part(m.path) for m in parts}), len(shards)
 
 

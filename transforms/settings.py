@@ -29,6 +29,7 @@ class ConversionSettings:
     num_shards: int = 0
     target_shard_mb: float = 128.0
     skip_duplicates: bool = False
+    output_formats: tuple[str, ...] = ('tfrecord',)   # metadata.FILE_FORMATS; the first is primary
     description: str = ''
     version: str = '1.0.0'
     # What does not shape the output bytes (and so is not part of the run id):
@@ -43,7 +44,8 @@ class ConversionSettings:
         """Fingerprint of every setting that shapes the output (see resume.py)."""
         return fingerprint(LAYOUT_VERSION, self.dataset_name, self.splits, self.image,
                            self.labels, self.num_shards, self.target_shard_mb,
-                           self.skip_duplicates, self.description, self.version)
+                           self.skip_duplicates, self.output_formats, self.description,
+                           self.version)
 
     @property
     def temp_dir(self) -> str:

@@ -1,22 +1,24 @@
-"""Writing shards: chunks of examples are converted in parallel, then concatenated per shard.
+"""Writing shards: chunks of examples are converted in parallel, then joined per shard.
 
 EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), reads and converts the
-images one at a time and streams the records into a part file, so a worker holds one image at a
-time whatever the dataset size. ConcatenateShard joins a shard's part files in chunk order into
-the temporary shard file. Inputs that cannot become records are reported, never fatal; a file
+images one at a time and streams the records into a part file (TFRecord), so a worker holds one
+image at a time whatever the dataset size. WriteShard makes a shard's part files, in chunk
+order, into the temporary shard file of the output format. Inputs that cannot become records are reported, never fatal; a file
 that cannot be written (disk full, no permission) is a DatasetError naming it. Finished parts
 and shards are marked so that a rerun after a crash reuses them (resume.py).
 """
 import dataclasses
 import hashlib
 import logging
+import os
+import tempfile
 import time
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import fileio, records
+from pipeline.formats import array_records, fileio, records
 from pipeline.formats.errors import DatasetError
 from transforms import faults, resume
 from transforms.images import ImageError, convert_image
@@ -105,7 +107,7 @@ class WriteShards(beam.PTransform):
                                                 plans=plans, shard_fps=shard_fps)
                 | 'Key By Shard' >> beam.Map(_shard_key)
                 | 'Group By Shard' >> beam.GroupByKey()
-                | 'Concatenate Shards' >> beam.ParDo(ConcatenateShard(self._settings),
+                | 'Write Shards' >> beam.ParDo(WriteShard(self._settings),
                                                      plans=plans, shard_fps=shard_fps))
 
 
@@ -183,7 +185,7 @@ class EncodeChunk(beam.DoFn):
         results = []
         for shard, path in paths.items():
             joined = resume.shard_path(self._settings.temp_dir, split, shard,
-                                       shard_fps[(split, shard)])
+                                       shard_fps[(split, shard)], self._settings.output_formats[0])
             if fileio.exists(f'{joined}.json'):
                 results.append(ShardResult(split, shard, '', chunk))
                 continue
@@ -242,8 +244,16 @@ class EncodeChunk(beam.DoFn):
         return records.encode_example(features), stored.passed_through
 
 
-class ConcatenateShard(beam.DoFn):
-    """((split, shard), chunk results) -> ShardResult of the temporary shard file."""
+class WriteShard(beam.DoFn):
+    """((split, shard), part results) -> ShardResult of the temporary shard, with a file per
+    output format (`temp_path` is the first format's; `bytes` its size).
+
+    TFRecord: the parts are joined as they are (a compose on Cloud Storage, a kernel copy on
+    disk). ArrayRecord ends in an index, so parts cannot be joined: one writer streams the parts'
+    records in order into a file on the worker's local disk, which is then uploaded and checked
+    (size and CRC32C). A worker thread so needs local disk for one shard (about
+    --target_shard_mb) and memory for one record at a time.
+    """
 
     def __init__(self, settings: ConversionSettings):
         self._settings = settings
@@ -254,7 +264,8 @@ class ConcatenateShard(beam.DoFn):
     def process(self, element: tuple, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard), parts = element
         settings = self._settings
-        path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)])
+        path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
+                                 settings.output_formats[0])
         result = resume.load_done(path, ShardResult) if settings.resuming else None
         if result is None:
             parts = sorted(parts, key=lambda r: r.chunk)
@@ -262,10 +273,19 @@ class ConcatenateShard(beam.DoFn):
             for part in parts:
                 result.add(part)
             sources = [p.temp_path for p in parts]
-            with fileio.output_errors(path):
-                fileio.concatenate(sources, path)
+            sizes = {}
+            for file_format in settings.output_formats:
+                target = resume.in_format(path, file_format)
+                with fileio.output_errors(target):
+                    if file_format == 'array_record':
+                        sizes[file_format] = _write_array_record(sources, target)
+                    else:
+                        fileio.concatenate(sources, target)
+                        sizes[file_format] = result.bytes
+            result.bytes = sizes[settings.output_formats[0]]
             resume.save_done(path, result)
             fileio.delete(sources)
+            faults.crash_point('shard', counted=True)
         self._shards.inc()
         total = plans[split].num_shards
         if total <= 100 or shard % (total // 100) == 0:  # About a hundred lines per split.
@@ -274,3 +294,20 @@ class ConcatenateShard(beam.DoFn):
                      'core)', split, shard + 1, total, result.records, result.bytes / 1e6,
                      len(result.errors), rate)
         yield result
+
+
+def _write_array_record(parts: list[str], path: str) -> int:
+    """Writes the records of the TFRecord `parts`, in order, as the ArrayRecord file `path`;
+    returns its size."""
+    def part_records() -> Iterator[bytes]:
+        for part in parts:
+            with fileio.open_read(part) as stream:
+                yield from records.read_records(stream)
+
+    handle, local = tempfile.mkstemp(prefix='image-tfrecords-shard-', suffix='.array_record')
+    os.close(handle)
+    try:
+        array_records.write_file(part_records(), local)
+        return fileio.upload(local, path)
+    finally:
+        os.remove(local)

@@ -122,6 +122,39 @@ def create_exclusive(path: str, data: bytes) -> bool:
     return True
 
 
+def upload(local_path: str, destination: str) -> int:
+    """Moves the local file `local_path` to `destination` and checks that what arrived has its
+    size and CRC32C (Cloud Storage: the object's checksums; disk: the copy); returns the size."""
+    size = os.path.getsize(local_path)
+    crc = _file_crc32c(local_path)
+    if is_gcs(destination):
+        from google.cloud.storage.retry import DEFAULT_RETRY
+        bucket, name = split_gcs(destination)
+        blob = storage_client().bucket(bucket).blob(name)
+        blob.upload_from_filename(local_path, content_type='application/octet-stream',
+                                  checksum='crc32c', retry=DEFAULT_RETRY)
+        arrived, arrived_crc = blob.size, blob.crc32c
+    else:
+        os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)
+        shutil.copyfile(local_path, destination)
+        arrived, arrived_crc = os.path.getsize(destination), _file_crc32c(destination)
+    if (arrived, arrived_crc) != (size, crc):
+        raise OSError(errno.EIO, f'{destination} holds {arrived} bytes with CRC32C {arrived_crc} '
+                      f'after writing {size} bytes with CRC32C {crc}')
+    return size
+
+
+def _file_crc32c(path: str) -> str:
+    """The CRC32C of a local file as Cloud Storage states it (base64 of the big-endian value)."""
+    import base64
+    import google_crc32c
+    checksum = google_crc32c.Checksum()
+    with open(path, 'rb') as stream:
+        for block in iter(lambda: stream.read(1 << 20), b''):
+            checksum.update(block)
+    return base64.b64encode(checksum.digest()).decode()
+
+
 def read_if_exists(path: str) -> bytes | None:
     """The bytes of `path`, or None when there is no such file."""
     if is_gcs(path):

@@ -1,13 +1,14 @@
-"""The files beside the shards: TFDS metadata, label names and the run summary.
+"""Shard file names (either format) and the files beside the shards: TFDS metadata, label names
+and the run summary.
 
 `dataset_info.json` and `features.json` follow the TFDS format, so
 `tfds.builder_from_directory(output_dir)` loads the dataset with decoded images and class names;
 they are written as plain JSON so workers need no TFDS import.
 """
 import json
-from typing import Mapping
+from typing import Iterator, Mapping, Sequence
 
-from pipeline.formats import fileio, records
+from pipeline.formats import array_records, fileio, records
 
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'
@@ -19,8 +20,11 @@ SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 _TFDS = 'tensorflow_datasets.core.features.'
 
 
-def shard_name(dataset: str, split: str, index: int, total: int) -> str:
-    return f'{dataset}-{split}.tfrecord-{index:05d}-of-{total:05d}'
+FILE_FORMATS = ('tfrecord', 'array_record')   # TFDS's names; also the shard file extensions.
+
+
+def shard_name(dataset: str, split: str, index: int, total: int, file_format: str) -> str:
+    return f'{dataset}-{split}.{file_format}-{index:05d}-of-{total:05d}'
 
 
 def error_report_name(split: str) -> str:
@@ -77,31 +81,54 @@ def features_json(num_classes: int, extras: Mapping[str, Mapping]) -> dict:
     return _features_dict(tree)
 
 
-def dataset_info_json(dataset: str, version: str, description: str,
+def dataset_info_json(dataset: str, version: str, description: str, file_formats: Sequence[str],
                       splits: Mapping[str, Mapping]) -> dict:
-    """TFDS dataset_info.json; `splits` maps name -> {'shard_lengths': [...], 'num_bytes': n}."""
-    return {
+    """TFDS dataset_info.json; `splits` maps name -> {'shard_lengths': [...], 'num_bytes': n}
+    (the bytes of the first of `file_formats`, which TFDS reads by default; the others are
+    declared as alternative formats, each with the same shards and records)."""
+    info = {
         'name': dataset,
         'version': version,
         'description': description,
-        'fileFormat': 'tfrecord',
+        'fileFormat': file_formats[0],
         'moduleName': 'image_tfrecords',
         'splits': [{'name': name, 'filepathTemplate': SHARD_TEMPLATE,
                     'numBytes': str(info['num_bytes']),
                     'shardLengths': [str(n) for n in info['shard_lengths']]}
                    for name, info in splits.items()],
     }
+    if len(file_formats) > 1:
+        info['alternativeFileFormats'] = list(file_formats[1:])
+    return info
 
 
 def load_json(output_dir: str, name: str) -> dict:
     return json.loads(fileio.read_bytes(fileio.join(output_dir, name)))
 
 
-def shard_paths(output_dir: str, info: dict, split: str) -> list[str]:
-    """The shard files `dataset_info.json` says a split has, in order."""
+def file_formats(info: dict) -> list[str]:
+    """The shard file formats `dataset_info.json` declares, the default one first (TFDS:
+    tfrecord when none is)."""
+    return [info.get('fileFormat', 'tfrecord'), *info.get('alternativeFileFormats', [])]
+
+
+def shard_paths(output_dir: str, info: dict, split: str, file_format: str | None = None) -> list[str]:
+    """The shard files `dataset_info.json` says a split has, in order, in `file_format`
+    (default: the dataset's first format)."""
     entry = next(s for s in info['splits'] if s['name'] == split)
     total = len(entry['shardLengths'])
-    return [fileio.join(output_dir, shard_name(info['name'], split, i, total)) for i in range(total)]
+    file_format = file_format or file_formats(info)[0]
+    return [fileio.join(output_dir, shard_name(info['name'], split, i, total, file_format))
+            for i in range(total)]
+
+
+def shard_records(path: str, shard_format: str) -> Iterator[bytes]:
+    """The serialized records of one shard file, in order, integrity-checked (RecordError)."""
+    if shard_format == 'array_record':
+        yield from array_records.read_records(path)
+        return
+    with fileio.open_read(path) as stream:
+        yield from records.read_records(stream)
 
 
 def dumps(document) -> bytes:

@@ -5,7 +5,8 @@
 
 Records are read with this project's own TFRecord reader and Example decoder
 (pipeline/formats/records.py): no TensorFlow in a PyTorch environment, every record CRC-checked, and
-`gs://` read through the same I/O layer as the converter. Each DataLoader worker (and each rank,
+`gs://` read through the same I/O layer as the converter. A dataset in ArrayRecord only is read
+through ArrayRecord's reader, in the same order. Each DataLoader worker (and each rank,
 with `rank`/`world_size`) reads its own shards; with fewer shards than readers, every reader
 scans all shards and keeps every n-th record. Either way each record is read exactly once.
 """
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, records
+from pipeline.formats import metadata, records
 
 
 class TFRecordImageDataset(torch.utils.data.IterableDataset):
@@ -24,6 +25,7 @@ class TFRecordImageDataset(torch.utils.data.IterableDataset):
     def __init__(self, output_dir: str, split: str, transform=None, rank: int = 0, world_size: int = 1):
         super().__init__()
         info = metadata.load_json(output_dir, metadata.DATASET_INFO)
+        self.file_format = metadata.file_formats(info)[0]
         self.files = metadata.shard_paths(output_dir, info, split)
         self.transform, self.rank, self.world_size = transform, rank, world_size
 
@@ -40,11 +42,10 @@ class TFRecordImageDataset(torch.utils.data.IterableDataset):
             files, stride = self.files, readers
         position = 0
         for path in files:
-            with fileio.open_read(path) as stream:
-                for data in records.read_records(stream):
-                    if stride == 1 or position % stride == reader:
-                        yield self._item(data)
-                    position += 1
+            for data in metadata.shard_records(path, self.file_format):
+                if stride == 1 or position % stride == reader:
+                    yield self._item(data)
+                position += 1
 
     def _item(self, data: bytes):
         example = records.decode_example(data)

@@ -31,17 +31,16 @@ _CLASSES_SHOWN = 12
 _PER_CLASS = 6
 
 
-def _sample(paths: list[str], limit: int) -> list[dict]:
+def _sample(paths: list[str], file_format: str, limit: int) -> list[dict]:
     out = []
     for path in paths:
-        with fileio.open_read(path) as stream:
-            for data in records.read_records(stream):
-                example = records.decode_example(data)
-                out.append({'label': example[records.LABEL][0], 'text': example[records.TEXT][0].decode(),
-                            'height': example[records.HEIGHT][0], 'width': example[records.WIDTH][0],
-                            'encoded': example[records.ENCODED][0]})
-                if len(out) >= limit:
-                    return out
+        for data in metadata.shard_records(path, file_format):
+            example = records.decode_example(data)
+            out.append({'label': example[records.LABEL][0], 'text': example[records.TEXT][0].decode(),
+                        'height': example[records.HEIGHT][0], 'width': example[records.WIDTH][0],
+                        'encoded': example[records.ENCODED][0]})
+            if len(out) >= limit:
+                return out
     return out
 
 
@@ -63,10 +62,13 @@ def collect(output_dir: str, sample_records: int) -> dict:
     splits = {}
     for entry in info['splits']:
         name = entry['name']
+        file_format = metadata.file_formats(info)[0]
         paths = metadata.shard_paths(output_dir, info, name)
-        sizes = {m.path: m.size_in_bytes for m in fileio.match(fileio.join(output_dir, f'*-{name}.tfrecord-*'))}
+        sizes = {m.path: m.size_in_bytes
+                 for m in fileio.match(fileio.join(output_dir, f'*-{name}.{file_format}-*'))}
         splits[name] = {'summary': summary['splits'][name], 'shard_bytes': [sizes.get(p, 0) for p in paths],
-                        'sample': _sample(paths, sample_records), 'errors': _errors(output_dir, name)}
+                        'sample': _sample(paths, file_format, sample_records),
+                        'errors': _errors(output_dir, name)}
     return {'name': info['name'], 'output_dir': output_dir, 'splits': splits}
 
 

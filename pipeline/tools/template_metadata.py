@@ -22,6 +22,8 @@ PARAMETERS = {
     'config_arg': ('Config argument (key=value)', 'TEXT', [r'^\w+=.*$']),
     'output_dir': ('Output folder for shards and metadata', 'GCS_WRITE_FOLDER', [_GCS]),
     'dataset_name': ('Dataset name (shard file prefix)', 'TEXT', [r'^[a-z][a-z0-9_]*$']),
+    'output_format': ('Shard format: tfrecord, array_record, or both (comma-separated)', 'TEXT',
+                      [r'^(tfrecord|array_record)(,(tfrecord|array_record))?$']),
     'num_shards': ('Shards per split (0: automatic)', 'NUMBER', []),
     'target_shard_mb': ('Target shard size in MB', 'NUMBER', []),
     'overwrite': ('Replace an existing dataset', 'BOOLEAN', []),
@@ -68,8 +70,8 @@ def template_metadata() -> dict:
     return {
         'name': 'Image classification dataset to TFRecords',
         'description': 'Converts images with class labels (a folder per split and class, or CSV '
-                       'files of uri,label) into sharded TFRecords of tf.train.Example per split, '
-                       'with TFDS metadata, for Cloud TPU training.',
+                       'files of uri,label) into sharded TFRecords (or ArrayRecords) of tf.train.Example '
+                       'per split, with TFDS metadata, for Cloud TPU training.',
         'parameters': parameters,
     }
 

@@ -1,11 +1,12 @@
 """Proves a written dataset is sound: `python -m pipeline.tools.verify OUTPUT_DIR [--sample F]`.
 
-Reads every shard in parallel (one process per core) and checks each record's length and data
-CRCs, that it parses as tf.train.Example with the expected keys and types, its label against the
+Reads every shard in parallel (one process per core) and checks each record's integrity (TFRecord:
+length and data CRCs; ArrayRecord: the hash of every chunk), that it parses as tf.train.Example with the expected keys and types, its label against the
 label names, its SHA-256 key against its bytes, and (for all, or a `--sample` fraction) that the
 image decodes to the stored size; then that shard names, shard counts and bytes agree with
 dataset_info.json, that no shard is missing or left from another run, and that no image occurs
-twice within a split or in two splits. Prints every problem with shard and record index and
+twice within a split or in two splits. A dataset written in two formats is checked in both, and
+each ArrayRecord shard must hold the same records as its TFRecord twin. Prints every problem with shard and record index and
 exits non-zero if there is any; a held lock and temporary folders of unfinished runs are
 warnings, an interrupted commit an error (exit 2) that says how to complete it.
 """
@@ -14,7 +15,6 @@ import dataclasses
 import hashlib
 import io
 import multiprocessing
-import re
 import sys
 
 from PIL import Image
@@ -25,11 +25,11 @@ from transforms import commit, lock
 from transforms.settings import temp_folders
 
 Image.MAX_IMAGE_PIXELS = None
-_SHARD = re.compile(r'^(?P<name>.+)-(?P<split>[^-]+)\.tfrecord-(?P<index>\d{5})-of-(?P<total>\d{5})$')
 
 
 @dataclasses.dataclass
 class ShardReport:
+    file_format: str
     split: str
     index: int
     name: str
@@ -85,16 +85,17 @@ def _check_image(value: dict) -> list[str]:
 
 def check_shard(task: tuple) -> ShardReport:
     """Reads one shard and checks every record (runs in a worker process)."""
-    split, index, path, names, sample = task
-    report = ShardReport(split, index, fileio.basename(path))
+    file_format, split, index, path, names, sample = task
+    report = ShardReport(file_format, split, index, fileio.basename(path))
     try:
-        with fileio.open_read(path) as stream:
-            for number, data in enumerate(records.read_records(stream)):
-                problems, digest = _check_record(data, names, sample)
-                report.problems += [f'record {number}: {p}' for p in problems]
-                report.digests.append((digest, number))
-                report.records += 1
-                report.bytes += len(data) + 16
+        for number, data in enumerate(metadata.shard_records(path, file_format)):
+            problems, digest = _check_record(data, names, sample)
+            report.problems += [f'record {number}: {p}' for p in problems]
+            report.digests.append((digest, number))
+            report.records += 1
+            report.bytes += len(data) + 16
+        if file_format != 'tfrecord':  # The file's own size, index and footer included.
+            report.bytes = fileio.match(path)[0].size_in_bytes
     except records.RecordError as exc:
         report.problems.append(str(exc))
     except Exception as exc:  # A missing or unreadable file.
@@ -103,10 +104,12 @@ def check_shard(task: tuple) -> ShardReport:
 
 
 def _layout_problems(output_dir: str, info: dict) -> list[str]:
-    expected = {fileio.basename(p) for s in info['splits'] for p in metadata.shard_paths(output_dir, info, s['name'])}
-    found = {fileio.basename(m.path): m for m in fileio.match(fileio.join(output_dir, '*.tfrecord*'))}
-    problems = [f'{name}: missing shard' for name in sorted(expected - set(found))]
-    for name in sorted(set(found) - expected):
+    expected = {fileio.basename(p) for f in metadata.file_formats(info) for s in info['splits']
+                for p in metadata.shard_paths(output_dir, info, s['name'], f)}
+    found = {fileio.basename(m.path) for f in metadata.FILE_FORMATS
+             for m in fileio.match(fileio.join(output_dir, f'*.{f}*'))}
+    problems = [f'{name}: missing shard' for name in sorted(expected - found)]
+    for name in sorted(found - expected):
         problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
                         'remove it')
     return problems
@@ -141,20 +144,27 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt: '
                            f'{str(exc).splitlines()[0]}') from None
     problems = _layout_problems(output_dir, info)
-    tasks = [(s['name'], i, path, names, sample) for s in info['splits']
-             for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name']))]
+    formats = metadata.file_formats(info)
+    tasks = [(f, s['name'], i, path, names, sample) for f in formats for s in info['splits']
+             for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name'], f))]
     with multiprocessing.get_context('spawn').Pool(processes) as pool:
-        reports = sorted(pool.imap_unordered(check_shard, tasks), key=lambda r: (r.split, r.index))
+        reports = sorted(pool.imap_unordered(check_shard, tasks),
+                         key=lambda r: (formats.index(r.file_format), r.split, r.index))
+    primary = {(r.split, r.index): r for r in reports if r.file_format == formats[0]}
     seen: dict[bytes, tuple] = {}
     for split in info['splits']:
         lengths = [int(n) for n in split['shardLengths']]
-        shards = [r for r in reports if r.split == split['name']]
-        for report in shards:
+        for report in (r for r in reports if r.split == split['name']):
             where = f"{split['name']} shard {report.index} ({report.name})"
             problems += [f'{where} {p}' for p in report.problems]
             if report.records != lengths[report.index]:
                 problems.append(f'{where}: {report.records} records, dataset_info.json says '
                                 f'{lengths[report.index]}')
+            twin = primary[(report.split, report.index)]
+            if report is not twin:
+                if not report.problems and not twin.problems and report.digests != twin.digests:
+                    problems.append(f'{where}: records differ from {twin.name}')
+                continue
             for digest, number in report.digests:
                 if digest and digest in seen:
                     other = seen[digest]
@@ -163,6 +173,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
                                     f'{other[1]} record {other[2]}: duplicate {kind}')
                 elif digest:
                     seen[digest] = (split['name'], report.index, number)
+        shards = [r for key, r in primary.items() if key[0] == split['name']]
         total = sum(r.bytes for r in shards)
         if not any(r.problems for r in shards) and total != int(split['numBytes']):
             problems.append(f"{split['name']}: {total} bytes, dataset_info.json says {split['numBytes']}")
@@ -171,10 +182,13 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
 
 
 def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
-    for split in info['splits']:
-        shards = [r for r in reports if r.split == split['name']]
-        print(f"{split['name']:<12}{sum(r.records for r in shards):>10} records"
-              f"{len(shards):>6} shards{sum(r.bytes for r in shards) / 1e6:>10.1f} MB")
+    for file_format in metadata.file_formats(info):
+        for split in info['splits']:
+            shards = [r for r in reports
+                      if r.split == split['name'] and r.file_format == file_format]
+            print(f"{split['name']:<12}{sum(r.records for r in shards):>10} records"
+                  f"{len(shards):>6} {file_format + ' shards':<20}"
+                  f"{sum(r.bytes for r in shards) / 1e6:>8.1f} MB")
     print(f'{len(problems)} problem(s)' if problems else 'OK: no problems found')
 
 
