@@ -195,7 +195,7 @@ def _check_numbers(opts: ConverterOptions) -> None:
     for ok, message in checks:
         if not ok:
             raise DatasetError(message)
-    opts.output_formats()
+    opts.output_formats()   # Raises on an unknown or repeated format.
 
 
 def is_direct(options: PipelineOptions) -> bool:

@@ -4,7 +4,8 @@ Setting IMAGE_TFRECORDS_KILL_AT=<point> makes the process kill itself with SIGKI
 reaches that point, so tests exercise the production code path up to an exact instant. Points:
 `commit:journal` (journal written), `commit:replace:N` and `commit:install:N` (after the N-th
 batch of moves of the old and the new dataset), `chunk:N` (after this process converted its
-N-th chunk), `shard:N` (after this process wrote its N-th shard). Unset, it costs one dictionary lookup.
+N-th chunk), `shard:N` (after this process wrote its N-th shard). Unset, it costs one
+dictionary lookup.
 """
 import collections
 import os

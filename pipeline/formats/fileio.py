@@ -1,7 +1,8 @@
 """All file I/O of the product, for local paths and `gs://` alike, through Beam's FileSystems.
 
-The google-cloud-storage client is used only where FileSystems has no call: listing the
-immediate sub-folders of a prefix and checking that a bucket exists. Beam's GCS layer retries
+The google-cloud-storage client is used where it does a thing better than FileSystems: reading
+an object in one request, composing, creating an object only if absent, uploading a file with
+its CRC32C, listing one folder level and checking that a bucket exists. Beam's GCS layer retries
 transient errors (429/5xx, dropped connections) with backoff; permanent ones come out of here as
 a DatasetError that names the path.
 """
@@ -123,8 +124,9 @@ def create_exclusive(path: str, data: bytes) -> bool:
 
 
 def upload(local_path: str, destination: str) -> int:
-    """Moves the local file `local_path` to `destination` and checks that what arrived has its
-    size and CRC32C (Cloud Storage: the object's checksums; disk: the copy); returns the size."""
+    """Copies the local file `local_path` to `destination` and checks that what arrived has its
+    size and CRC32C (Cloud Storage: the object's stated checksum; disk: the copy read back);
+    returns the size."""
     size = os.path.getsize(local_path)
     crc = _file_crc32c(local_path)
     if is_gcs(destination):
