@@ -8,7 +8,7 @@ import pytest
 import simplejpeg
 from array_record.python.array_record_module import ArrayRecordReader
 
-from pipeline.formats import records
+from pipeline.formats import array_records, records
 from pipeline.formats.errors import DatasetError
 from pipeline.readers import grain_data
 from pipeline.tools.verify import verify
@@ -157,6 +157,20 @@ def test_verify_finds_a_flipped_byte_and_a_missing_array_record_shard(outputs, t
     assert f'{os.path.basename(missing)}: missing shard' in problems
     flipped = [p for p in problems if p.startswith(f'train shard 1 ({os.path.basename(damaged)})')]
     assert flipped and any('hash mismatch' in p or 'Corrupted' in p for p in flipped), problems
+
+
+def test_verify_finds_an_array_record_shard_that_differs_from_its_tfrecord_twin(outputs, tmp_path):
+    copy = str(tmp_path / 'copy')
+    os.makedirs(copy)
+    for name, data in output_files(outputs['both']).items():
+        with open(os.path.join(copy, name), 'wb') as stream:
+            stream.write(data)
+    shard = _shards(copy, 'train', 'array_record')[0]
+    reordered = list(reversed(ArrayRecordReader(shard).read_all()))   # Sound records, wrong order.
+    os.remove(shard)
+    array_records.write_file(reordered, shard)
+    assert verify(copy) == [f'train shard 0 ({os.path.basename(shard)}): records differ from '
+                            'dataset-train.tfrecord-00000-of-00003']
 
 
 def test_readers_say_which_format_a_dataset_lacks(outputs):

@@ -3,9 +3,9 @@
 EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), reads and converts the
 images one at a time and streams the records into a part file (TFRecord), so a worker holds one
 image at a time whatever the dataset size. WriteShard makes a shard's part files, in chunk
-order, into the temporary shard file of the output format. Inputs that cannot become records are reported, never fatal; a file
-that cannot be written (disk full, no permission) is a DatasetError naming it. Finished parts
-and shards are marked so that a rerun after a crash reuses them (resume.py).
+order, into the temporary shard file of each output format. Inputs that cannot become records
+are reported, never fatal; a file that cannot be written (disk full, no permission) is a
+DatasetError naming it. Finished parts and shards are marked so that a rerun after a crash reuses them (resume.py).
 """
 import dataclasses
 import hashlib
