@@ -27,8 +27,8 @@ from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
 from pipeline.plan import estimate
 from pipeline.sources import resolve_source
-from transforms import commit, lock, resume
-from transforms.settings import SPLITS, ConversionSettings, temp_folders
+from transforms import output_folder, resume
+from transforms.settings import SPLITS, ConversionSettings
 from transforms.write_shards import NAMESPACE
 
 LOG = logging.getLogger('image_tfrecords')
@@ -84,16 +84,20 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     if not opts.output_dir and not opts.plan_only:
         raise DatasetError('--output_dir is required: a local folder or gs://bucket/prefix')
     output_dir = (opts.output_dir or '').rstrip('/')
+    if output_dir:
+        output_folder.check_output_dir(output_dir)
     for path in [output_dir, opts.input_dir, opts.labels_file,
                  *(getattr(opts, f'csv_{s}') for s in SPLITS)]:
         fileio.check_bucket(path or '')
     source = resolve_source(opts, config)
+    if output_dir:
+        _check_not_inside_input(output_dir, opts.input_dir)
     name = opts.dataset_name or source.name
     if not _NAME.match(name):
         raise DatasetError(f'dataset name {name!r} must be lower_snake_case (a-z, 0-9, _); '
                            'set --dataset_name')
     settings = ConversionSettings(
-        output_dir=output_dir, dataset_name=name, splits=source.splits,
+        output_dir=output_dir, dataset_name=name, splits=source.splits, source=source.identity,
         image=opts.image_options(), labels=source.labels, num_shards=opts.num_shards,
         target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
         output_formats=opts.output_formats(), description=opts.description or source.description,
@@ -111,18 +115,18 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
                    sample_dir)
     runner = str(options.view_as(StandardOptions).runner or 'DirectRunner')
-    token = lock.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
+    token = output_folder.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
     try:
         settings = dataclasses.replace(settings, lock_token=token)
-        done = _recover(settings)
-        if done:
+        if _nothing_to_do(settings):
             return Job(None, settings, options, sample_dir)
         _check_existing(settings)
         settings = dataclasses.replace(settings, resuming=_temp_folders(settings, opts))
+        output_folder.start_temp(output_dir, settings.run_id)
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
                    sample_dir)
     except BaseException:
-        lock.release(output_dir, token)
+        output_folder.release(output_dir, token)
         raise
 
 
@@ -139,37 +143,71 @@ def _plan_path(options: PipelineOptions, settings: ConversionSettings) -> str:
     return fileio.join(temp, f'plan-{settings.run_id}-{uuid.uuid4().hex[:8]}.json')
 
 
-def _recover(settings: ConversionSettings) -> bool:
-    """Completes an interrupted commit; True if it was this very run's (nothing left to do)."""
-    journal = commit.interrupted_commit(settings.output_dir)
-    if journal is None:
-        return False
-    LOG.warning('%s', commit.finish_commit(settings.output_dir))
-    return journal['run_id'] == settings.run_id
+def _nothing_to_do(settings: ConversionSettings) -> bool:
+    """Finishes what a killed run left half-done; True when the output then holds this very
+    run's dataset (a commit of this run was interrupted, or the same command ran before and
+    --overwrite does not ask to convert again)."""
+    out = settings.output_dir
+    lines, finished = output_folder.finish_interrupted(out)
+    for line in lines:
+        LOG.warning('%s', line)
+    if settings.run_id in finished:
+        return True
+    summary = fileio.read_if_exists(fileio.join(out, metadata.SUMMARY))
+    try:
+        ours = summary is not None and json.loads(summary).get('run_id') == settings.run_id
+    except (ValueError, AttributeError):
+        ours = False
+    if ours and not settings.overwrite and output_folder.dataset_files(out):
+        LOG.warning('%s already holds the dataset of this command (run %s); nothing to do. Pass '
+                    '--overwrite to convert again (e.g. after the input changed)', out,
+                    settings.run_id)
+        return True
+    return False
 
 
 def _check_existing(settings: ConversionSettings) -> None:
-    existing = commit.existing_dataset_files(settings.output_dir)
+    """Refuses a dataset that is not to be replaced, and files that a new dataset's metadata
+    would overwrite but that belong to no dataset."""
+    out = settings.output_dir
+    existing = output_folder.dataset_files(out)
     if existing and not settings.overwrite:
-        raise DatasetError(f'{settings.output_dir} already holds a dataset ({len(existing)} files, '
-                           f'e.g. {fileio.basename(existing[0])}); pass --overwrite to replace it '
-                           'or choose another --output_dir')
+        raise DatasetError(f'{out} already holds a dataset ({len(existing)} files, e.g. '
+                           f'{existing[0]}); pass --overwrite to replace it or choose another '
+                           '--output_dir')
+    output_folder.refuse_foreign(out, output_folder.foreign_files(
+        out, output_folder.METADATA_NAMES, existing))
+
+
+def _check_not_inside_input(output_dir: str, input_dir: str | None) -> None:
+    """Refuses an output folder inside the input folder (the next run would list it)."""
+    if not input_dir:
+        return
+    if fileio.is_gcs(output_dir) != fileio.is_gcs(input_dir):
+        return
+    out, root = ((p.rstrip('/') + '/' for p in (output_dir, input_dir)) if fileio.is_gcs(output_dir)
+                 else (os.path.realpath(p) + os.sep for p in (output_dir, input_dir)))
+    if out.startswith(root):
+        raise DatasetError(f'--output_dir {output_dir} is inside --input_dir {input_dir}; the '
+                           'next run would read the dataset as input. Choose an output folder '
+                           'outside the input')
 
 
 def _temp_folders(settings: ConversionSettings, opts: ConverterOptions) -> bool:
     """Says what unfinished runs left in the output and removes it as the flags ask: other
     runs' temporary folders with --overwrite or --clean_temp, this run's own (its resume state)
-    with --clean_temp. Returns whether this run can reuse earlier work."""
-    folders = temp_folders(settings.output_dir)
-    ours = [e for e in folders if e.path.rstrip('/') == settings.temp_dir.rstrip('/')]
-    removed = folders if opts.clean_temp else [e for e in folders if e not in ours] \
-        if opts.overwrite else []
-    kept_others = [e for e in folders if e not in ours and e not in removed]
+    with --clean_temp. Only folders this tool marked as its own are ever removed. Returns
+    whether this run can reuse earlier work."""
+    folders = output_folder.temp_folders(settings.output_dir)
+    ours = [f for f in folders if f.run_id == settings.run_id]
+    others = [f for f in folders if f.run_id != settings.run_id]
+    removed = folders if opts.clean_temp else others if opts.overwrite else []
     if removed:
         sizes = _sizes(removed)
-        for entry in removed:
-            fileio.delete_tree(entry.path)
+        for folder in removed:
+            output_folder.remove_temp(folder.path)
         LOG.warning('removed temporary folders of unfinished runs: %s', sizes)
+    kept_others = [f for f in others if f not in removed]
     if kept_others:
         LOG.warning('%s holds temporary folders of runs with other options: %s; --clean_temp '
                     'removes them', settings.output_dir, _sizes(kept_others))
@@ -181,8 +219,9 @@ def _temp_folders(settings: ConversionSettings, opts: ConverterOptions) -> bool:
     return True
 
 
-def _sizes(folders: list[fileio.Entry]) -> str:
-    return ', '.join(f'{e.name} ({fileio.tree_bytes(e.path) / 1e6:.1f} MB)' for e in folders)
+def _sizes(folders: list[output_folder.TempFolder]) -> str:
+    return ', '.join(f'{fileio.basename(f.path)} ({fileio.tree_bytes(f.path) / 1e6:.1f} MB)'
+                     for f in folders)
 
 
 def _check_numbers(opts: ConverterOptions) -> None:
@@ -223,10 +262,12 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
             result = job.pipeline.run()
             result.wait_until_finish()
             counters = _counters(result)
-        lock.check(settings.output_dir, settings.lock_token)   # So the summary is this run's.
+        output_folder.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
         summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)
     finally:
-        lock.release(settings.output_dir, settings.lock_token)
+        if job.pipeline is not None:
+            output_folder.drop_if_unused(settings.output_dir, settings.run_id)
+        output_folder.release(settings.output_dir, settings.lock_token)
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,

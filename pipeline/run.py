@@ -16,7 +16,7 @@ from pipeline.console import log_file_path, send_stderr_to, setup_console_loggin
 from pipeline.formats import fileio
 from pipeline.formats.errors import DatasetError
 from pipeline.options import ConverterOptions, help_text
-from transforms import lock
+from transforms import output_folder
 from transforms.settings import SPLITS
 
 LOG = logging.getLogger('image_tfrecords')
@@ -62,13 +62,13 @@ def _submit(argv: list[str]) -> int:
     prepared = job.prepare(argv, waits=False)
     settings = prepared.settings
     if prepared.pipeline is None:
-        lock.release(settings.output_dir, settings.lock_token)
+        output_folder.release(settings.output_dir, settings.lock_token)
         print(f'Nothing to submit: {settings.output_dir} holds the dataset of this run.')
         return 0
     try:
         prepared.pipeline.run()
     except BaseException:
-        lock.release(settings.output_dir, settings.lock_token)
+        output_folder.release(settings.output_dir, settings.lock_token)
         raise
     print(f'Job submitted; the dataset appears in {settings.output_dir} when it ends.')
     return 0

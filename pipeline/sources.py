@@ -23,6 +23,7 @@ class Source:
     name: str = 'dataset'
     description: str = ''
     version: str = '1.0.0'
+    identity: str = ''      # What the input is (part of the run id): folder, CSVs or config.
 
 
 def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | None = None) -> Source:
@@ -40,7 +41,11 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
         return _folder_source(opts.input_dir.rstrip('/'), labels)
     if csvs:
         return _csv_source(csvs, labels)
-    return config_source(config or load_config(opts.config, opts.config_arg), labels)
+    if config is None:
+        return dataclasses.replace(
+            config_source(load_config(opts.config, opts.config_arg), labels),
+            identity=f'config {opts.config} {sorted(opts.config_arg)}')
+    return config_source(config, labels)
 
 
 def _folder_source(root: str, labels: LabelSettings) -> Source:
@@ -49,7 +54,8 @@ def _folder_source(root: str, labels: LabelSettings) -> Source:
     if not splits:
         raise DatasetError(f'{root} has no split folders; expected {root}/train/<class>/<image> '
                            '(and/or validation/, test/)')
-    return Source([FolderSplit(s, fileio.join(root, s)) for s in splits], splits, labels)
+    return Source([FolderSplit(s, fileio.join(root, s)) for s in splits], splits, labels,
+                  identity=f'folder {root}')
 
 
 def _csv_source(csvs: dict, labels: LabelSettings) -> Source:
@@ -59,7 +65,8 @@ def _csv_source(csvs: dict, labels: LabelSettings) -> Source:
             raise DatasetError(f'--csv_{split} {path} does not exist; give the path of a CSV '
                                'file with uri,label lines')
         partitions.append(CsvFile(split, path))
-    return Source(partitions, tuple(s for s in SPLITS if s in csvs), labels)
+    return Source(partitions, tuple(s for s in SPLITS if s in csvs), labels,
+                  identity=f'csv {sorted(csvs.items())}')
 
 
 def config_source(config: ImageClassificationConfig, labels: LabelSettings) -> Source:
@@ -83,7 +90,8 @@ def config_source(config: ImageClassificationConfig, labels: LabelSettings) -> S
     splits = tuple(s for s in SPLITS if s in modes)
     name = getattr(config, 'name', '') or 'dataset'
     return Source(partitions, splits, labels, name if name != 'default' else 'dataset',
-                  getattr(config, 'description', ''), getattr(config, 'version', '1.0.0'))
+                  getattr(config, 'description', ''), getattr(config, 'version', '1.0.0'),
+                  f'config {type(config).__module__}.{type(config).__qualname__} {name}')
 
 
 def load_config(spec: str, args: list[str]) -> ImageClassificationConfig:

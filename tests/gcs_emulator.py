@@ -1,9 +1,11 @@
 """`python -m tests.gcs_emulator start ...`: gcp-storage-emulator with generation preconditions.
 
 The emulator ignores `ifGenerationMatch`, which Cloud Storage honours and the output lock relies
-on (create only if absent: ifGenerationMatch=0). This entry point starts the same emulator with
-that one rule added to object uploads: a precondition that does not hold is answered with
-HTTP 412 Precondition Failed, as Cloud Storage answers it.
+on (create only if absent: ifGenerationMatch=0; take over or release only the generation read).
+This entry point starts the same emulator with that one rule added to object uploads, downloads
+and deletes: a precondition that does not hold is answered with HTTP 412 Precondition Failed,
+as Cloud Storage answers it. The emulator serves one request at a time, so the check and the
+change are one step, as on Cloud Storage.
 """
 import sys
 from http import HTTPStatus
@@ -23,10 +25,10 @@ def _object_name(request) -> str | None:
     return None
 
 
-def _with_generation_precondition(insert):
+def _with_generation_precondition(handler, object_name):
     def checked(request, response, storage, *args, **kwargs):
         wanted = request.query.get('ifGenerationMatch')
-        name = _object_name(request)
+        name = object_name(request)
         if wanted and name is not None:
             try:
                 current = storage.get_file_obj(request.params['bucket_name'], name)['generation']
@@ -36,14 +38,20 @@ def _with_generation_precondition(insert):
                 response.status = HTTPStatus.PRECONDITION_FAILED
                 response.json({'error': {'code': 412, 'message': 'conditionNotMet'}})
                 return None
-        return insert(request, response, storage, *args, **kwargs)
+        return handler(request, response, storage, *args, **kwargs)
     return checked
 
 
+def _named_object(request) -> str | None:
+    return request.params.get('object_id')
+
+
+_CHECKED = {objects.insert: _object_name, objects.download: _named_object,
+            objects.delete: _named_object}
 for _, methods in server.HANDLERS:
     for method, handler in list(methods.items()):
-        if handler is objects.insert:
-            methods[method] = _with_generation_precondition(objects.insert)
+        if handler in _CHECKED:
+            methods[method] = _with_generation_precondition(handler, _CHECKED[handler])
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,6 +1,8 @@
 """Running conversions and reading their output back with TensorFlow, for the tests."""
 import glob
 import os
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +25,20 @@ def write_tree(root, files: dict) -> str:
 
 def convert(*argv, config=None, runner_flags=IN_PROCESS) -> dict:
     return job.convert([*argv, *runner_flags], config=config)
+
+
+def start_cli(*argv, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    """`python -m pipeline.run ARGV` in its own process group; `env` adds to the environment."""
+    return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv],
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+
+
+def run_cli(*argv, kill_at: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs the command line to its end; `kill_at` names a crash point (transforms/faults.py)."""
+    process = start_cli(*argv, env={'IMAGE_TFRECORDS_KILL_AT': kill_at} if kill_at else None)
+    stdout, stderr = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def shard_paths(output_dir: str, split: str) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
-from transforms import resume
+from transforms import output_folder, resume
 from tests import imagemaker
 from tests.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, convert, output_files, read_files, write_tree
@@ -205,21 +205,20 @@ def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
     """A dataset that appears after the launch (written by a tool that ignores the lock) is
     not replaced without --overwrite."""
     from pipeline import job as jobs
-    from transforms import lock
     out = str(tmp_path / 'out')
     job = jobs.prepare([f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS])
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, 'dataset_info.json'), 'w') as stream:
-        stream.write('{"name": "other"}')
+        stream.write('{"name": "other", "splits": []}')
     try:
         with pytest.raises(Exception) as info:
             job.pipeline.run().wait_until_finish()
     finally:
-        lock.release(out, job.settings.lock_token)
+        output_folder.release(out, job.settings.lock_token)
     assert DatasetError.find_in(info.value) == (
         f'{out} now holds a dataset (1 files, e.g. dataset_info.json) that was not there when '
         'this run started; nothing was committed. Pass --overwrite to replace it')
-    assert _info(out) == {'name': 'other'}
+    assert _info(out) == {'name': 'other', 'splits': []}
 
 
 def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
@@ -240,14 +239,13 @@ def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
 
 
 def test_lock_on_cloud_storage_is_exclusive(gcs):
-    from transforms import lock
     out = f'gs://{BUCKET}/locked'
-    token = lock.acquire(out, 'r1', 'DataflowRunner', waits=False)
+    token = output_folder.acquire(out, 'r1', 'DataflowRunner', waits=False)
     with pytest.raises(DatasetError) as info:
-        lock.acquire(out, 'r2', 'DirectRunner', waits=True)
+        output_folder.acquire(out, 'r2', 'DirectRunner', waits=True)
     assert f'its lock is {out}/.lock' in str(info.value) and '(DataflowRunner)' in str(info.value)
-    lock.release(out, 'not-the-token')
-    assert lock.held(out)['run_id'] == 'r1'
-    lock.release(out, token)
-    assert lock.held(out) is None
-    lock.release(out, lock.acquire(out, 'r2', 'DirectRunner', waits=True))
+    output_folder.release(out, 'not-the-token')
+    assert output_folder.read_lock(out).holder['run_id'] == 'r1'
+    output_folder.release(out, token)
+    assert output_folder.read_lock(out) is None
+    output_folder.release(out, output_folder.acquire(out, 'r2', 'DirectRunner', waits=True))

@@ -1,4 +1,5 @@
 """Nothing lost or half-written: overwrite rules, failed runs, error ratio, duplicates, CLI errors."""
+import json
 import os
 import subprocess
 import sys
@@ -130,3 +131,32 @@ def test_default_run_converts_a_generated_sample(tmp_path):
         'dataset-test.tfrecord-00000-of-00001', 'dataset-train.tfrecord-00000-of-00001',
         'dataset-validation.tfrecord-00000-of-00001']
     assert _cli(cwd=tmp_path).returncode == 0  # Running it again replaces the sample output.
+
+
+def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):
+    for out in (f'{images}/train/out', images):
+        result = subprocess.run([sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
+                                 f'--output_dir={out}'], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2
+        assert result.stderr.strip() == (
+            f'error: --output_dir {out} is inside --input_dir {images}; the next run would read '
+            'the dataset as input. Choose an output folder outside the input')
+    assert not os.path.exists(f'{images}/train/out')
+
+
+def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
+    argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
+            f'--output_dir={tmp_path}/out', '--direct_running_mode=in_memory']
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    before = {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
+              for n in os.listdir(tmp_path / 'out')}
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    run_id = json.loads(before['summary.json'])['run_id']
+    assert again.stderr.strip() == (
+        f'{tmp_path}/out already holds the dataset of this command (run {run_id}); nothing to do. '
+        'Pass --overwrite to convert again (e.g. after the input changed)')
+    assert {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
+            for n in os.listdir(tmp_path / 'out')} == before
+    other = subprocess.run([*argv, '--jpeg_quality=80'], capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and 'already holds a dataset (' in other.stderr

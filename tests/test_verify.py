@@ -119,16 +119,26 @@ def test_cli_exit_codes(dataset, copy):
 
 
 def test_held_lock_and_leftover_temp_folders_are_warnings_with_their_size(copy):
-    os.makedirs(os.path.join(copy, '.tmp-0123456789abcdef', 'parts'))
-    with open(os.path.join(copy, '.tmp-0123456789abcdef', 'parts', 'p.tfrecord'), 'wb') as stream:
-        stream.write(b'x' * 2_500_000)
+    """Only folders that carry this tool's marker are its temporary folders."""
+    for run_id, marker in [('0123456789abcdef', 'running'), ('fedcba9876543210', 'committed'),
+                           ('00000000000000aa', None)]:
+        os.makedirs(os.path.join(copy, f'.tmp-{run_id}', 'parts'))
+        with open(os.path.join(copy, f'.tmp-{run_id}', 'parts', 'p.tfrecord'), 'wb') as stream:
+            stream.write(b'x' * 2_500_000)
+        if marker:
+            with open(os.path.join(copy, f'.tmp-{run_id}', '.image-tfrecords-run.json'), 'w') as f:
+                json.dump({'run_id': run_id, 'state': marker}, f)
     with open(os.path.join(copy, '.lock'), 'w') as stream:
-        json.dump({'token': 't', 'run_id': 'r1', 'host': 'h', 'pid': 7, 'started': 's'}, stream)
+        json.dump({'token': 't', 'run_id': 'r1', 'host': 'h', 'pid': 7, 'started': 's\x1b[2J'},
+                  stream)
     result = subprocess.run([sys.executable, '-m', 'pipeline.verify', copy], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and 'OK: no problems found' in result.stdout
     assert result.stderr.splitlines() == [
-        f'warning: {copy}/.lock: held by run r1 on host h, pid 7, started s; if that run is not '
-        'running any more, its rerun takes it over (or pass --break_lock)',
+        f'warning: {copy}/.lock: held by run r1 on host h, pid 7, started s\\x1b[2J; if that run '
+        'is not running any more, a rerun on this host takes it over (a lock of another host or '
+        'a Dataflow job, or a young unreadable one, needs --break_lock)',
         f'warning: {copy}/.tmp-0123456789abcdef: temporary folder of an unfinished run (2.5 MB); '
-        'rerunning it resumes from there, --clean_temp or --overwrite removes it']
+        'rerunning it resumes from there, --clean_temp or --overwrite removes it',
+        f'warning: {copy}/.tmp-fedcba9876543210: left by run fedcba9876543210, whose commit '
+        'finished (2.5 MB); the next run on this folder removes it']

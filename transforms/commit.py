@@ -2,23 +2,12 @@
 instant, on local disk and Cloud Storage alike (neither can rename a folder atomically).
 
 When the step starts, every new shard is complete in the run's temporary folder, and the run
-holds the output lock (lock.py). Then:
-
-1. Check that the lock is still ours, that every input is accounted for, that the error ratio
-   is acceptable, and that the output holds no dataset we were not told to replace.
-2. Write the new metadata files into the temporary folder, then the journal `OUTPUT/.commit.json`:
-   which old files move aside (into `.tmp-RUN/replaced/`) and which new files move in.
-3. Phase `replace`: move the old dataset aside, `dataset_info.json` first, so a reader never
-   sees an old dataset_info.json beside new shards. Rewrite the journal as phase `install`.
-4. Phase `install`: move the new shards and metadata to their final names, `dataset_info.json`
-   last, so a dataset_info.json is there only when everything it describes is.
-5. Delete the journal, then the temporary folder (with the old files in it).
-
-A kill before step 2 leaves the old dataset untouched. A kill after it leaves a journal that the
-next run on this output (or `verify`) finds: every move is repeatable (a move that was cut off
-between copy and delete on Cloud Storage is simply done again), so `finish_commit` rolls the
-journal forward to the new dataset and says so in one line. New files exist in full before the
-journal does, so rolling forward is always possible.
+holds the output lock. The step checks that the lock is still ours, that every input is
+accounted for, that the error ratio is acceptable, that the output holds no dataset we were not
+told to replace, that every shard file has the size its result says, and that no file a new
+name would overwrite belongs to anything but the dataset replaced. Then it writes the new
+metadata into the temporary folder and hands the moves to the journal of the output-folder
+protocol (transforms/output_folder.py), which carries them out and cleans up.
 """
 import json
 import logging
@@ -27,31 +16,12 @@ import apache_beam as beam
 
 from pipeline.formats import fileio, metadata
 from pipeline.formats.errors import DatasetError
-from transforms import faults, lock, resume
+from transforms import faults, output_folder, resume
 from transforms.labels import DatasetFacts, LabelMap
-from transforms.settings import ConversionSettings, temp_dir
+from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
 
 LOG = logging.getLogger('image_tfrecords')
-
-JOURNAL = '.commit.json'
-MOVE_BATCH = 100
-DATASET_FILE_PATTERNS = (*(f'*.{f}-*' for f in metadata.FILE_FORMATS), metadata.DATASET_INFO,
-                         metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES, metadata.SUMMARY,
-                         'errors-*.jsonl')
-
-
-def existing_dataset_files(output_dir: str) -> list[str]:
-    """Files of an earlier dataset directly under `output_dir` (never the temp folders)."""
-    found = set()
-    for pattern in DATASET_FILE_PATTERNS:
-        found.update(m.path for m in fileio.match(fileio.join(output_dir, pattern))
-                     if fileio.dirname(m.path).rstrip('/') == output_dir.rstrip('/'))
-    return sorted(found)
-
-
-def journal_path(output_dir: str) -> str:
-    return fileio.join(output_dir.rstrip('/'), JOURNAL)
 
 
 class CommitDataset(beam.PTransform):
@@ -75,7 +45,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
                    settings: ConversionSettings) -> dict:
     """Puts the new dataset in place (see the module docstring); returns the run summary."""
     out, temp = settings.output_dir, settings.temp_dir
-    lock.check(out, settings.lock_token)
+    output_folder.check_lock(out, settings.lock_token)
     by_split = {s: sorted((r for r in results if r.split == s), key=lambda r: r.shard)
                 for s in settings.splits}
     errors = {s: sorted(e for r in rs for e in r.errors) for s, rs in by_split.items()}
@@ -86,33 +56,47 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
             raise RuntimeError(f'{split}: {written} records + {len(errors[split])} errors '
                                f'!= {inputs} inputs')
     _check_error_ratio(errors, facts, settings)
-    old = existing_dataset_files(out)
+    old = output_folder.dataset_files(out)
     if old and not settings.overwrite:
-        raise DatasetError(f'{out} now holds a dataset ({len(old)} files, e.g. '
-                           f'{fileio.basename(old[0])}) that was not there when this run started; '
-                           'nothing was committed. Pass --overwrite to replace it')
-
-    staged = fileio.join(temp, 'final')
-    installs, summary = _stage(by_split, errors, label_map, facts, settings, staged)
-    info = fileio.join(out, metadata.DATASET_INFO)
-    old_first = sorted(old, key=lambda path: path != info)
-    journal = {'run_id': settings.run_id, 'phase': 'replace',
-               'replace': [[path, fileio.join(temp, 'replaced', fileio.basename(path))]
-                           for path in old_first],
-               'install': installs}
-    fileio.write_bytes_atomic(journal_path(out), json.dumps(journal, indent=1).encode())
+        raise DatasetError(f'{out} now holds a dataset ({len(old)} files, e.g. {old[0]}) that was '
+                           'not there when this run started; nothing was committed. Pass '
+                           '--overwrite to replace it')
+    _check_shard_files(results, settings)
+    output_folder.start_temp(out, settings.run_id)
+    installs, summary = _stage(by_split, errors, label_map, facts, settings,
+                               fileio.join(temp, 'final'))
+    output_folder.refuse_foreign(out, output_folder.foreign_files(
+        out, [target for _, target in installs], old))
+    old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)
+    journal = output_folder.Journal(settings.run_id, 'replace', tuple(old_first),
+                                    tuple(installs)).validate()
+    output_folder.write_journal(out, journal)
     faults.crash_point('commit:journal')
-    _roll_forward(out, journal, recovering=False)
+    output_folder.roll_forward(out, journal)
     LOG.info('dataset committed to %s', out)
     if settings.release_lock:
-        lock.release(out, settings.lock_token)
+        output_folder.release(out, settings.lock_token)
     return summary
+
+
+def _check_shard_files(results: list[ShardResult], settings: ConversionSettings) -> None:
+    """Fails, committing nothing, unless every shard file has the size its result says."""
+    folder = fileio.join(settings.temp_dir, 'shards')
+    sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
+    for result in (r for r in results if r.records):
+        expected = result.format_bytes or {settings.output_formats[0]: result.bytes}
+        for file_format, size in expected.items():
+            name = fileio.basename(resume.in_format(result.temp_path, file_format))
+            if sizes.get(name) != size:
+                raise DatasetError(f'{fileio.join(folder, name)} holds {sizes.get(name)} bytes, '
+                                   f'not the {size} its {result.records} records take; nothing '
+                                   'was committed. Rerun with --clean_temp to convert afresh')
 
 
 def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFacts,
            settings: ConversionSettings, staged: str) -> tuple[list, dict]:
-    """Writes the metadata into `staged`; returns the (source, final path) moves and the summary."""
-    out = settings.output_dir
+    """Writes the metadata into `staged`; returns the (source in the temporary folder, final
+    name) moves and the summary."""
     moves, splits_info = [], {}
     summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
                'file_formats': list(settings.output_formats), 'splits': {}}
@@ -120,9 +104,9 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
             for file_format in settings.output_formats:
-                moves.append([resume.in_format(result.temp_path, file_format),
-                              fileio.join(out, metadata.shard_name(
-                                  settings.dataset_name, split, index, len(kept), file_format))])
+                source = fileio.basename(resume.in_format(result.temp_path, file_format))
+                moves.append((f'shards/{source}', metadata.shard_name(
+                    settings.dataset_name, split, index, len(kept), file_format)))
         class_counts = {text: 0 for text, splits in facts.texts.items() if split in splits}
         for result in kept:
             for label_id, n in result.label_counts.items():
@@ -150,7 +134,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                  settings.output_formats, splits_info))}
     for name, data in files.items():  # dataset_info.json last.
         fileio.write_bytes(fileio.join(staged, name), data)
-        moves.append([fileio.join(staged, name), fileio.join(out, name)])
+        moves.append((f'final/{name}', name))
     return moves, summary
 
 

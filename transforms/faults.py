@@ -3,9 +3,11 @@
 Setting IMAGE_TFRECORDS_KILL_AT=<point> makes the process kill itself with SIGKILL when it
 reaches that point, so tests exercise the production code path up to an exact instant. Points:
 `commit:journal` (journal written), `commit:replace:N` and `commit:install:N` (after the N-th
-batch of moves of the old and the new dataset), `chunk:N` (after this process converted its
-N-th chunk), `shard:N` (after this process wrote its N-th shard). Unset, it costs one
-dictionary lookup.
+batch of moves of the old and the new dataset), `commit:marked` (temporary folder marked
+committed), `commit:unjournaled` (journal deleted), `cleanup:contents` (a temporary folder
+emptied but for its marker), `cleanup:marker` (its marker deleted, the empty folder left),
+`chunk:N` (after this process converted its N-th chunk), `shard:N` (after this process wrote
+its N-th shard). Unset, it costs one dictionary lookup.
 """
 import collections
 import os

@@ -6,6 +6,7 @@ all ExampleRefs before any image is read; `resolve_labels` then fixes the ids: t
 splits (plus `--label_offset`). Integer labels are ids already.
 """
 import dataclasses
+import unicodedata
 from typing import Iterable
 
 import apache_beam as beam
@@ -166,6 +167,7 @@ def resolve_labels(facts: DatasetFacts, settings: LabelSettings) -> LabelMap:
         bad = [i for i in facts.int_labels if i < 0]
         if bad:
             raise DatasetError(f'negative integer label {bad[0]}; labels are ids 0..N-1')
+    _check_one_line(names, facts, settings.names_origin)
     limit = settings.num_labels
     if limit is not None:
         used = len(facts.texts) or len(facts.int_labels)
@@ -174,6 +176,17 @@ def resolve_labels(facts: DatasetFacts, settings: LabelSettings) -> LabelMap:
             raise DatasetError(f'found {used} distinct labels ({_preview(found)}), more than '
                                f'num_labels = {limit}; raise num_labels or fix the labels')
     return LabelMap(tuple(names), tuple(sorted(mapping.items())))
+
+
+def _check_one_line(names: list[str], facts: DatasetFacts, origin: str) -> None:
+    """Refuses a class name that labels.txt (one name per line) cannot hold."""
+    for name in names:
+        if any(unicodedata.category(c) in ('Cc', 'Zl', 'Zp') for c in name):
+            where = (f'split {", ".join(sorted(facts.texts[name]))}' if name in facts.texts
+                     else origin)
+            raise DatasetError(f'class name {name!r} ({where}) holds a line break or control '
+                               'character; labels.txt keeps one name per line, so rename the '
+                               'class folder or fix the label')
 
 
 def _check_known(facts: DatasetFacts, mapping: dict, origin: str) -> None:

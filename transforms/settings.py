@@ -2,11 +2,10 @@
 import dataclasses
 import functools
 
-from pipeline.formats import fileio
+from pipeline.formats.metadata import SPLITS
 from transforms.images import ImageOptions
+from transforms.output_folder import temp_dir
 from transforms.resume import LAYOUT_VERSION, fingerprint
-
-SPLITS = ('train', 'validation', 'test')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +23,7 @@ class ConversionSettings:
     output_dir: str
     dataset_name: str
     splits: tuple[str, ...]
+    source: str = ''              # What the input is: its folder, CSV files or config.
     image: ImageOptions = ImageOptions()
     labels: LabelSettings = LabelSettings()
     num_shards: int = 0
@@ -35,14 +35,14 @@ class ConversionSettings:
     # What does not shape the output bytes (and so is not part of the run id):
     max_error_ratio: float = 0.01
     overwrite: bool = False
-    lock_token: str = ''          # The output lock this run holds (see lock.py).
+    lock_token: str = ''          # The output lock this run holds (see output_folder.py).
     release_lock: bool = False    # The job itself releases the lock (the launcher does not wait).
     resuming: bool = False        # An earlier attempt left work in temp_dir.
 
     @functools.cached_property
     def run_id(self) -> str:
         """Fingerprint of every setting that shapes the output (see resume.py)."""
-        return fingerprint(LAYOUT_VERSION, self.dataset_name, self.splits, self.image,
+        return fingerprint(LAYOUT_VERSION, self.source, self.dataset_name, self.splits, self.image,
                            self.labels, self.num_shards, self.target_shard_mb,
                            self.skip_duplicates, self.output_formats, self.description,
                            self.version)
@@ -50,17 +50,3 @@ class ConversionSettings:
     @property
     def temp_dir(self) -> str:
         return temp_dir(self.output_dir, self.run_id)
-
-
-TEMP_PREFIX = '.tmp-'
-
-
-def temp_dir(output_dir: str, run_id: str) -> str:
-    return fileio.join(output_dir.rstrip('/'), TEMP_PREFIX + run_id)
-
-
-def temp_folders(output_dir: str) -> list[fileio.Entry]:
-    """The temporary folders of runs in `output_dir` (none when it does not exist yet)."""
-    if not (fileio.is_gcs(output_dir) or fileio.exists(output_dir)):
-        return []
-    return [e for e in fileio.list_dir(output_dir) if e.is_dir and e.name.startswith(TEMP_PREFIX)]

@@ -44,6 +44,7 @@ class ShardResult:
     errors: list = dataclasses.field(default_factory=list)         # (source, reason)
     passed_through: int = 0
     seconds: float = 0.0                                           # Converting, summed.
+    format_bytes: dict = dataclasses.field(default_factory=dict)   # Shard file size per format.
 
     def add(self, other: 'ShardResult') -> None:
         self.records += other.records
@@ -282,7 +283,7 @@ class WriteShard(beam.DoFn):
                     else:
                         fileio.concatenate(sources, target)
                         sizes[file_format] = result.bytes
-            result.bytes = sizes[settings.output_formats[0]]
+            result.bytes, result.format_bytes = sizes[settings.output_formats[0]], sizes
             resume.save_done(path, result)
             fileio.delete(sources)
             faults.crash_point('shard', counted=True)

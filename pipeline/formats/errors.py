@@ -1,13 +1,27 @@
 """The one exception type a user sees: what went wrong, where, and how to fix it."""
 import re
+import unicodedata
 
 _RUNNER_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
+_BIDI = set('\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069')
+
+
+def printable(text: str) -> str:
+    """`text` with terminal control characters, line breaks and bidirectional overrides
+    escaped (\\x1b, \\n, \\u2028, ...), so text from a file prints as one inert line."""
+    return ''.join(
+        c.encode('unicode_escape').decode() if c in _BIDI or unicodedata.category(c) in
+        ('Cc', 'Zl', 'Zp') else c for c in str(text))
 
 
 class DatasetError(Exception):
-    """A problem with the user's input or options, described in one line."""
+    """A problem with the user's input or options, described in one line (anything that
+    would break the line or drive the terminal is escaped)."""
 
     MARKER = 'DatasetError: '
+
+    def __init__(self, message: str):
+        super().__init__(printable(message))
 
     @classmethod
     def find_in(cls, exc: BaseException) -> str | None:

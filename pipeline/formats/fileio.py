@@ -105,14 +105,7 @@ def create_exclusive(path: str, data: bytes) -> bool:
     Local: O_CREAT|O_EXCL. Cloud Storage: an upload with the precondition generation 0.
     """
     if is_gcs(path):
-        from google.api_core.exceptions import PreconditionFailed
-        bucket, name = split_gcs(path)
-        try:
-            storage_client().bucket(bucket).blob(name).upload_from_string(
-                data, if_generation_match=0)
-        except PreconditionFailed:
-            return False
-        return True
+        return write_if_generation(path, data, 0)
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -121,6 +114,56 @@ def create_exclusive(path: str, data: bytes) -> bool:
     with os.fdopen(fd, 'wb') as stream:
         stream.write(data)
     return True
+
+
+def read_versioned(path: str) -> tuple[bytes, int, float] | None:
+    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    for _ in range(3):
+        blob = storage_client().bucket(bucket).get_blob(name, retry=DEFAULT_RETRY)
+        if blob is None:
+            return None
+        generation, updated = blob.generation, blob.updated.timestamp()
+        try:
+            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY)
+        except (NotFound, PreconditionFailed):
+            continue   # Replaced or deleted between the two requests.
+        return data, generation, updated
+    return None
+
+
+def write_if_generation(path: str, data: bytes, generation: int) -> bool:
+    """Cloud Storage: writes the object only if its generation is still `generation` (0: only
+    if there is none); False when it is not."""
+    from google.api_core.exceptions import PreconditionFailed
+    bucket, name = split_gcs(path)
+    try:
+        storage_client().bucket(bucket).blob(name).upload_from_string(
+            data, if_generation_match=generation)
+    except PreconditionFailed:
+        return False
+    return True
+
+
+def delete_if_generation(path: str, generation: int) -> bool:
+    """Cloud Storage: deletes the object only if its generation is still `generation`."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+    bucket, name = split_gcs(path)
+    try:
+        storage_client().bucket(bucket).blob(name).delete(if_generation_match=generation)
+    except (NotFound, PreconditionFailed):
+        return False
+    return True
+
+
+def list_prefix(folder: str) -> list[str]:
+    """Cloud Storage: every object below `folder` (a prefix, not a pattern), as gs:// paths."""
+    bucket, prefix = split_gcs(folder)
+    prefix = prefix.rstrip('/') + '/'
+    return sorted(f'gs://{bucket}/{b.name}'
+                  for b in storage_client().list_blobs(bucket, prefix=prefix))
 
 
 def upload(local_path: str, destination: str) -> int:
@@ -194,7 +237,7 @@ def delete(paths: Iterable[str]) -> None:
 def delete_tree(path: str) -> None:
     """Deletes a folder and everything below it; nothing happens when it does not exist."""
     if is_gcs(path):
-        delete(m.path for m in match(join(path, '**')))
+        delete(list_prefix(path))
     else:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -15,6 +15,7 @@ FEATURES = 'features.json'
 LABELS = 'labels.txt'
 CLASS_NAMES = 'image-class-label.labels.txt'   # Where TFDS looks for the ClassLabel names.
 SUMMARY = 'summary.json'
+SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 
 _TFDS = 'tensorflow_datasets.core.features.'

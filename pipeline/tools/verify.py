@@ -21,9 +21,8 @@ import sys
 from PIL import Image
 
 from pipeline.formats import fileio, metadata, records
-from pipeline.formats.errors import DatasetError
-from transforms import commit, lock
-from transforms.settings import temp_folders
+from pipeline.formats.errors import DatasetError, printable
+from transforms import output_folder
 
 Image.MAX_IMAGE_PIXELS = None
 
@@ -121,27 +120,33 @@ def _layout_problems(output_dir: str, info: dict) -> list[str]:
 
 
 def warnings(output_dir: str) -> list[str]:
-    """What is left in `output_dir` besides the dataset: a held lock, temporary folders."""
+    """What is left in `output_dir` besides the dataset: a lock, temporary folders."""
     found = []
-    holder = lock.held(output_dir)
-    if holder is not None:
-        found.append(f'{lock.lock_path(output_dir)}: held by {lock.describe(holder)}; if that run '
-                     'is not running any more, its rerun takes it over (or pass --break_lock)')
-    for entry in temp_folders(output_dir):
-        found.append(f'{entry.path}: temporary folder of an unfinished run '
-                     f'({fileio.tree_bytes(entry.path) / 1e6:.1f} MB); rerunning it resumes from '
-                     'there, --clean_temp or --overwrite removes it')
+    state = output_folder.read_lock(output_dir)
+    if state is not None:
+        found.append(f'{output_folder.lock_path(output_dir)}: held by '
+                     f'{output_folder.describe(state)}; if that run is not running any more, a '
+                     'rerun on this host takes it over (a lock of another host or a Dataflow '
+                     'job, or a young unreadable one, needs --break_lock)')
+    for folder in output_folder.temp_folders(output_dir):
+        size = f'{fileio.tree_bytes(folder.path) / 1e6:.1f} MB'
+        if folder.state == output_folder.COMMITTED:
+            found.append(f'{folder.path}: left by run {folder.run_id}, whose commit finished '
+                         f'({size}); the next run on this folder removes it')
+        else:
+            found.append(f'{folder.path}: temporary folder of an unfinished run ({size}); '
+                         'rerunning it resumes from there, --clean_temp or --overwrite removes it')
     return found
 
 
 def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
     """All problems of the dataset under `output_dir` ([] when it is sound)."""
     output_dir = output_dir.rstrip('/')
-    journal = commit.interrupted_commit(output_dir)
+    journal = output_folder.read_journal(output_dir)
     if journal is not None:
-        raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal["run_id"]} '
-                           f'({commit.journal_path(output_dir)}); rerun the conversion command to '
-                           'complete it')
+        raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal.run_id} '
+                           f'({output_folder.journal_path(output_dir)}); rerun the conversion '
+                           'command to complete it')
     try:
         info = metadata.load_json(output_dir, metadata.DATASET_INFO)
         names = fileio.read_bytes(fileio.join(output_dir, metadata.LABELS)).decode().splitlines()
@@ -210,12 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         problems = verify(args.output_dir, args.sample, args.processes)
         for warning in warnings(args.output_dir.rstrip('/')):
-            print(f'warning: {warning}', file=sys.stderr)
+            print(f'warning: {printable(warning)}', file=sys.stderr)
     except DatasetError as exc:
         print(f'error: {exc}', file=sys.stderr)
         return 2
     for problem in problems:
-        print(problem, file=sys.stderr)
+        print(printable(problem), file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -1,0 +1,424 @@
+"""Shared output folders are hostile: crafted journals and locks, look-alike user files, links,
+odd class names, lock races, and a kill at every instant of the commit and its cleanup.
+
+Each test runs the command line (a subprocess) or the protocol's own functions with real files,
+real processes, real SIGKILLs, and the Cloud Storage emulator where that path differs.
+"""
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import imagemaker
+from tests.gcs_servers import BUCKET, download, upload
+from tests.helpers import IN_PROCESS, output_files, run_cli, start_cli, write_tree
+from transforms import output_folder
+
+RUN_ID = '0123456789abcdef'
+
+
+def _images(n: int = 30, classes: int = 3) -> dict:
+    return {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(n)}
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    return write_tree(tmp_path / 'in', _images())
+
+
+def _flags(inputs: str, out: str, *more: str) -> list[str]:
+    return [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS, *more]
+
+
+def _one_error_line(result: subprocess.CompletedProcess, alone: bool = True) -> str:
+    """The error line of a failed run: its only line (`alone`), or its last, after progress."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith('error: ') and 'Traceback' not in result.stderr, result.stderr
+    assert len(lines) == 1 or not alone, result.stderr
+    return lines[-1]
+
+
+def _tree(path) -> dict:
+    return output_files(str(path))
+
+
+# --- 1. Crafted journals touch nothing outside the output ----------------------------------------
+
+def test_journal_naming_files_outside_the_output_is_refused_and_touches_nothing(tmp_path, inputs):
+    victim = write_tree(tmp_path / 'victim', {'docs/precious.txt': b'keep', 'secret.txt': b'mine'})
+    out = tmp_path / 'out'
+    (out / '.tmp-x').mkdir(parents=True)
+    (out / '.commit.json').write_text(json.dumps({
+        'run_id': 'x', 'phase': 'replace',
+        'replace': [[f'{victim}/docs/precious.txt', f'{out}/.tmp-x/replaced/precious.txt']],
+        'install': [[f'{victim}/secret.txt', f'{out}/stolen.txt']]}))
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert line.startswith(f'error: {out}/.commit.json is not a commit journal this tool wrote (')
+    assert line.endswith('nothing was done. If no run of this tool is committing there, delete it '
+                         'and rerun')
+    assert _tree(victim) == {'docs/precious.txt': b'keep', 'secret.txt': b'mine'}
+    assert sorted(os.listdir(out)) == ['.commit.json', '.tmp-x']   # Lock released, nothing new.
+
+
+@pytest.mark.parametrize('journal', [
+    {'run_id': 'y/../../victim2', 'phase': 'install', 'replace': [], 'install': []},
+    {'run_id': RUN_ID, 'phase': 'install', 'replace': [],
+     'install': [['shards/../../../victim2/a.txt', 'dataset_info.json']]},
+    {'run_id': RUN_ID, 'phase': 'replace', 'replace': ['../victim2/a.txt'], 'install': []},
+    {'run_id': RUN_ID, 'phase': 'install', 'replace': [],
+     'install': [['final/labels.txt', '../victim2/a.txt']]},
+    'not json at all',
+])
+def test_journal_with_other_names_is_refused(tmp_path, inputs, journal):
+    victim = write_tree(tmp_path / 'victim2', {'a.txt': b'keep'})
+    out = tmp_path / 'out'
+    (out / '.tmp-y').mkdir(parents=True)
+    (out / '.commit.json').write_text(journal if isinstance(journal, str) else json.dumps(journal))
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert 'is not a commit journal this tool wrote' in line
+    assert _tree(victim) == {'a.txt': b'keep'} and (out / '.tmp-y').is_dir()
+    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 2 and 'is not a commit journal this tool wrote' in verify.stderr
+
+
+def test_journal_on_cloud_storage_naming_another_bucket_prefix_is_refused(gcs, tmp_path):
+    source = upload(_images(), 'raw')
+    upload({'secret.txt': b'mine'}, 'victim')
+    upload({'.commit.json': json.dumps({
+        'run_id': RUN_ID, 'phase': 'install', 'replace': [],
+        'install': [[f'gs://{BUCKET}/victim/secret.txt', 'stolen.txt']]}).encode()}, 'out')
+    line = _one_error_line(run_cli(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/out',
+                                   *IN_PROCESS))
+    assert 'is not a commit journal this tool wrote' in line
+    assert download('victim') == {'secret.txt': b'mine'}
+    assert sorted(download('out')) == ['.commit.json']
+
+
+# --- 2. The lock: exactly one winner, whatever the race ------------------------------------------
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(['true'])
+    process.wait()
+    return process.pid
+
+
+def _stale_lock(pid: int) -> bytes:
+    return json.dumps({'token': 'stale', 'run_id': 'old', 'host': socket.gethostname(),
+                       'pid': pid, 'started': '2026-01-01T00:00:00+00:00',
+                       'runner': 'DirectRunner', 'waits': True}).encode()
+
+
+def _contend(folders: list[str], barrier, results, emulator: str | None) -> None:
+    """One contender: at each barrier release, tries to take the lock of the next folder."""
+    if emulator:
+        os.environ['STORAGE_EMULATOR_HOST'] = emulator
+    from pipeline.formats.errors import DatasetError
+    for folder in folders:
+        barrier.wait()
+        try:
+            output_folder.acquire(folder, RUN_ID, 'DirectRunner', waits=True)
+            results.put((folder, 'won'))
+        except DatasetError as exc:
+            results.put((folder, str(exc)))
+
+
+def _race(folders: list[str], contenders: int, emulator: str | None = None) -> dict:
+    context = multiprocessing.get_context('spawn')
+    barrier, results = context.Barrier(contenders), context.Queue()
+    processes = [context.Process(target=_contend, args=(folders, barrier, results, emulator))
+                 for _ in range(contenders)]
+    for process in processes:
+        process.start()
+    outcomes = {}
+    for _ in range(len(folders) * contenders):
+        folder, outcome = results.get(timeout=300)
+        outcomes.setdefault(folder, []).append(outcome)
+    for process in processes:
+        process.join(timeout=60)
+    return outcomes
+
+
+def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tmp_path):
+    pid = _dead_pid()
+    folders = []
+    for i in range(60):
+        folder = tmp_path / f'out{i}'
+        folder.mkdir()
+        (folder / '.lock').write_bytes(_stale_lock(pid))
+        folders.append(str(folder))
+    outcomes = _race(folders, contenders=4)
+    for folder, results in outcomes.items():
+        assert results.count('won') == 1, (folder, results)
+        assert all(r.startswith(f'{folder} is being written by another run: run {RUN_ID} on host ')
+                   for r in results if r != 'won'), results
+        holder = output_folder.read_lock(folder).holder
+        assert holder['run_id'] == RUN_ID and holder['token'] != 'stale'
+        assert sorted(os.listdir(folder)) == ['.lock']
+
+
+def test_runs_released_together_at_a_stale_lock_on_cloud_storage_leave_one_holder(gcs):
+    pid = _dead_pid()
+    names = [f'out{i}' for i in range(15)]
+    for name in names:
+        upload({'.lock': _stale_lock(pid)}, name)
+    folders = [f'gs://{BUCKET}/{name}' for name in names]
+    outcomes = _race(folders, contenders=3, emulator=os.environ['STORAGE_EMULATOR_HOST'])
+    for folder, results in outcomes.items():
+        assert results.count('won') == 1, (folder, results)
+        assert output_folder.read_lock(folder).holder['token'] != 'stale'
+
+
+def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_path):
+    """The killed launcher is a zombie until its parent reaps it; it holds nothing."""
+    inputs = write_tree(tmp_path / 'in', _images(900))
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
+             '--direct_running_mode=multi_processing', '--direct_num_workers=2']
+    first = start_cli(*flags)
+    deadline = time.monotonic() + 120
+    while not _parts(out) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(first.pid, signal.SIGKILL)
+    while _state(first.pid) != 'Z' and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _state(first.pid) == 'Z'   # Dead, not reaped yet: its pid still exists.
+    rerun = run_cli(*flags)
+    first.wait()
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'taking over (its process is gone)' in rerun.stderr and 'resuming run' in rerun.stderr
+    assert not [n for n in os.listdir(out) if n.startswith('.')]
+
+
+def _state(pid: int) -> str:
+    with open(f'/proc/{pid}/stat') as stream:
+        return stream.read().rsplit(')', 1)[1].split()[0]
+
+
+def _parts(out: str) -> list[str]:
+    return [os.path.join(d, n) for d, _, names in os.walk(out) for n in names
+            if n.endswith('.tfrecord.json')]
+
+
+def test_lock_of_a_reused_pid_is_stale(tmp_path, inputs):
+    """The pid in the lock is alive, but it is another process: it started at another time."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    holder = json.loads(_stale_lock(os.getpid()))
+    holder.update(pid_start='1')
+    (out / '.lock').write_text(json.dumps(holder))
+    result = run_cli(*_flags(inputs, str(out)))
+    assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
+
+
+def test_empty_lock_is_refused_while_young_and_taken_over_when_old(tmp_path, inputs):
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / '.lock').write_bytes(b'')
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert line.startswith(f'error: {out} is being written by another run: an empty or '
+                           'unreadable lock, written ')
+    old = time.time() - 2 * output_folder.STALE_UNREADABLE_SECONDS
+    os.utime(out / '.lock', (old, old))
+    result = run_cli(*_flags(inputs, str(out)))
+    assert result.returncode == 0, result.stderr
+    assert 'taking over (its process is gone) the lock' in result.stderr
+    assert not (out / '.lock').exists()
+
+
+def test_crafted_lock_cannot_drive_the_terminal_or_forge_lines(tmp_path, inputs):
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / '.lock').write_text(json.dumps({
+        'token': 't', 'run_id': 'r\x1b[2J\x1b[31m', 'host': 'h\nerror: forged line',
+        'pid': 1, 'started': 's\u2028x', 'waits': False}))
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert '\x1b' not in line and '\u2028' not in line
+    assert 'run r\\x1b[2J\\x1b[31m on host h\\nerror: forged line, pid 1, started s\\u2028x' in line
+
+
+# --- 3. A kill at every instant of the commit and its cleanup ------------------------------------
+
+COMMIT_POINTS = ['commit:journal', 'commit:replace:1', 'commit:install:1', 'commit:install:2',
+                 'commit:marked', 'commit:unjournaled', 'cleanup:contents', 'cleanup:marker']
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+    """A dataset converted without interruption, and the inputs it came from."""
+    root = tmp_path_factory.mktemp('reference')
+    inputs = write_tree(root / 'in', _images())
+    out = str(root / 'out')
+    assert run_cli(*_flags(inputs, out)).returncode == 0
+    return inputs, _tree(out)
+
+
+@pytest.mark.parametrize('point', COMMIT_POINTS)
+def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_path, reference,
+                                                                         point):
+    inputs, expected = reference
+    out = str(tmp_path / 'out')
+    assert run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
+                   *IN_PROCESS).returncode == 0
+    flags = _flags(inputs, out, '--overwrite')
+    assert run_cli(*flags, kill_at=point).returncode == -signal.SIGKILL
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree(out) == expected                   # Nothing left over, not even a folder.
+    assert sorted(os.listdir(out)) == sorted(expected)
+    again = run_cli(*flags[:-1])                    # The same command without --overwrite.
+    assert again.returncode == 0, again.stderr
+    assert 'already holds the dataset of this command' in again.stderr
+    assert _tree(out) == expected
+
+
+@pytest.mark.parametrize('point', ['commit:marked', 'commit:unjournaled', 'cleanup:contents'])
+def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point):
+    source = upload(_images(), 'raw')
+    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    assert run_cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    out = f'gs://{BUCKET}/out'
+    assert run_cli(*flags, f'--output_dir={out}', kill_at=point).returncode == -signal.SIGKILL
+    assert any(name.startswith('.tmp-') for name in download('out'))
+    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', out], capture_output=True,
+                            text=True, timeout=120)
+    if point == 'commit:marked':   # The journal is still there.
+        assert verify.returncode == 2 and 'interrupted commit' in verify.stderr
+    else:
+        assert verify.returncode == 0 and 'whose commit finished' in verify.stderr
+    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert download('out') == _tree(f'{tmp_path}/local')
+
+
+def test_shard_shorter_than_its_result_is_never_installed(tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    flags = _flags(inputs, out)
+    assert run_cli(*flags, kill_at='shard:2').returncode == -signal.SIGKILL
+    shard = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
+                 if n.endswith('.tfrecord') and '/shards/' in os.path.join(d, n))
+    size, records = os.path.getsize(shard), json.load(open(f'{shard}.json'))['records']
+    os.truncate(shard, size - 10)
+    assert _one_error_line(run_cli(*flags), alone=False) == (
+        f'error: {shard} holds {size - 10} bytes, not the {size} its {records} records take; '
+        'nothing was committed. Rerun with --clean_temp to convert afresh')
+    assert not [n for n in os.listdir(out) if not n.startswith('.')]
+
+
+# --- 4. --overwrite leaves every file it did not write -------------------------------------------
+
+LOOK_ALIKES = {'.tmp-cache/important.db': b'db', 'errors-2024.jsonl': b'{}\n',
+               'model.tfrecord-backup': b'weights', '.tmp-0123456789abcdef/notes.txt': b'n',
+               'dataset-train.tfrecord-backup': b'b', 'notes.md': b'#'}
+
+
+def test_overwrite_replaces_only_the_old_datasets_own_files(tmp_path, inputs):
+    out = tmp_path / 'out'
+    write_tree(out, LOOK_ALIKES)
+    assert run_cli(*_flags(inputs, str(out), '--dataset_name=old', '--num_shards=3')).returncode == 0
+    result = run_cli(*_flags(inputs, str(out), '--overwrite', '--clean_temp'))
+    assert result.returncode == 0, result.stderr
+    after = _tree(out)
+    assert {k: after[k] for k in LOOK_ALIKES} == LOOK_ALIKES
+    assert not [n for n in after if n.startswith('old-')]
+    assert sorted(n for n in after if '.tfrecord-0' in n) == [
+        'dataset-train.tfrecord-00000-of-00002', 'dataset-train.tfrecord-00001-of-00002']
+
+
+def test_user_files_with_dataset_names_are_refused_not_overwritten(tmp_path, inputs):
+    out = tmp_path / 'out'
+    write_tree(out, {'labels.txt': b'my labels\n', 'summary.json': b'{"mine": 1}', **LOOK_ALIKES})
+    before = _tree(out)
+    for flags in ([], ['--overwrite']):
+        line = _one_error_line(run_cli(*_flags(inputs, str(out), *flags)))
+        assert line == (f'error: {out} holds files this run would overwrite that are not part of '
+                        'a dataset it replaces: labels.txt, summary.json; move them away or '
+                        'choose another --output_dir')
+        assert _tree(out) == before
+
+
+# --- 5. Links in place of temporary folders ------------------------------------------------------
+
+def _run_id(inputs: str, out: str) -> str:
+    from pipeline import job
+    return job.prepare(_flags(inputs, out, '--dry_run=true')).settings.run_id
+
+
+def test_linked_temp_folder_of_this_run_is_refused(tmp_path, inputs):
+    out = tmp_path / 'out'
+    out.mkdir()
+    elsewhere = write_tree(tmp_path / 'elsewhere', {'keep.txt': b'k'})
+    os.symlink(elsewhere, out / f'.tmp-{_run_id(inputs, str(out))}')
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert line.endswith('is a symbolic link; this run writes its temporary files there only into '
+                         'a real folder. Remove the link and rerun')
+    assert _tree(elsewhere) == {'keep.txt': b'k'}
+
+
+def test_linked_temp_folders_of_other_runs_are_left_alone(tmp_path, inputs):
+    out = tmp_path / 'out'
+    out.mkdir()
+    elsewhere = write_tree(tmp_path / 'elsewhere', {
+        'keep.txt': b'k', '.image-tfrecords-run.json': json.dumps(
+            {'run_id': 'fedcba9876543210', 'state': 'running'}).encode()})
+    os.symlink(elsewhere, out / '.tmp-fedcba9876543210')
+    result = run_cli(*_flags(inputs, str(out), '--clean_temp'))
+    assert result.returncode == 0, result.stderr
+    assert 'removed temporary folders' not in result.stderr
+    assert os.path.islink(out / '.tmp-fedcba9876543210') and 'keep.txt' in _tree(elsewhere)
+
+
+def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, inputs):
+    out = tmp_path / 'out'
+    run_id = _run_id(inputs, str(out))
+    write_tree(out, {f'.tmp-{run_id}/mine.txt': b'm'})
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert line == (f'error: {out}/.tmp-{run_id} exists but was not made by this tool (it has no '
+                    'marker .image-tfrecords-run.json); move it away and rerun')
+    assert _tree(out) == {f'.tmp-{run_id}/mine.txt': b'm'}
+
+
+# --- 6. Class names that cannot be one line of labels.txt ----------------------------------------
+
+@pytest.mark.parametrize('name', ['two\nlines', 'carriage\rreturn', 'line\u2028separator',
+                                  'escape\x1b[31m'])
+def test_class_names_with_line_breaks_are_refused_in_one_line(tmp_path, name):
+    inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
+                                          'train/plain/b.jpg': imagemaker.jpeg(8, 8, seed=1)})
+    line = _one_error_line(run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
+                                   *IN_PROCESS))
+    assert line == (f'error: class name {printable_repr(name)} (split train) holds a line break or '
+                    'control character; labels.txt keeps one name per line, so rename the class '
+                    'folder or fix the label')
+    assert not os.path.exists(f'{tmp_path}/out/labels.txt')
+
+
+def printable_repr(name: str) -> str:
+    from pipeline.formats.errors import printable
+    return printable(repr(name))
+
+
+def test_csv_label_with_a_quoted_newline_is_refused(tmp_path):
+    write_tree(tmp_path, {'a.jpg': imagemaker.jpeg(8, 8)})
+    (tmp_path / 'train.csv').write_text('uri,label\na.jpg,"cat\ndog"\n')
+    line = _one_error_line(run_cli(f'--csv_train={tmp_path}/train.csv',
+                                   f'--output_dir={tmp_path}/out', *IN_PROCESS))
+    assert line.startswith("error: class name 'cat\\ndog' (split train) holds a line break")
+
+
+# --- 10. Output folders that cannot be folders ---------------------------------------------------
+
+def test_output_that_is_a_file_or_below_one_is_one_line(tmp_path, inputs):
+    (tmp_path / 'file').write_text('x')
+    assert _one_error_line(run_cli(*_flags(inputs, f'{tmp_path}/file'))) == (
+        f'error: --output_dir {tmp_path}/file is not a folder; choose a folder')
+    assert _one_error_line(run_cli(*_flags(inputs, f'{tmp_path}/file/out'))) == (
+        f'error: --output_dir {tmp_path}/file/out is not a folder ({tmp_path}/file is a file); '
+        'choose a folder')

@@ -1,0 +1,592 @@
+"""The output folder's protocol: one writer at a time, each run's temporary folder, the commit
+journal, and what counts as the dataset in the folder, recoverable after a kill at any instant.
+
+Everything lives directly in OUTPUT:
+
+    .lock                     who writes the folder now (JSON: token, run id, host, pid, ...)
+    .commit.json              the journal of a commit in progress: run id, phase, file names
+    .tmp-RUN/                 the temporary folder of run RUN (16 hex digits)
+    .tmp-RUN/.image-tfrecords-run.json   its marker: run id and state, running or committed
+
+**Confinement.** Every path this module touches is derived from OUTPUT and names it validates:
+a run id is 16 hex digits, a dataset file is a shard name or one of the metadata names, a file
+in a temporary folder is a shard or a staged metadata file. Nothing is ever read from a file as
+a path, so no file in the folder, whoever wrote it, can make a run move or delete anything
+outside OUTPUT. A journal or lock that breaks these rules is refused in one line and touches
+nothing. Temporary folders are recognised by their marker, never by their name alone, and a
+symbolic link in their place is refused, so `--overwrite` and `--clean_temp` delete only what
+this tool wrote.
+
+**The lock.** Taking it is exclusive whether the lock is absent or stale. Locally every change
+of `.lock` (create, take over, release) happens under an advisory lock (flock) of the output
+folder itself, held only for that moment and dropped by the kernel if the process dies; on
+Cloud Storage every change is conditional on the generation read (create: no object yet; take
+over: still the stale holder's; release: still ours). A holder is stale when it is provably
+gone: a run on this host whose process no longer exists, is a zombie, or is another process
+with the same pid (its start time differs), or a lock older than STALE_UNREADABLE_SECONDS that
+is empty or unreadable. Anything else (another host, a Dataflow job) needs `--break_lock`.
+
+**The commit** (transforms/commit.py calls it): the new shards and metadata are complete in the
+temporary folder, then the journal lists the old dataset's file names (moved aside into
+`.tmp-RUN/replaced/`) and the new files' names (moved in), `dataset_info.json` moved away first
+and in last. After the moves the marker says `committed`, then the journal is deleted, then the
+temporary folder with the marker last. A kill at any instant leaves a journal (the next run
+rolls it forward: every move can be repeated) or a committed marker (the next run finishes the
+cleanup); the folder holds the complete old dataset or the complete new one.
+"""
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import re
+import socket
+import uuid
+from typing import Iterable, Iterator
+
+from pipeline.formats import fileio, metadata
+from pipeline.formats.errors import DatasetError, printable
+from transforms import faults
+
+LOG = logging.getLogger('image_tfrecords')
+
+LOCK = '.lock'
+JOURNAL = '.commit.json'
+TEMP_PREFIX = '.tmp-'
+MARKER = '.image-tfrecords-run.json'
+MOVE_BATCH = 100
+STALE_UNREADABLE_SECONDS = 30
+RUNNING, COMMITTED = 'running', 'committed'
+
+_RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
+_SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
+_FORMAT = '(?:' + '|'.join(metadata.FILE_FORMATS) + ')'
+_SHARD = re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{_FORMAT}-\d{{5,}}-of-\d{{5,}}\Z')
+_TEMP_SHARD = re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{_FORMAT}\Z')
+METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
+                  metadata.CLASS_NAMES, metadata.SUMMARY,
+                  *(metadata.error_report_name(s) for s in metadata.SPLITS))
+_GLOB = re.compile(r'[*?\[]')
+
+
+# --- Names and the folder itself ---------------------------------------------------------------
+
+def is_dataset_file(name: str) -> bool:
+    """Whether `name` is a name this tool gives a file of a dataset (a shard or metadata)."""
+    return name in METADATA_NAMES or _SHARD.match(name) is not None
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Raises a DatasetError when `output_dir` cannot be an output folder (a file, below a
+    file, or a name with glob characters, which listing would read as a pattern)."""
+    if _GLOB.search(output_dir):
+        raise DatasetError(f'--output_dir {printable(output_dir)} contains a glob character '
+                           '(*, ? or [); choose a folder name without them')
+    if fileio.is_gcs(output_dir):
+        return
+    path = os.path.abspath(output_dir)
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        below = '' if path == os.path.abspath(output_dir) else f' ({path} is a file)'
+        raise DatasetError(f'--output_dir {output_dir} is not a folder{below}; choose a folder')
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise ValueError(f'not a run id: {printable(repr(run_id))}')
+    return run_id
+
+
+def temp_dir(output_dir: str, run_id: str) -> str:
+    return fileio.join(output_dir.rstrip('/'), TEMP_PREFIX + check_run_id(run_id))
+
+
+def _is_link(path: str) -> bool:
+    return not fileio.is_gcs(path) and os.path.islink(path)
+
+
+# --- The lock -----------------------------------------------------------------------------------
+
+def lock_path(output_dir: str) -> str:
+    return fileio.join(output_dir.rstrip('/'), LOCK)
+
+
+@dataclasses.dataclass(frozen=True)
+class LockState:
+    """What `.lock` holds now: its holder (None when empty or unreadable), age and generation."""
+    holder: dict | None
+    age: float
+    generation: int = 0      # Cloud Storage only.
+
+
+def read_lock(output_dir: str) -> LockState | None:
+    """The lock of `output_dir`, or None when nobody holds it."""
+    path = lock_path(output_dir)
+    if fileio.is_gcs(path):
+        found = fileio.read_versioned(path)
+        if found is None:
+            return None
+        data, generation, updated = found
+    else:
+        try:
+            with open(path, 'rb') as stream:
+                data, updated = stream.read(), os.fstat(stream.fileno()).st_mtime
+        except FileNotFoundError:
+            return None
+        generation = 0
+    age = datetime.datetime.now(datetime.timezone.utc).timestamp() - updated
+    return LockState(_parse_holder(data), age, generation)
+
+
+def _parse_holder(data: bytes) -> dict | None:
+    try:
+        holder = json.loads(data)
+    except ValueError:
+        return None
+    return holder if isinstance(holder, dict) and isinstance(holder.get('token'), str) else None
+
+
+def describe(state: LockState) -> str:
+    """Who holds a lock, in one line, with anything from the file escaped."""
+    holder = state.holder
+    if holder is None:
+        return f'an empty or unreadable lock, written {state.age:.0f} s ago'
+    text = (f"run {holder.get('run_id', '?')} on host {holder.get('host', '?')}, pid "
+            f"{holder.get('pid', '?')}, started {holder.get('started', '?')}"
+            + (f" ({holder['runner']})" if holder.get('runner') else ''))
+    return printable(text)
+
+
+def _proc_stat(pid: int) -> tuple[str, str | None] | None:
+    """(state, start time in clock ticks after boot) of a process, None when there is none; the
+    start time is None where it cannot be read."""
+    if not os.path.exists('/proc/self/stat'):   # No procfs: ask the kernel whether pid exists.
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except OSError:
+            pass
+        return '?', None
+    try:
+        with open(f'/proc/{pid}/stat') as stream:
+            fields = stream.read().rsplit(')', 1)[1].split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return '?', None
+    return fields[0], fields[19]
+
+
+def _boot_id() -> str:
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as stream:
+            return stream.read().strip()
+    except OSError:
+        return ''
+
+
+def _is_stale(state: LockState) -> bool:
+    """True only when the holder is provably no longer running (see the module docstring)."""
+    holder = state.holder
+    if holder is None:
+        return state.age > STALE_UNREADABLE_SECONDS
+    if holder.get('waits') is not True or holder.get('host') != socket.gethostname():
+        return False
+    if holder.get('boot_id') and holder['boot_id'] != _boot_id():
+        return True   # This host restarted since.
+    try:
+        pid = int(holder['pid'])
+    except (KeyError, TypeError, ValueError):
+        return False
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    process_state, started = stat
+    return process_state in ('Z', 'X') or (
+        None not in (started, holder.get('pid_start')) and str(holder['pid_start']) != started)
+
+
+@contextlib.contextmanager
+def _guard(output_dir: str) -> Iterator[None]:
+    """Locally: an exclusive flock of the output folder while `.lock` changes (see above)."""
+    if fileio.is_gcs(output_dir):
+        yield
+        return
+    import fcntl
+    with fileio.output_errors(output_dir):
+        os.makedirs(output_dir, exist_ok=True)
+    fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_local(path: str, data: bytes) -> None:
+    """Replaces `path` with `data` in one rename (never seen empty or half-written)."""
+    partial = f'{path}.partial-{uuid.uuid4().hex}'
+    with open(partial, 'wb') as stream:
+        stream.write(data)
+    os.replace(partial, path)
+
+
+def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
+            break_lock: bool = False) -> str:
+    """Takes the output lock; returns its token, or raises a DatasetError naming the holder.
+
+    `waits`: the process taking the lock lives as long as the run (false when a job is only
+    submitted), so its lock may be taken over once it is gone.
+    """
+    path = lock_path(output_dir)
+    token = uuid.uuid4().hex
+    own = _proc_stat(os.getpid())
+    data = json.dumps({
+        'token': token, 'run_id': run_id, 'host': socket.gethostname(), 'pid': os.getpid(),
+        'pid_start': own[1] if own else None, 'boot_id': _boot_id(),
+        'started': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        'runner': runner, 'waits': waits}, indent=1).encode()
+    gcs = fileio.is_gcs(path)
+    with fileio.output_errors(path), _guard(output_dir):
+        for _ in range(5):
+            state = read_lock(output_dir)
+            if state is None:
+                if gcs and not fileio.create_exclusive(path, data):
+                    continue   # Another run created it first: look again.
+                if not gcs:
+                    _write_local(path, data)
+                return token
+            if not (break_lock or _is_stale(state)):
+                raise DatasetError(
+                    f'{output_dir} is being written by another run: {describe(state)}; its lock '
+                    f'is {path}. Wait for it, or if it is not running any more, pass --break_lock')
+            if gcs and not fileio.write_if_generation(path, data, state.generation):
+                continue   # Another run changed it first: look again.
+            if not gcs:
+                _write_local(path, data)
+            LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if break_lock else
+                        'taking over (its process is gone)', path, describe(state))
+            return token
+    raise DatasetError(f'could not take the lock {path}: it keeps changing; is another run '
+                       'starting?')
+
+
+def check_lock(output_dir: str, token: str) -> None:
+    """Raises a DatasetError unless the lock of `output_dir` is still `token`'s."""
+    state = read_lock(output_dir)
+    if state is None or state.holder is None or state.holder.get('token') != token:
+        now = f'it is now held by {describe(state)}' if state else 'it is gone'
+        raise DatasetError(f'this run lost its lock {lock_path(output_dir)} ({now}); nothing more '
+                           'was committed. Make sure one run at a time writes there, and rerun')
+
+
+def release(output_dir: str, token: str) -> None:
+    """Deletes the lock if it is still `token`'s."""
+    path = lock_path(output_dir)
+    with _guard(output_dir):
+        state = read_lock(output_dir)
+        if state is None or state.holder is None or state.holder.get('token') != token:
+            return
+        if fileio.is_gcs(path):
+            fileio.delete_if_generation(path, state.generation)
+        else:
+            os.remove(path)
+
+
+# --- Temporary folders --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TempFolder:
+    path: str
+    run_id: str
+    state: str     # RUNNING or COMMITTED
+
+
+def _marker_state(folder: str, run_id: str) -> str | None:
+    data = fileio.read_if_exists(fileio.join(folder, MARKER))
+    try:
+        marker = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    if (isinstance(marker, dict) and marker.get('run_id') == run_id
+            and marker.get('state') in (RUNNING, COMMITTED)):
+        return marker['state']
+    return None
+
+
+def _write_marker(folder: str, run_id: str, state: str) -> None:
+    fileio.write_bytes_atomic(fileio.join(folder, MARKER),
+                              json.dumps({'run_id': run_id, 'state': state}).encode())
+
+
+def temp_folders(output_dir: str) -> list[TempFolder]:
+    """The temporary folders of this tool's runs in `output_dir`: named `.tmp-RUN`, not a
+    link, and carrying a marker for RUN. Anything else is not ours and is left alone."""
+    if not (fileio.is_gcs(output_dir) or os.path.isdir(output_dir)):
+        return []
+    found = []
+    for entry in fileio.list_dir(output_dir):
+        run_id = entry.name[len(TEMP_PREFIX):]
+        if (entry.is_dir and entry.name.startswith(TEMP_PREFIX) and _RUN_ID.match(run_id)
+                and not _is_link(entry.path)):
+            state = _marker_state(entry.path, run_id)
+            if state is not None:
+                found.append(TempFolder(entry.path, run_id, state))
+    return found
+
+
+def start_temp(output_dir: str, run_id: str) -> None:
+    """Makes sure run `run_id` has its marked temporary folder; refuses a link or a folder of
+    that name that this tool did not make (nothing in it is touched)."""
+    folder = temp_dir(output_dir, run_id)
+    if _is_link(folder):
+        raise DatasetError(f'{folder} is a symbolic link; this run writes its temporary files '
+                           'there only into a real folder. Remove the link and rerun')
+    state = _marker_state(folder, run_id)
+    if state is None and _has_files(folder):
+        raise DatasetError(f'{folder} exists but was not made by this tool (it has no marker '
+                           f'{MARKER}); move it away and rerun')
+    if not fileio.is_gcs(folder):
+        for parent, dirs, files in os.walk(folder):
+            links = [name for name in dirs + files if os.path.islink(os.path.join(parent, name))]
+            if links:
+                raise DatasetError(f'{os.path.join(parent, links[0])} is a symbolic link; a '
+                                   'temporary folder of this tool holds none. Remove it and rerun')
+    if state is None:
+        _write_marker(folder, run_id, RUNNING)
+
+
+def drop_if_unused(output_dir: str, run_id: str) -> None:
+    """Removes a run's temporary folder that holds its marker alone (a run that failed before
+    it wrote anything leaves nothing behind)."""
+    folder = temp_dir(output_dir, run_id)
+    marker = fileio.join(folder, MARKER)
+    if fileio.is_gcs(folder):
+        if fileio.list_prefix(folder) == [marker]:
+            fileio.delete([marker])
+    elif not _is_link(folder) and os.path.isdir(folder) and os.listdir(folder) == [MARKER]:
+        os.remove(marker)
+        os.rmdir(folder)
+
+
+def _has_files(folder: str) -> bool:
+    if fileio.is_gcs(folder):
+        return bool(fileio.list_prefix(folder))
+    return os.path.isdir(folder) and bool(os.listdir(folder))
+
+
+def remove_temp(folder: str) -> None:
+    """Deletes a temporary folder, its marker last, so a kill leaves it recognisable."""
+    marker = fileio.join(folder, MARKER)
+    if fileio.is_gcs(folder):
+        fileio.delete([p for p in fileio.list_prefix(folder) if p != marker])
+        faults.crash_point('cleanup:contents')
+        fileio.delete([marker] if fileio.exists(marker) else [])
+        return
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return
+    for entry in os.scandir(folder):
+        if entry.name == MARKER:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            fileio.delete_tree(entry.path)
+        else:
+            os.remove(entry.path)
+    faults.crash_point('cleanup:contents')
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(marker)
+    faults.crash_point('cleanup:marker')
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+
+
+# --- The dataset in the folder ------------------------------------------------------------------
+
+def dataset_files(output_dir: str) -> list[str]:
+    """Names of the files of the dataset in `output_dir`, as its own dataset_info.json names
+    them ([] when there is none); a dataset_info.json this tool cannot read is a DatasetError."""
+    path = fileio.join(output_dir, metadata.DATASET_INFO)
+    data = fileio.read_if_exists(path)
+    if data is None:
+        return []
+    try:
+        names = _named_files(json.loads(data))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DatasetError(f'{path} does not describe a dataset this tool can replace '
+                           f'({printable(str(exc))[:200]}); move the folder\'s contents away or '
+                           'choose another --output_dir') from None
+    present = set(_names_in(output_dir))
+    return [name for name in names if name in present]
+
+
+def _named_files(info: dict) -> list[str]:
+    """The file names a dataset_info.json describes, validated."""
+    name = info['name']
+    if not re.fullmatch(r'[a-z][a-z0-9_]*', name):
+        raise ValueError(f'dataset name {name!r}')
+    if info.get('splits') and any(s.get('filepathTemplate', metadata.SHARD_TEMPLATE)
+                                  != metadata.SHARD_TEMPLATE for s in info['splits']):
+        raise ValueError('shard names other than this tool\'s')
+    names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
+             metadata.SUMMARY]
+    for split in info['splits']:
+        split_name, total = split['name'], len(split['shardLengths'])
+        if split_name not in metadata.SPLITS or total > 10_000_000:
+            raise ValueError(f'split {split_name!r} with {total} shards')
+        names.append(metadata.error_report_name(split_name))
+        for file_format in metadata.file_formats(info):
+            if file_format not in metadata.FILE_FORMATS:
+                raise ValueError(f'file format {file_format!r}')
+            names += [metadata.shard_name(name, split_name, i, total, file_format)
+                      for i in range(total)]
+    return names
+
+
+def _names_in(output_dir: str) -> list[str]:
+    if not (fileio.is_gcs(output_dir) or os.path.isdir(output_dir)):
+        return []
+    return [e.name for e in fileio.list_dir(output_dir) if not e.is_dir]
+
+
+def foreign_files(output_dir: str, names: Iterable[str], dataset: Iterable[str]) -> list[str]:
+    """Those of `names` that exist in `output_dir` and are not files of `dataset`: files a
+    commit must not overwrite."""
+    present, ours = set(_names_in(output_dir)), set(dataset)
+    return sorted(n for n in set(names) if n in present and n not in ours)
+
+
+def refuse_foreign(output_dir: str, foreign: list[str]) -> None:
+    if foreign:
+        shown = ', '.join(printable(n) for n in foreign[:5])
+        raise DatasetError(f'{output_dir} holds files this run would overwrite that are not part '
+                           f'of a dataset it replaces: {shown}'
+                           + (f' and {len(foreign) - 5} more' if len(foreign) > 5 else '')
+                           + '; move them away or choose another --output_dir')
+
+
+# --- The commit journal -------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Journal:
+    """A commit in progress: the old dataset's files (moved into TEMP/replaced/) and the new
+    files (from TEMP/<source> to their final names), all names, no paths."""
+    run_id: str
+    phase: str                                  # 'replace', then 'install'.
+    replace: tuple[str, ...]
+    install: tuple[tuple[str, str], ...]
+
+    def validate(self) -> 'Journal':
+        check_run_id(self.run_id)
+        if self.phase not in ('replace', 'install'):
+            raise ValueError(f'phase {self.phase!r}')
+        for name in self.replace:
+            if not is_dataset_file(name):
+                raise ValueError(f'{name!r} is not a dataset file name')
+        for source, target in self.install:
+            staged = source.startswith('final/') and source[len('final/'):] in METADATA_NAMES
+            if not (staged or _TEMP_SHARD.match(source)) or not is_dataset_file(target):
+                raise ValueError(f'{source!r} -> {target!r} is not a move of this tool')
+        return self
+
+
+def journal_path(output_dir: str) -> str:
+    return fileio.join(output_dir.rstrip('/'), JOURNAL)
+
+
+def write_journal(output_dir: str, journal: Journal) -> None:
+    document = {'run_id': journal.run_id, 'phase': journal.phase,
+                'replace': list(journal.replace), 'install': [list(m) for m in journal.install]}
+    fileio.write_bytes_atomic(journal_path(output_dir), json.dumps(document, indent=1).encode())
+
+
+def read_journal(output_dir: str) -> Journal | None:
+    """The journal of an interrupted commit, validated; a DatasetError when it is not one this
+    tool wrote (then nothing is touched)."""
+    path = journal_path(output_dir)
+    data = fileio.read_if_exists(path)
+    if data is None:
+        return None
+    try:
+        document = json.loads(data)
+        journal = Journal(document['run_id'], document['phase'], tuple(document['replace']),
+                          tuple((s, t) for s, t in document['install'])).validate()
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DatasetError(f'{path} is not a commit journal this tool wrote '
+                           f'({printable(str(exc))[:200]}); nothing was done. If no run of this '
+                           'tool is committing there, delete it and rerun') from None
+    folder = temp_dir(output_dir, journal.run_id)
+    if _is_link(folder):
+        raise DatasetError(f'{path} refers to {folder}, which is a symbolic link; nothing was '
+                           'done. Remove the link and the journal, then rerun')
+    return journal
+
+
+def roll_forward(output_dir: str, journal: Journal, recovering: bool = False) -> None:
+    """Carries out a commit from its journal's phase to the end (see the module docstring)."""
+    out = output_dir.rstrip('/')
+    temp = temp_dir(out, journal.run_id)
+    with fileio.output_errors(out):
+        if journal.phase == 'replace':
+            replace = [(fileio.join(out, name), fileio.join(temp, 'replaced', name))
+                       for name in journal.replace]
+            for number, batch in enumerate(_batches(replace, first=True), 1):
+                _move(batch, recovering)
+                faults.crash_point(f'commit:replace:{number}')
+            journal = dataclasses.replace(journal, phase='install')
+            write_journal(out, journal)
+        install = [(fileio.join(temp, source), fileio.join(out, target))
+                   for source, target in journal.install]
+        for number, batch in enumerate(_batches(install, first=False), 1):
+            _move(batch, recovering)
+            faults.crash_point(f'commit:install:{number}')
+        _write_marker(temp, journal.run_id, COMMITTED)
+        faults.crash_point('commit:marked')
+        fileio.delete([journal_path(out)])
+        faults.crash_point('commit:unjournaled')
+        remove_temp(temp)
+
+
+def _batches(moves: list, first: bool) -> list[list]:
+    """Moves in batches of MOVE_BATCH, the one of dataset_info.json alone: first or last."""
+    info = [m for m in moves if fileio.basename(m[0 if first else 1]) == metadata.DATASET_INFO]
+    rest = [m for m in moves if m not in info]
+    batches = [rest[i:i + MOVE_BATCH] for i in range(0, len(rest), MOVE_BATCH)]
+    if info:
+        batches = [info, *batches] if first else [*batches, info]
+    return batches
+
+
+def _move(pairs: list, recovering: bool) -> None:
+    if recovering:  # Some moves may have happened before the crash.
+        pairs = [(s, d) for s, d in pairs if fileio.exists(s)]
+    fileio.rename([s for s, _ in pairs], [d for _, d in pairs])
+
+
+def finish_interrupted(output_dir: str) -> tuple[list[str], set[str]]:
+    """Completes what a killed run left half-done (call with the lock held): a commit from its
+    journal, and the cleanup of temporary folders whose commit finished. Returns a line per
+    thing done and the ids of the runs whose commit is now complete."""
+    out = output_dir.rstrip('/')
+    lines, finished = [], set()
+    journal = read_journal(out)
+    if journal is not None:
+        roll_forward(out, journal, recovering=True)
+        lines.append(f'completed the interrupted commit of run {journal.run_id} in {out}: it '
+                     'holds that run\'s dataset now')
+        finished.add(journal.run_id)
+    for folder in temp_folders(out):
+        if folder.state == COMMITTED:
+            remove_temp(folder.path)
+            lines.append(f'removed the temporary folder {folder.path} of run {folder.run_id}, '
+                         'whose commit had finished')
+            finished.add(folder.run_id)
+    if not fileio.is_gcs(out) and os.path.isdir(out):
+        for entry in os.scandir(out):   # Emptied by a cleanup that was cut off before its end.
+            if (entry.name.startswith(TEMP_PREFIX) and _RUN_ID.match(entry.name[len(TEMP_PREFIX):])
+                    and entry.is_dir(follow_symlinks=False)):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
+    return lines, finished
