@@ -135,9 +135,9 @@ def test_held_lock_and_leftover_temp_folders_are_warnings_with_their_size(copy):
                             text=True, timeout=300)
     assert result.returncode == 0 and 'OK: no problems found' in result.stdout
     assert result.stderr.splitlines() == [
-        f'warning: {copy}/.lock: held by run r1 on host h, pid 7, started s\\x1b[2J; if that run '
-        'is not running any more, a rerun on this host takes it over (a lock of another host or '
-        'a Dataflow job, or a young unreadable one, needs --break_lock)',
+        f'warning: {copy}/.lock: held by run r1 on host h, pid 7, started s\\x1b[2J; a run on '
+        'another host or a Dataflow job holds it; once it is not running any more, pass '
+        '--break_lock',
         f'warning: {copy}/.tmp-0123456789abcdef: temporary folder of an unfinished run (2.5 MB); '
         'rerunning it resumes from there, --clean_temp or --overwrite removes it',
         f'warning: {copy}/.tmp-fedcba9876543210: left by run fedcba9876543210, whose commit '

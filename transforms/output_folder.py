@@ -148,6 +148,20 @@ def _parse_holder(data: bytes) -> dict | None:
     return holder if isinstance(holder, dict) and isinstance(holder.get('token'), str) else None
 
 
+def lock_advice(state: LockState) -> str:
+    """What happens to a lock, in words: who may take it over, and when."""
+    holder = state.holder
+    if is_stale(state):
+        return 'its holder is gone: the next run takes it over'
+    if holder is None:
+        return (f'if no run is starting, the next run takes it over once it is '
+                f'{STALE_UNREADABLE_SECONDS} s old')
+    if holder.get('waits') is True and holder.get('host') == socket.gethostname():
+        return 'its process is running'
+    return ('a run on another host or a Dataflow job holds it; once it is not running any more, '
+            'pass --break_lock')
+
+
 def describe(state: LockState) -> str:
     """Who holds a lock, in one line, with anything from the file escaped."""
     holder = state.holder
@@ -188,7 +202,7 @@ def _boot_id() -> str:
         return ''
 
 
-def _is_stale(state: LockState) -> bool:
+def is_stale(state: LockState) -> bool:
     """True only when the holder is provably no longer running (see the module docstring)."""
     holder = state.holder
     if holder is None:
@@ -259,7 +273,7 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
                 if not gcs:
                     _write_local(path, data)
                 return token
-            if not (break_lock or _is_stale(state)):
+            if not (break_lock or is_stale(state)):
                 raise DatasetError(
                     f'{output_dir} is being written by another run: {describe(state)}; its lock '
                     f'is {path}. Wait for it, or if it is not running any more, pass --break_lock')

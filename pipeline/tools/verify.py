@@ -125,9 +125,7 @@ def warnings(output_dir: str) -> list[str]:
     state = output_folder.read_lock(output_dir)
     if state is not None:
         found.append(f'{output_folder.lock_path(output_dir)}: held by '
-                     f'{output_folder.describe(state)}; if that run is not running any more, a '
-                     'rerun on this host takes it over (a lock of another host or a Dataflow '
-                     'job, or a young unreadable one, needs --break_lock)')
+                     f'{output_folder.describe(state)}; {output_folder.lock_advice(state)}')
     for folder in output_folder.temp_folders(output_dir):
         size = f'{fileio.tree_bytes(folder.path) / 1e6:.1f} MB'
         if folder.state == output_folder.COMMITTED:
