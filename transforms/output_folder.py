@@ -135,6 +135,9 @@ def read_lock(output_dir: str) -> LockState | None:
                 data, updated = stream.read(), os.fstat(stream.fileno()).st_mtime
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise DatasetError(f'{path} is a folder, not the lock of this tool; move it away and '
+                               'rerun') from None
         generation = 0
     age = datetime.datetime.now(datetime.timezone.utc).timestamp() - updated
     return LockState(_parse_holder(data), age, generation)
