@@ -2,7 +2,7 @@
 
     python -m benchmarks.baselines naive_beam INPUT OUTPUT
     python -m benchmarks.baselines pool INPUT OUTPUT [--reencode]
-    python -m benchmarks.baselines codec INPUT [--encode]
+    python -m benchmarks.baselines codec INPUT [--encode | --floor]
 """
 import argparse
 import io
@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+import simplejpeg
 from PIL import Image
 
 from benchmarks.workload import list_images
@@ -106,8 +107,21 @@ def _decode_encode(data: bytes) -> None:
     _reencode(data)
 
 
-def codec(root: str, encode: bool) -> None:
-    """All cores doing nothing but Pillow decode (and encode) of the files, from memory."""
+def _validate(data: bytes) -> None:
+    """The least a converter must do to accept an image: a strict 1/8-scale decode of a JPEG
+    (the one transforms/images.py makes of JPEGs it keeps as they are); Pillow decodes what
+    libjpeg-turbo cannot decode to RGB (PNG, CMYK)."""
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        simplejpeg.decode_jpeg(data, colorspace='RGB', fastdct=True, fastupsample=True,
+                               min_height=max(1, height // 8), min_width=max(1, width // 8))
+    except ValueError:
+        _decode(data)
+
+
+def codec(root: str, encode: bool, floor: bool = False) -> None:
+    """All cores doing nothing but decoding the files from memory: with Pillow (and encoding),
+    or, for the floor, the strict 1/8-scale decode validation needs."""
     blobs = []
     for _, _, path in list_images(root):
         with open(path, 'rb') as stream:
@@ -115,7 +129,8 @@ def codec(root: str, encode: bool) -> None:
     with multiprocessing.Pool() as workers:
         workers.map(_decode, blobs[:os.cpu_count()])  # Warm up the processes.
         started = time.perf_counter()
-        workers.map(_decode_encode if encode else _decode, blobs, chunksize=64)
+        work = _validate if floor else _decode_encode if encode else _decode
+        workers.map(work, blobs, chunksize=64)
         seconds = time.perf_counter() - started
     print(f'images_per_second={len(blobs) / seconds:.1f}')
 
@@ -127,6 +142,7 @@ def main() -> None:
     parser.add_argument('output', nargs='?')
     parser.add_argument('--reencode', action='store_true')
     parser.add_argument('--encode', action='store_true')
+    parser.add_argument('--floor', action='store_true')
     parser.add_argument('--shards', type=int, default=8)
     args = parser.parse_args()
     if args.mode == 'naive_beam':
@@ -134,7 +150,7 @@ def main() -> None:
     elif args.mode == 'pool':
         pool(args.input, args.output, args.reencode)
     else:
-        codec(args.input, args.encode)
+        codec(args.input, args.encode, args.floor)
 
 
 if __name__ == '__main__':
