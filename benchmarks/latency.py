@@ -8,9 +8,10 @@ request (object reads, metadata gets, lists) by the given latency, and separatel
 delays every write request (uploads, composes, copies, deletes), with 1 and 2 DirectRunner
 worker processes (one work item each, as a Dataflow worker runs one per vCPU). Each run is made
 at n/4 and n images, so that the fixed start-up and the steady rate can be told apart (as in
-benchmark.py). Prints, per run, the wall time at n, the steady images/s, the most object reads
-the proxy held at once, and the ratio of the wall time to the run without latency with as many
-workers.
+benchmark.py). Prints, per run, the wall time at n, the steady images/s, the CPU time the
+converter's processes spent per image (the emulator and the proxy, pure Python servers on the
+same machine, are not counted), the most object reads the proxy held at once, and the ratio of
+the wall time to the run without latency with as many workers.
 """
 import argparse
 import os
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+import psutil
 
 from benchmarks.workload import list_images, make_workload
 from tests import gcs_servers
@@ -40,18 +43,33 @@ def upload_workload(root: str, prefix: str, every: int = 1) -> tuple[str, int]:
 
 
 def convert(emulator_port: int, source: str, output: str, workers: int, read_latency: float,
-            write_latency: float, extra: list[str]) -> tuple[float, int]:
-    """(wall seconds, max object reads in flight) of one conversion through a delaying proxy."""
+            write_latency: float, extra: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of the converter's processes, max object reads in flight) of
+    one conversion through a delaying proxy."""
     proxy = gcs_servers.FlakyProxy(emulator_port, every=0, read_latency=read_latency,
                                    write_latency=write_latency)
     env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
+    cpu = {}   # pid -> CPU seconds, last seen
     started = time.perf_counter()
     try:
-        subprocess.run([sys.executable, '-m', 'pipeline.run', f'--input_dir={source}',
-                        f'--output_dir={output}', '--overwrite', f'--direct_num_workers={workers}',
-                        '--direct_running_mode=multi_processing', *extra],
-                       env=env, check=True, capture_output=True)
-        return time.perf_counter() - started, proxy.max_reads_in_flight
+        with tempfile.TemporaryFile('w+') as log:
+            process = psutil.Popen([sys.executable, '-m', 'pipeline.run', f'--input_dir={source}',
+                                    f'--output_dir={output}', '--overwrite',
+                                    f'--direct_num_workers={workers}',
+                                    '--direct_running_mode=multi_processing', *extra],
+                                   env=env, stdout=subprocess.DEVNULL, stderr=log)
+            while process.poll() is None:
+                for member in [process, *process.children(recursive=True)]:
+                    try:
+                        times = member.cpu_times()
+                        cpu[member.pid] = times.user + times.system
+                    except psutil.Error:
+                        pass
+                time.sleep(0.05)
+            if process.returncode:
+                log.seek(0)
+                raise RuntimeError(f'conversion into {output} failed:\n{log.read()[-3000:]}')
+        return time.perf_counter() - started, sum(cpu.values()), proxy.max_reads_in_flight
     finally:
         proxy.stop()
 
@@ -61,7 +79,8 @@ def main() -> None:
     parser.add_argument('--n', type=int, default=3000, help='Images (default 3000).')
     parser.add_argument('--latencies', default='0,20,50,100', help='Milliseconds per round trip.')
     parser.add_argument('--workers', default='1,2', help='Worker process counts.')
-    parser.add_argument('--workdir', default=os.path.join(tempfile.gettempdir(), 'image_tfrecords_bench'))
+    parser.add_argument('--workdir',
+                        default=os.path.join(tempfile.gettempdir(), 'image_tfrecords_bench'))
     parser.add_argument('flags', nargs='*', help='More converter flags, after --.')
     args = parser.parse_args()
     latencies = [int(x) for x in args.latencies.split(',')]
@@ -71,12 +90,13 @@ def main() -> None:
     gcs_servers.hermetic_environment(*ports)
     server = gcs_servers.LocalGcs(*ports)
     try:
-        (source, n), (small, n_small) = upload_workload(root, 'raw'), upload_workload(root, 'small', 4)
+        source, n = upload_workload(root, 'raw')
+        small, n_small = upload_workload(root, 'small', every=4)
         print(f'{n} images gs:// -> gs:// on the emulator, {os.cpu_count()} cores, flags: '
               f'{" ".join(args.flags) or "defaults"}', flush=True)
         print('| delayed | latency ms | workers | wall s | images/s (steady) | start-up s | '
-              'max reads in flight | wall / no latency |')
-        print('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |', flush=True)
+              'converter CPU ms per image | max reads in flight | wall / no latency |')
+        print('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |', flush=True)
         base = {}
         runs = [('reads', ms) for ms in latencies] + [('writes', ms) for ms in latencies if ms]
         for direction, ms in runs:
@@ -84,13 +104,15 @@ def main() -> None:
                 delay = ms / 1000
                 reads, writes = (delay, 0.0) if direction == 'reads' else (0.0, delay)
                 out = f'gs://{gcs_servers.BUCKET}/out-{direction}-{ms}-{count}'
-                seconds_small, _ = convert(ports[0], small, out + '-small', count, reads, writes,
-                                           args.flags)
-                seconds, in_flight = convert(ports[0], source, out, count, reads, writes, args.flags)
+                seconds_small, cpu_small, _ = convert(ports[0], small, out + '-small', count, reads,
+                                                      writes, args.flags)
+                seconds, cpu, in_flight = convert(ports[0], source, out, count, reads, writes,
+                                                  args.flags)
                 rate = (n - n_small) / (seconds - seconds_small)
                 base.setdefault(count, seconds)
                 print(f'| {direction} | {ms} | {count} | {seconds:.1f} | {rate:.0f} | '
-                      f'{max(0.0, seconds_small - n_small / rate):.1f} | {in_flight} | '
+                      f'{max(0.0, seconds_small - n_small / rate):.1f} | '
+                      f'{(cpu - cpu_small) / (n - n_small) * 1000:.2f} | {in_flight} | '
                       f'{seconds / base[count]:.2f} |', flush=True)
     finally:
         server.stop()

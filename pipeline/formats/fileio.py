@@ -79,7 +79,9 @@ class ReadAhead:
         try:
             for path, size in files:
                 remote = path is not None and is_gcs(path)
-                cost = (size if size is not None else self._max_bytes // self._reads) if remote else 0
+                cost = 0
+                if remote:
+                    cost = size if size is not None else self._max_bytes // self._reads
                 while pending and (len(pending) >= self._reads or held + cost > self._max_bytes):
                     read, taken = pending.popleft()
                     held -= taken
