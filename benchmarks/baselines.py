@@ -2,7 +2,7 @@
 
     python -m benchmarks.baselines naive_beam INPUT OUTPUT
     python -m benchmarks.baselines pool INPUT OUTPUT [--reencode]
-    python -m benchmarks.baselines codec INPUT [--encode]
+    python -m benchmarks.baselines codec INPUT [--encode | --floor]
 """
 import argparse
 import io
@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+import simplejpeg
 from PIL import Image
 
 from benchmarks.workload import list_images
@@ -106,6 +107,46 @@ def _decode_encode(data: bytes) -> None:
     _reencode(data)
 
 
+def _validate(data: bytes) -> None:
+    """The least a converter must do to accept an image: a strict 1/8-scale decode of a JPEG
+    (the one transforms/images.py makes of JPEGs it keeps as they are); Pillow decodes what
+    libjpeg-turbo cannot decode to RGB (PNG, CMYK)."""
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        simplejpeg.decode_jpeg(data, colorspace='RGB', fastdct=True, fastupsample=True,
+                               min_height=max(1, height // 8), min_width=max(1, width // 8))
+    except ValueError:
+        _decode(data)
+
+
+def _validate_share(paths: list[str], results: multiprocessing.Queue) -> None:
+    """Reads its files into memory, then validates them: puts (images, seconds validating)."""
+    blobs = []
+    for path in paths:
+        with open(path, 'rb') as stream:
+            blobs.append(stream.read())
+    _validate(blobs[0])
+    started = time.perf_counter()
+    for data in blobs:
+        _validate(data)
+    results.put((len(blobs), time.perf_counter() - started))
+
+
+def floor(root: str) -> None:
+    """The codec floor: one process per core, each validating its share of the files from
+    memory (nothing crosses processes while timed); the sum of their rates."""
+    paths = [path for _, _, path in list_images(root)]
+    cores, results = os.cpu_count(), multiprocessing.Queue()
+    workers = [multiprocessing.Process(target=_validate_share, args=(paths[i::cores], results))
+               for i in range(cores)]
+    for worker in workers:
+        worker.start()
+    shares = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    print(f'images_per_second={sum(n / seconds for n, seconds in shares):.1f}')
+
+
 def codec(root: str, encode: bool) -> None:
     """All cores doing nothing but Pillow decode (and encode) of the files, from memory."""
     blobs = []
@@ -127,12 +168,15 @@ def main() -> None:
     parser.add_argument('output', nargs='?')
     parser.add_argument('--reencode', action='store_true')
     parser.add_argument('--encode', action='store_true')
+    parser.add_argument('--floor', action='store_true')
     parser.add_argument('--shards', type=int, default=8)
     args = parser.parse_args()
     if args.mode == 'naive_beam':
         naive_beam(args.input, args.output, args.shards)
     elif args.mode == 'pool':
         pool(args.input, args.output, args.reencode)
+    elif args.floor:
+        floor(args.input)
     else:
         codec(args.input, args.encode)
 

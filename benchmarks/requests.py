@@ -16,8 +16,6 @@ import tempfile
 
 from tests import gcs_servers, imagemaker
 
-READS = ('read', 'get metadata', 'list')
-WRITES = ('upload', 'compose', 'copy', 'delete')
 CONFIG = '''
 from pipeline.config import ImageClassificationConfig
 
@@ -68,7 +66,8 @@ def main() -> None:
                                env=env, check=True, capture_output=True)
                 proxy.stop()
                 per = {k: v * 1000 / n for k, v in proxy.operations.items()}
-                reads, writes = ([per.get(k, 0) for k in kinds] for kinds in (READS, WRITES))
+                reads, writes = ([per.get(k, 0) for k in kinds]
+                                 for kinds in (gcs_servers.READS, gcs_servers.WRITES))
                 print(f'| {kind} | {"--num_shards=2" if sharding else "automatic"} | '
                       f'{sum(reads):.0f} | {" / ".join(f"{r:.0f}" for r in reads)} | '
                       f'{sum(writes):.0f} | {" / ".join(f"{w:.0f}" for w in writes)} |')

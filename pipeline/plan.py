@@ -2,8 +2,17 @@
 before any image is read.
 
 The listing, label and shard-planning stages run as they would in the conversion; their result
-is a small document per split, to which `estimate` adds the time and cost model below. The
-model's rate is measured here, by benchmarks/benchmark.py; everything else is an assumption
+is a small document per split, to which `estimate` adds the time and cost model below.
+
+The model: Dataflow runs one SDK process per vCPU, and each process up to one work item per
+harness thread (--number_of_worker_harness_threads, 4 by default here, pipeline/dataflow.py).
+The rate per vCPU is measured with one work item per vCPU while every Cloud Storage read takes
+50 ms (benchmarks/latency.py): the converter's CPU per image, the reads being hidden by
+--reads_in_flight. More threads per process add reads in flight, not CPU, so they cannot raise
+it; fewer reads in flight can lower it, as a thread converts at most --reads_in_flight /
+seconds per read images/s (32 / 50 ms = 640/s, above the measured rate). A bucket serves about 5,000 object reads/s
+at first and more only as Cloud Storage ramps it up; a plan that reads faster is told how long
+the reads alone take under that ramp. The rate is measured; everything else is an assumption
 stated in the output and in the README.
 """
 import json
@@ -12,10 +21,26 @@ import math
 from pipeline.formats import fileio
 from transforms.settings import SPLITS
 
-# Measured: steady-state pass-through conversion per core, 2388 images/s on 2 vCPUs (AMD EPYC,
-# benchmarks/benchmark.py, 2026-12-02), i.e. about 1190 images/s per vCPU.
-IMAGES_PER_VCPU_SECOND = 1190
+# Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
+# Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,
+# 2026-12-03, 2 vCPUs, 4000 images): about 290 images/s per vCPU, the reads being hidden (the
+# run took 1.28x the one without latency, its steady rate the same). From local disk all of a
+# conversion costs ~0.8 ms per image (benchmarks/benchmark.py), so most of this is the Cloud
+# Storage client's work per read.
+IMAGES_PER_VCPU_SECOND = 290
 DATAFLOW_VCPUS_PER_WORKER = 4     # n2-standard-4, the default --machine_type.
+# Assumptions, from Cloud Storage's request rate guidelines: a bucket's initial read capacity,
+# and the ramp-up (the rate may double every 20 minutes).
+BUCKET_READS_PER_SECOND = 5000
+RAMP_DOUBLING_SECONDS = 20 * 60
+
+
+def seconds_to_read(objects: int) -> float:
+    """The least time in which a bucket serves `objects` reads, starting at
+    BUCKET_READS_PER_SECOND and doubling every RAMP_DOUBLING_SECONDS:
+    the T with integral_0^T R * 2^(t/D) dt = objects."""
+    rate, doubling = BUCKET_READS_PER_SECOND, RAMP_DOUBLING_SECONDS
+    return doubling * math.log2(1 + objects * math.log(2) / (rate * doubling))
 
 
 def plan_document(facts, label_map, plans: dict) -> dict:
@@ -39,17 +64,27 @@ def estimate(document: dict, cores: int) -> dict:
     """Adds the time and worker model to a plan document."""
     images = sum(s['inputs'] for s in document['splits'].values())
     vcpu_hours = images / IMAGES_PER_VCPU_SECOND / 3600
+    workers = max(1, math.ceil(vcpu_hours / DATAFLOW_VCPUS_PER_WORKER))
+    reads_per_second = workers * DATAFLOW_VCPUS_PER_WORKER * IMAGES_PER_VCPU_SECOND
     return dict(document, estimate={
         'images': images,
         'input_bytes': sum(s['input_bytes'] for s in document['splits'].values()),
         'vcpu_hours': vcpu_hours,
         'seconds_here': images / IMAGES_PER_VCPU_SECOND / max(1, cores),
         'cores_here': cores,
-        'dataflow_workers_for_one_hour': max(1, math.ceil(vcpu_hours / DATAFLOW_VCPUS_PER_WORKER)),
+        'dataflow_workers_for_one_hour': workers,
+        'reads_per_second': reads_per_second,
+        'bucket_reads_per_second': BUCKET_READS_PER_SECOND,
+        'read_limited_seconds': (seconds_to_read(images)
+                                 if reads_per_second > BUCKET_READS_PER_SECOND else None),
         'assumptions': f'{IMAGES_PER_VCPU_SECOND} images/s per vCPU (pass-through, measured by '
-                       'benchmarks/benchmark.py; --reencode is about 0.65 of that), '
-                       f'{DATAFLOW_VCPUS_PER_WORKER} vCPUs per Dataflow worker (n2-standard-4); '
-                       'start-up, listing and Cloud Storage latency not included',
+                       'benchmarks/latency.py with 50 ms per Cloud Storage read and one work item '
+                       'per vCPU; --reencode adds ~0.3 ms of CPU per image), '
+                       f'{DATAFLOW_VCPUS_PER_WORKER} vCPUs per Dataflow worker (n2-standard-4), '
+                       'the default --reads_in_flight; a bucket serving '
+                       f'{BUCKET_READS_PER_SECOND:,} reads/s at first, doubling every '
+                       f'{RAMP_DOUBLING_SECONDS // 60} min at most; start-up and listing not '
+                       'included',
     })
 
 
@@ -69,8 +104,15 @@ def format_plan(document: dict) -> str:
               + (f': ~{e["seconds_here"]:.0f} s on the {e["cores_here"]} cores here' if e['cores_here']
                  else '')
               + f'; one hour needs {e["dataflow_workers_for_one_hour"]} Dataflow n2-standard-4 '
-              'worker(s).',
-              f'Assumes {e["assumptions"]}.']
+              f'worker(s), reading {e["reads_per_second"]:,.0f} objects/s.']
+    if e['read_limited_seconds'] is not None:
+        lines.append(
+            f'That is more than the ~{e["bucket_reads_per_second"]:,} object reads/s a bucket '
+            'serves at first; Cloud Storage raises it gradually (at most doubling every 20 min), '
+            f'so the reads alone take at least {e["read_limited_seconds"] / 3600:.1f} h however '
+            'many workers run: reads beyond the bucket\'s rate are answered 429 and retried '
+            'with backoff.')
+    lines.append(f'Assumes {e["assumptions"]}.')
     return '\n'.join(lines)
 
 

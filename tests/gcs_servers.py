@@ -76,14 +76,15 @@ def hermetic_environment(emulator_port: int, metadata_port: int) -> None:
 
 
 class LocalGcs:
-    """The emulator process and the metadata endpoint; `wipe()` empties the bucket."""
+    """The emulator process (`serve_emulator`) and the metadata endpoint; `wipe()` empties the
+    bucket."""
 
     def __init__(self, emulator_port: int, metadata_port: int):
         self.endpoint = f'http://127.0.0.1:{emulator_port}'
         self._metadata = ThreadingHTTPServer(('127.0.0.1', metadata_port), _MetadataHandler)
         threading.Thread(target=self._metadata.serve_forever, daemon=True).start()
         self._process = subprocess.Popen(
-            [sys.executable, '-m', 'tests.gcs_emulator', 'start', '--host', '127.0.0.1',
+            [sys.executable, '-m', 'tests.gcs_servers', 'start', '--host', '127.0.0.1',
              '--port', str(emulator_port), '--in-memory', '--default-bucket', BUCKET, '-q'],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,31 +146,73 @@ def operations(method: str, path: str, body: bytes) -> list[str]:
     return ['get metadata'] if method == 'GET' else [f'other {method}']
 
 
-class FlakyProxy:
-    """Forwards to the emulator, but answers every `every`-th request with HTTP 503 instead:
-    the transient error Cloud Storage returns under load (every=0: never). Counts the
-    operations it forwards, by kind (`operations`)."""
+READS = ('read', 'get metadata', 'list')
+WRITES = ('upload', 'compose', 'copy', 'delete')
 
-    def __init__(self, target_port: int, every: int = 4):
+
+class FlakyProxy:
+    """Forwards to the emulator as Cloud Storage behaves under load and at a distance: every
+    `every`-th request is answered with HTTP 503, the transient error Cloud Storage returns
+    under load (every=0: never); requests that read (`READS`) wait `read_latency` seconds
+    before they are forwarded, requests that write (`WRITES`) `write_latency` seconds, as a
+    round trip from a worker costs. Counts the operations it forwards, by kind (`operations`),
+    and the most object reads it held at once (`max_reads_in_flight`).
+
+    Each connection has its own thread and a delay holds no lock, so the proxy is not what
+    limits how many requests are in flight.
+    """
+
+    def __init__(self, target_port: int, every: int = 4, read_latency: float = 0.0,
+                 write_latency: float = 0.0):
         import collections
         import http.client
         proxy = self
         self.failures = self.requests = 0
         self.operations = collections.Counter()
+        self.max_reads_in_flight = self._reads_in_flight = 0
+        lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = 'HTTP/1.1'
+            disable_nagle_algorithm = True   # Else headers and body wait on a delayed ACK.
 
             def _forward(self):
                 body = self.rfile.read(int(self.headers.get('Content-Length') or 0))
-                proxy.requests += 1
-                if every and proxy.requests % every == 0:
-                    proxy.failures += 1
+                kinds = operations(self.command, self.path, body)
+                with lock:
+                    proxy.requests += 1
+                    failing = every and proxy.requests % every == 0
+                    proxy.failures += bool(failing)
+                if failing:
                     self.send_response(503)
                     self.send_header('Content-Length', '0')
                     self.end_headers()
                     return
-                proxy.operations.update(operations(self.command, self.path, body))
+                reading = 'read' in kinds
+                with lock:
+                    proxy.operations.update(kinds)
+                    if reading:
+                        proxy._reads_in_flight += 1
+                        proxy.max_reads_in_flight = max(proxy.max_reads_in_flight,
+                                                        proxy._reads_in_flight)
+                try:
+                    delay = (read_latency if any(k in READS for k in kinds) else
+                             write_latency if any(k in WRITES for k in kinds) else 0.0)
+                    time.sleep(delay)
+                    status, headers, data = self._ask_target(body)
+                finally:
+                    if reading:
+                        with lock:
+                            proxy._reads_in_flight -= 1
+                self.send_response(status)
+                for key, value in headers:
+                    if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):
+                        self.send_header(key, value)
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _ask_target(self, body: bytes) -> tuple[int, list, bytes]:
                 conn = http.client.HTTPConnection('127.0.0.1', target_port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != 'host'}
                 conn.request(self.command, self.path, body=body, headers=headers)
@@ -177,23 +220,49 @@ class FlakyProxy:
                 # Links in answers (mediaLink, upload locations) point back through the proxy.
                 data = response.read().replace(f'127.0.0.1:{target_port}'.encode(),
                                                f'127.0.0.1:{proxy.port}'.encode())
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):
-                        self.send_header(key, value)
-                self.send_header('Content-Length', str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
                 conn.close()
+                return response.status, response.getheaders(), data
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
 
             def log_message(self, *args):
                 pass
 
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256   # Many workers open connections at once.
+
+            def handle_error(self, request, client_address):
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # A client went away.
+                    super().handle_error(request, client_address)
+
         self.port = free_port()
-        self._server = ThreadingHTTPServer(('127.0.0.1', self.port), Handler)
+        self._server = Server(('127.0.0.1', self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
         self._server.shutdown()
+
+
+def serve_emulator() -> None:
+    """`python -m tests.gcs_servers start ...`: the emulator of tests/gcs_emulator.py, made fit
+    for thousands of objects and many clients. In memory it keeps its catalogue in memory only
+    (it would rewrite all of it as a JSON file after every write, work that grows with
+    the number of objects), and it queues 256 connections instead of 5, so that clients opening
+    connections at once are not dropped and retried a second later."""
+    import socketserver
+
+    from gcp_storage_emulator.storage import Storage
+
+    from tests import gcs_emulator
+    socketserver.TCPServer.request_queue_size = 256
+    write_catalogue = Storage._write_config_to_file
+
+    def write_if_on_disk(storage: Storage) -> None:
+        if not storage._use_memory_fs:
+            write_catalogue(storage)
+    Storage._write_config_to_file = write_if_on_disk
+    sys.exit(gcs_emulator.main())
+
+
+if __name__ == '__main__':
+    serve_emulator()

@@ -52,3 +52,28 @@ def test_plan_of_a_csv_estimates_its_bytes_from_a_sample(tmp_path):
     train = json.loads(result.stdout)['splits']['train']
     # Measured for a sample (one in 64 by key hash); every image has the same size.
     assert (train['inputs'], train['labels'], train['input_bytes']) == (2000, 3, 2000 * len(image))
+
+
+def _document(images: int) -> dict:
+    return {'labels': 1000, 'splits': {'train': {
+        'inputs': images, 'ignored': 0, 'labels': 1000, 'shards': 1024, 'chunks': images // 128,
+        'input_bytes': images * 110_000, 'shard_bytes': images * 110_000 // 1024}}}
+
+
+def test_a_plan_that_reads_faster_than_a_new_bucket_serves_says_how_long_the_reads_take():
+    from pipeline import plan
+    small = plan.estimate(_document(1_281_167), cores=0)['estimate']
+    assert small['read_limited_seconds'] is None
+    assert small['reads_per_second'] <= plan.BUCKET_READS_PER_SECOND
+    assert 'a bucket serves at first' not in plan.format_plan(plan.estimate(_document(1_281_167),
+                                                                          cores=0))
+
+    large = plan.estimate(_document(100_000_000), cores=0)
+    e = large['estimate']
+    assert e['reads_per_second'] > plan.BUCKET_READS_PER_SECOND
+    # At 5,000 reads/s doubling every 20 minutes, 10^8 reads take about 73 minutes.
+    assert 4300 < e['read_limited_seconds'] < 4450
+    text = plan.format_plan(large)
+    assert 'more than the ~5,000 object reads/s a bucket serves at first' in text
+    assert f'at least {e["read_limited_seconds"] / 3600:.1f} h' in text
+    assert 'one work item per vCPU' in text

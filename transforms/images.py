@@ -8,11 +8,14 @@ scaled down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientati
 Pillow reads headers and every format; libjpeg-turbo through simplejpeg decodes clean RGB and
 grayscale JPEGs and encodes all output, being faster at both. A JPEG that libjpeg-turbo only
 warns about (extraneous bytes, say) is judged by Pillow instead, so what is accepted is what
-Pillow accepts.
+Pillow accepts. The header of a plain JPEG (size, components, EXIF orientation) is read here
+without Pillow, which costs a tenth as much; any header this reading does not fully vouch for
+is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
 """
 import dataclasses
 import io
 import math
+import struct
 
 import numpy as np
 import simplejpeg
@@ -66,19 +69,25 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
     if not data:
         raise ImageError('empty file')
     try:
-        image = Image.open(io.BytesIO(data))
-        width, height = image.size
+        header = jpeg_header(data)
+        image = None if header else Image.open(io.BytesIO(data))
+        width, height = (header.width, header.height) if header else image.size
         if width * height > options.max_image_pixels:
             raise ImageError(
                 f'image is {width}x{height} = {width * height} pixels, above --max_image_pixels '
                 f'{options.max_image_pixels} (raise the flag if such images are expected)')
-        orientation = image.getexif().get(_ORIENTATION_TAG, 1) if options.apply_exif_orientation else 1
+        orientation = 1
+        if options.apply_exif_orientation:
+            orientation = header.orientation if header else image.getexif().get(_ORIENTATION_TAG, 1)
+        rgb_jpeg = header.components == 3 if header else (image.format == 'JPEG'
+                                                          and image.mode == 'RGB')
         size = target_size(width, height, options)
-        keep = (image.format == 'JPEG' and image.mode == 'RGB' and orientation in (1, None)
-                and size == (width, height) and not options.reencode)
+        keep = (rgb_jpeg and orientation in (1, None) and size == (width, height)
+                and not options.reencode)
         if keep:
-            _validate_jpeg(image, data)
+            _validate_jpeg(data, width, height, image)
             return StoredImage(data, height, width, passed_through=True)
+        image = image or Image.open(io.BytesIO(data))
         pixels = _orient(_decode_rgb(image, data, size), orientation)
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
         if (pixels.shape[1], pixels.shape[0]) != final:
@@ -94,15 +103,121 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
         raise ImageError(_describe(exc)) from None
 
 
-def _validate_jpeg(image: Image.Image, data: bytes) -> None:
+def _validate_jpeg(data: bytes, width: int, height: int, image: Image.Image | None) -> None:
     """Decodes a JPEG at 1/8 scale; raises if it is truncated or corrupt."""
-    width, height = image.size
     try:
         simplejpeg.decode_jpeg(data, colorspace='RGB', fastdct=True, fastupsample=True,
                                min_height=max(1, height // 8), min_width=max(1, width // 8))
     except ValueError:  # A libjpeg-turbo warning or error: Pillow has the last word.
+        image = image or Image.open(io.BytesIO(data))
         image.draft('RGB', (max(1, width // 8), max(1, height // 8)))
         image.load()
+
+
+@dataclasses.dataclass(frozen=True)
+class JpegHeader:
+    """What a JPEG's header says, as Pillow reports it: size, components (1: L, 3: RGB,
+    4: CMYK) and the EXIF orientation (1 when there is none)."""
+    width: int
+    height: int
+    components: int
+    orientation: int
+
+
+_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF,
+                  0xDE))
+_SKIPPED = frozenset((0xC4, 0xCC, 0xDA, 0xDC, 0xDD, 0xDF, 0xFE))  # DHT DAC SOS DNL DRI EXP COM
+_TIFF_UNIT = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4,
+              16: 8}   # Bytes per value of each TIFF type Pillow reads.
+
+
+def jpeg_header(data: bytes) -> JpegHeader | None:
+    """The header of a JPEG, read without Pillow; None unless it is one whose header Pillow
+    reads the same way without trouble: markers back to back up to the first scan, every
+    segment whole, one 8-bit frame of 1, 3 or 4 components, at most one EXIF block (well-formed,
+    with at most one SHORT orientation), and nothing Pillow interprets further (XMP, which can
+    carry an orientation; MPF, which makes an MPO; Photoshop blocks; short JFIF, Adobe or ICC
+    segments). Pillow reads everything else, so both agree on every file."""
+    if not data.startswith(b'\xff\xd8\xff'):
+        return None
+    pos, frame, exif = 2, None, None
+    while True:
+        if pos + 4 > len(data) or data[pos] != 0xFF:
+            return None
+        marker, length = data[pos + 1], data[pos + 2] << 8 | data[pos + 3]
+        segment = data[pos + 4:pos + 2 + length]
+        if length < 2 or len(segment) != length - 2:
+            return None
+        pos += 2 + length
+        if marker in _SOF:
+            if frame or len(segment) < 6 or (len(segment) - 6) % 3 or segment[0] != 8:
+                return None
+            frame = segment[3] << 8 | segment[4], segment[1] << 8 | segment[2], segment[5]
+        elif marker == 0xDB:
+            if not _quantization_tables_whole(segment):
+                return None
+        elif 0xE0 <= marker <= 0xEF:
+            if marker == 0xE1 and segment.startswith(b'Exif\0\0'):
+                if exif is not None:
+                    return None
+                exif = segment[6:]
+            elif not _app_segment_plain(marker, segment):
+                return None
+        elif marker == 0xDA:
+            break
+        elif marker not in _SKIPPED:
+            return None
+    if not frame or not frame[0] or not frame[1] or frame[2] not in (1, 3, 4):
+        return None
+    orientation = 1 if exif is None else _exif_orientation(exif)
+    return JpegHeader(*frame, orientation) if orientation is not None else None
+
+
+def _quantization_tables_whole(segment: bytes) -> bool:
+    pos = 0
+    while pos < len(segment):
+        pos += 1 + 64 * (1 if segment[pos] < 16 else 2)
+    return pos == len(segment)
+
+
+def _app_segment_plain(marker: int, segment: bytes) -> bool:
+    """Whether Pillow stores an APPn segment without reading more from it than is there."""
+    if marker == 0xE0 and segment.startswith(b'JFIF'):
+        return len(segment) >= 12
+    if marker == 0xEE and segment.startswith(b'Adobe'):
+        return len(segment) >= 12
+    if marker == 0xE2 and segment.startswith(b'ICC_PROFILE\0'):
+        return len(segment) >= 14
+    return not ((marker == 0xE1 and segment.startswith(b'http://ns.adobe.com/xap/1.0/\0'))
+                or (marker == 0xE2 and segment.startswith(b'MPF\0'))
+                or (marker == 0xED and segment.startswith(b'Photoshop 3.0\0')))
+
+
+def _exif_orientation(tiff: bytes) -> int | None:
+    """The orientation in a well-formed EXIF block's first directory (1 if absent); None when
+    the block is anything else."""
+    if not tiff:
+        return 1
+    order = {b'II*\0': '<', b'MM\0*': '>'}.get(tiff[:4])
+    if order is None or len(tiff) < 8:
+        return None
+    directory = struct.unpack_from(order + 'L', tiff, 4)[0]
+    if directory + 2 > len(tiff):
+        return None
+    count = struct.unpack_from(order + 'H', tiff, directory)[0]
+    if directory + 2 + 12 * count + 4 > len(tiff):
+        return None
+    orientation = None
+    for entry in range(directory + 2, directory + 2 + 12 * count, 12):
+        tag, kind, values, offset = struct.unpack_from(order + 'HHLL', tiff, entry)
+        unit = _TIFF_UNIT.get(kind)
+        if unit is None or (values * unit > 4 and offset + values * unit > len(tiff)):
+            return None
+        if tag == _ORIENTATION_TAG:
+            if orientation is not None or kind != 3 or values != 1:
+                return None
+            orientation = struct.unpack_from(order + 'H', tiff, entry + 8)[0]
+    return 1 if orientation is None else orientation
 
 
 def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Writing shards: chunks of examples are converted in parallel, then joined per shard.
 
-EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), reads and converts the
-images one at a time and streams the records into a part file (TFRecord), so a worker holds one
-image at a time whatever the dataset size. WriteShard makes a shard's part files, in chunk
+EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), converts the images one at
+a time in the chunk's order and streams the records into a part file (TFRecord); the next images
+are read meanwhile (--reads_in_flight, at most READ_AHEAD_BYTES held), so a worker thread holds
+a bounded number of images whatever the dataset size, and waits on a round trip to Cloud
+Storage only when conversion outruns the reads. WriteShard makes a shard's part files, in chunk
 order, into the temporary shard file of each output format. Inputs that cannot become records
 are reported, never fatal; a file that cannot be written (disk full, no permission) is a
 DatasetError naming it. Finished parts and shards are marked so that a rerun after a crash reuses them (resume.py).
@@ -13,6 +15,7 @@ import logging
 import os
 import tempfile
 import time
+from concurrent.futures import Future
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -20,6 +23,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.formats import array_records, fileio, records
 from pipeline.formats.errors import DatasetError
+from pipeline.options import ConverterOptions
 from transforms import faults, resume
 from transforms.images import ImageError, convert_image
 from transforms.labels import LabelMap
@@ -29,6 +33,7 @@ from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
 NAMESPACE = 'image_tfrecords'
+READ_AHEAD_BYTES = 64 << 20   # Per worker thread: images read, or being read, not yet converted.
 
 
 @dataclasses.dataclass
@@ -92,6 +97,7 @@ class WriteShards(beam.PTransform):
         self._settings, self._plans, self._label_map = settings, plans, label_map
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
+        reads_in_flight = refs.pipeline.options.view_as(ConverterOptions).reads_in_flight
         plans = beam.pvalue.AsDict(self._plans)
         label_map = beam.pvalue.AsSingleton(self._label_map)
         chunks = (refs
@@ -104,8 +110,9 @@ class WriteShards(beam.PTransform):
             | 'Group Fingerprints' >> beam.GroupByKey()
             | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
         return (chunks
-                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings), label_map=label_map,
-                                                plans=plans, shard_fps=shard_fps)
+                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings, reads_in_flight),
+                                                label_map=label_map, plans=plans,
+                                                shard_fps=shard_fps)
                 | 'Key By Shard' >> beam.Map(_shard_key)
                 | 'Group By Shard' >> beam.GroupByKey()
                 | 'Write Shards' >> beam.ParDo(WriteShard(self._settings),
@@ -139,18 +146,23 @@ class EncodeChunk(beam.DoFn):
     chunk's examples fall in.
 
     Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
+    Up to `reads_in_flight` images are read ahead of the one being converted.
     """
 
-    def __init__(self, settings: ConversionSettings):
-        self._settings = settings
+    def __init__(self, settings: ConversionSettings, reads_in_flight: int):
+        self._settings, self._reads_in_flight = settings, reads_in_flight
 
     def setup(self) -> None:
+        self._reader = fileio.ReadAhead(self._reads_in_flight, READ_AHEAD_BYTES)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
         self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
         self._bytes = Metrics.counter(NAMESPACE, 'bytes_written')
         self._converted_chunks = Metrics.counter(NAMESPACE, 'chunks_converted')
         self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
+
+    def teardown(self) -> None:
+        self._reader.close()
 
     def process(self, element: tuple, label_map: LabelMap, plans: dict,
                 shard_fps: dict) -> Iterator[ShardResult]:
@@ -199,10 +211,12 @@ class EncodeChunk(beam.DoFn):
     def _encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap) -> ShardResult:
         """Converts `refs` (in order) into the part file `result.temp_path`."""
         started = time.monotonic()
+        reads = self._reader.read_in_order(
+            (r.source if r.data is None and r.problem is None else None, r.size) for r in refs)
         with fileio.writing(result.temp_path) as out:
-            for ref in refs:
+            for ref, read in zip(refs, reads):
                 try:
-                    record, passed = self._record(ref, label_map)
+                    record, passed = self._record(ref, read, label_map)
                 except ImageError as exc:
                     result.errors.append((ref.source or ref.key, str(exc)))
                     continue
@@ -220,13 +234,15 @@ class EncodeChunk(beam.DoFn):
         self._bytes.inc(result.bytes)
         return result
 
-    def _record(self, ref: ExampleRef, label_map: LabelMap) -> tuple[bytes, bool]:
+    def _record(self, ref: ExampleRef, read: Future | None,
+                label_map: LabelMap) -> tuple[bytes, bool]:
+        """The record of `ref`, from its image bytes or, for a file, from `read` (its bytes)."""
         if ref.problem is not None:
             raise ImageError(ref.problem)
         data = ref.data
-        if data is None:
+        if read is not None:
             try:
-                data = fileio.read_bytes(ref.source)
+                data = read.result()
             except Exception as exc:
                 reason = fileio.unreadable_input(exc)
                 if reason is None:  # Transient or unknown: the runner retries the chunk.

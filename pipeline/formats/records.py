@@ -109,12 +109,26 @@ def _name(name: str) -> bytes:
     return encoded
 
 
+def _feature_parts(value: FeatureValue) -> tuple[bytes, bytes]:
+    """A Feature message as (head, tail): a bytes value is its tail, so it is not copied."""
+    if type(value) is bytes:
+        value_head = b'\x0a' + _varint(len(value))
+        return b'\x0a' + _varint(len(value_head) + len(value)) + value_head, value
+    return _feature(value), b''
+
+
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
-    """Serialises a `tf.train.Example` with the given features, keys in sorted order."""
-    entries = b''.join(
-        _delimited(0x0A, _name(name) + _delimited(0x12, _feature(value)))
-        for name, value in sorted(features.items()))
-    return _delimited(0x0A, entries)
+    """Serialises a `tf.train.Example` with the given features, keys in sorted order.
+
+    Lengths are worked out first, so every value is copied once, into the result."""
+    pieces, size = [], 0
+    for name, value in sorted(features.items()):
+        head, tail = _feature_parts(value)
+        entry_head = _name(name) + b'\x12' + _varint(len(head) + len(tail))
+        piece = b'\x0a' + _varint(len(entry_head) + len(head) + len(tail)) + entry_head + head
+        pieces += (piece, tail)
+        size += len(piece) + len(tail)
+    return b''.join((b'\x0a', _varint(size), *pieces))
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -36,6 +36,7 @@ PARAMETERS = {
     'max_pixels': ('Downscale above this many pixels (0: never)', 'NUMBER', []),
     'max_side': ('Downscale above this side length (0: never)', 'NUMBER', []),
     'max_image_pixels': ('Skip images larger than this many pixels', 'NUMBER', []),
+    'reads_in_flight': ('Images read ahead per worker thread', 'NUMBER', []),
     'label_offset': ('Label id offset (1: background class)', 'NUMBER', []),
     'num_labels': ('Maximum number of distinct labels', 'NUMBER', []),
     'max_error_ratio': ('Maximum fraction of unconvertible images', 'NUMBER', []),

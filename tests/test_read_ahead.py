@@ -1,0 +1,60 @@
+"""Reading images ahead of their conversion (--reads_in_flight) when every Cloud Storage read
+takes a round trip: the output bytes do not change, and unreadable inputs are still reported."""
+import json
+import os
+import subprocess
+import sys
+
+from tests import imagemaker
+from tests.gcs_servers import BUCKET, FlakyProxy, download, upload
+from tests.helpers import convert, output_files
+
+IMAGES = {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(48 + i % 5, 32, seed=i) for i in range(60)}
+IMAGES.update({f'validation/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=100 + i)
+               for i in range(12)})
+IMAGES['train/c1/broken.jpg'] = b'\xff\xd8\xff\xe0 not really'
+
+
+def _run_through(proxy: FlakyProxy, *argv) -> subprocess.CompletedProcess:
+    """The command line, reading and writing through `proxy`, with one worker process (so
+    that more than one read in flight means reads overlap within a worker)."""
+    env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
+    try:
+        return subprocess.run([sys.executable, '-m', 'pipeline.run', *argv,
+                               '--direct_num_workers=1', '--direct_running_mode=multi_processing'],
+                              env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        proxy.stop()
+
+
+def test_slow_reads_overlap_and_the_output_bytes_stay_the_same(gcs, tmp_path):
+    source = upload(IMAGES, 'raw')
+    flags = [f'--input_dir={source}', '--num_shards=2', '--max_error_ratio=0.1']
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.03)
+    result = _run_through(proxy, *flags, f'--output_dir=gs://{BUCKET}/slow')
+    assert result.returncode == 0, result.stderr[-3000:]
+    convert(*flags, '--reads_in_flight=1', f'--output_dir={tmp_path}/one-at-a-time')
+
+    assert proxy.operations['read'] >= len(IMAGES)
+    assert proxy.max_reads_in_flight > 1
+    slow = download('slow')
+    assert slow == output_files(f'{tmp_path}/one-at-a-time')
+    assert [json.loads(line)['source'] for line in slow['errors-train.jsonl'].splitlines()] == [
+        f'{source}/train/c1/broken.jpg']
+
+
+def test_a_missing_object_is_reported_for_its_input(gcs, tmp_path):
+    present = {f'imgs/{i}.jpg': imagemaker.jpeg(40, 30, seed=i) for i in range(40)}
+    upload(present, 'csvdata')
+    rows = [f'imgs/{i}.jpg,c{i % 2}' for i in range(40)] + ['imgs/gone.jpg,c0']
+    upload({'train.csv': ('\n'.join(rows) + '\n').encode()}, 'csvdata')
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.01)
+    result = _run_through(proxy, f'--csv_train=gs://{BUCKET}/csvdata/train.csv',
+                          f'--output_dir=gs://{BUCKET}/out', '--max_error_ratio=0.1',
+                          '--reads_in_flight=8')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert proxy.max_reads_in_flight > 1
+    errors = [json.loads(line) for line in download('out')['errors-train.jsonl'].splitlines()]
+    assert len(errors) == 1
+    assert errors[0]['source'] == f'gs://{BUCKET}/csvdata/imgs/gone.jpg'
+    assert errors[0]['reason'].startswith('cannot read file: 404')
