@@ -102,7 +102,8 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
         output_formats=opts.output_formats(), description=opts.description or source.description,
         version=source.version,
-        max_error_ratio=opts.max_error_ratio, overwrite=opts.overwrite, release_lock=not waits)
+        max_error_ratio=opts.max_error_ratio, reads_in_flight=opts.reads_in_flight,
+        overwrite=opts.overwrite, release_lock=not waits)
     if is_dataflow(options):
         apply_dataflow_defaults(options, given)
     _default_to_all_cores(options, given)

@@ -12,11 +12,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline.formats.errors import DatasetError
 from pipeline.formats.metadata import FILE_FORMATS
 from transforms.images import ImageOptions
-from transforms.settings import SPLITS
+from transforms.settings import SPLITS, ConversionSettings
 
 DEFAULT_TARGET_SHARD_MB = 128
 DEFAULT_MAX_ERROR_RATIO = 0.01
-DEFAULT_READS_IN_FLIGHT = 32
+DEFAULT_READS_IN_FLIGHT = ConversionSettings.reads_in_flight
 
 
 def parse_bool(text: str) -> bool:

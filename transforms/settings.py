@@ -34,6 +34,7 @@ class ConversionSettings:
     version: str = '1.0.0'
     # What does not shape the output bytes (and so is not part of the run id):
     max_error_ratio: float = 0.01
+    reads_in_flight: int = 32     # Image reads a worker thread keeps going (Cloud Storage).
     overwrite: bool = False
     lock_token: str = ''          # The output lock this run holds (see output_folder.py).
     release_lock: bool = False    # The job itself releases the lock (the launcher does not wait).

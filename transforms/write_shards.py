@@ -23,7 +23,6 @@ from apache_beam.metrics import Metrics
 
 from pipeline.formats import array_records, fileio, records
 from pipeline.formats.errors import DatasetError
-from pipeline.options import ConverterOptions
 from transforms import faults, resume
 from transforms.images import ImageError, convert_image
 from transforms.labels import LabelMap
@@ -97,7 +96,6 @@ class WriteShards(beam.PTransform):
         self._settings, self._plans, self._label_map = settings, plans, label_map
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
-        reads_in_flight = refs.pipeline.options.view_as(ConverterOptions).reads_in_flight
         plans = beam.pvalue.AsDict(self._plans)
         label_map = beam.pvalue.AsSingleton(self._label_map)
         chunks = (refs
@@ -110,7 +108,7 @@ class WriteShards(beam.PTransform):
             | 'Group Fingerprints' >> beam.GroupByKey()
             | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
         return (chunks
-                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings, reads_in_flight),
+                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings),
                                                 label_map=label_map, plans=plans,
                                                 shard_fps=shard_fps)
                 | 'Key By Shard' >> beam.Map(_shard_key)
@@ -149,11 +147,11 @@ class EncodeChunk(beam.DoFn):
     Up to `reads_in_flight` images are read ahead of the one being converted.
     """
 
-    def __init__(self, settings: ConversionSettings, reads_in_flight: int):
-        self._settings, self._reads_in_flight = settings, reads_in_flight
+    def __init__(self, settings: ConversionSettings):
+        self._settings = settings
 
     def setup(self) -> None:
-        self._reader = fileio.ReadAhead(self._reads_in_flight, READ_AHEAD_BYTES)
+        self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
         self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
