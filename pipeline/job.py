@@ -149,15 +149,15 @@ def _nothing_to_do(settings: ConversionSettings) -> bool:
     run's dataset (a commit of this run was interrupted, or the same command ran before and
     --overwrite does not ask to convert again)."""
     out = settings.output_dir
-    lines, finished = output_folder.finish_interrupted(out)
+    lines, finished = output_folder.finish_interrupted(out, settings.run_id)
     for line in lines:
         LOG.warning('%s', line)
     if settings.run_id in finished:
         return True
-    summary = fileio.read_if_exists(fileio.join(out, metadata.SUMMARY))
     try:
+        summary = fileio.read_if_exists(fileio.join(out, metadata.SUMMARY))
         ours = summary is not None and json.loads(summary).get('run_id') == settings.run_id
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError, IsADirectoryError):
         ours = False
     if ours and not settings.overwrite and output_folder.dataset_files(out):
         LOG.warning('%s already holds the dataset of this command (run %s); nothing to do. Pass '

@@ -89,6 +89,40 @@ def test_journal_with_other_names_is_refused(tmp_path, inputs, journal):
     assert verify.returncode == 2 and 'is not a commit journal this tool wrote' in verify.stderr
 
 
+def test_journal_through_links_inside_its_temporary_folder_is_refused(tmp_path, inputs):
+    """Valid names, but the marked temporary folder holds links to folders outside."""
+    out = tmp_path / 'out'
+    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+    victim = write_tree(tmp_path / 'victim', {'final/labels.txt': b'v', 'replaced/keep': b'k'})
+    temp = out / f'.tmp-{RUN_ID}'
+    temp.mkdir()
+    (temp / '.image-tfrecords-run.json').write_text(json.dumps({'run_id': RUN_ID,
+                                                                'state': 'running'}))
+    for name in ('final', 'replaced'):
+        os.symlink(f'{victim}/{name}', temp / name)
+    (out / '.commit.json').write_text(json.dumps({
+        'run_id': RUN_ID, 'phase': 'replace', 'replace': ['dataset_info.json', 'summary.json'],
+        'install': [['final/labels.txt', 'labels.txt']]}))
+    before = _tree(out)
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert line.endswith('is a symbolic link; a temporary folder of this tool holds none. Remove '
+                         'it and rerun')
+    assert _tree(victim) == {'final/labels.txt': b'v', 'replaced/keep': b'k'}
+    assert _tree(out) == before
+
+
+def test_journal_whose_temporary_folder_has_no_marker_is_refused(tmp_path, inputs):
+    out = tmp_path / 'out'
+    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+    (out / f'.tmp-{RUN_ID}').mkdir()
+    (out / '.commit.json').write_text(json.dumps({
+        'run_id': RUN_ID, 'phase': 'replace', 'replace': ['dataset_info.json'], 'install': []}))
+    before = _tree(out)
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert f'(its temporary folder {out}/.tmp-{RUN_ID} has no marker)' in line
+    assert _tree(out) == before
+
+
 def test_journal_on_cloud_storage_naming_another_bucket_prefix_is_refused(gcs, tmp_path):
     source = upload(_images(), 'raw')
     upload({'secret.txt': b'mine'}, 'victim')
@@ -174,6 +208,56 @@ def test_runs_released_together_at_a_stale_lock_on_cloud_storage_leave_one_holde
     for folder, results in outcomes.items():
         assert results.count('won') == 1, (folder, results)
         assert output_folder.read_lock(folder).holder['token'] != 'stale'
+
+
+def _foreign_lock() -> bytes:
+    return json.dumps({'token': 'far', 'run_id': 'old', 'host': 'elsewhere', 'pid': 1,
+                       'started': 's', 'runner': 'DirectRunner', 'waits': True}).encode()
+
+
+def _break(folders: list[str], barrier, results, emulator: str | None) -> None:
+    """One run with --break_lock: at each barrier release, breaks the lock of the next folder."""
+    from pipeline.formats.errors import DatasetError
+    for folder in folders:
+        barrier.wait()
+        try:
+            output_folder.acquire(folder, RUN_ID, 'DirectRunner', waits=True, break_lock=True)
+            results.put((folder, 'won'))
+        except DatasetError as exc:
+            results.put((folder, str(exc)))
+
+
+def test_runs_that_break_the_same_lock_together_leave_one_holder(tmp_path):
+    folders = []
+    for i in range(20):
+        folder = tmp_path / f'out{i}'
+        folder.mkdir()
+        (folder / '.lock').write_bytes(_foreign_lock())
+        folders.append(str(folder))
+    context = multiprocessing.get_context('spawn')
+    barrier, results = context.Barrier(4), context.Queue()
+    processes = [context.Process(target=_break, args=(folders, barrier, results, None))
+                 for _ in range(4)]
+    for process in processes:
+        process.start()
+    outcomes = {}
+    for _ in range(len(folders) * 4):
+        folder, outcome = results.get(timeout=300)
+        outcomes.setdefault(folder, []).append(outcome)
+    for process in processes:
+        process.join(timeout=60)
+    for folder, found in outcomes.items():
+        assert found.count('won') == 1, (folder, found)
+
+
+def test_break_lock_never_takes_the_lock_of_a_live_run_on_this_host(tmp_path, inputs):
+    out = tmp_path / 'out'
+    out.mkdir()
+    holder = json.loads(_stale_lock(os.getpid()))   # This very process: alive.
+    (out / '.lock').write_text(json.dumps(holder))
+    line = _one_error_line(run_cli(*_flags(inputs, str(out), '--break_lock')))
+    assert line.startswith(f'error: {out} is being written by another run: run old on host ')
+    assert json.loads((out / '.lock').read_text()) == holder
 
 
 def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_path):
@@ -312,6 +396,65 @@ def test_shard_shorter_than_its_result_is_never_installed(tmp_path, inputs):
     assert not [n for n in os.listdir(out) if not n.startswith('.')]
 
 
+def test_leftovers_of_atomic_writes_are_removed_by_the_next_run(tmp_path, inputs):
+    out = tmp_path / 'out'
+    write_tree(out, {'.commit.json.partial-0badc0de': b'{', f'.lock.partial-{"ab" * 16}': b'',
+                     '.lock.partial-notours': b'x'})
+    (out / '.tmp-fedcba9876543210').mkdir()          # Someone's empty folder.
+    result = run_cli(*_flags(inputs, str(out)))
+    assert result.returncode == 0, result.stderr
+    names = os.listdir(out)
+    assert '.commit.json.partial-0badc0de' not in names and f'.lock.partial-{"ab" * 16}' not in names
+    assert '.lock.partial-notours' in names and '.tmp-fedcba9876543210' in names
+
+
+@pytest.mark.parametrize('name', ['.lock', '.commit.json', 'dataset_info.json'])
+def test_deeply_nested_json_or_a_folder_in_place_of_a_protocol_file_is_one_line(tmp_path, inputs,
+                                                                                 name):
+    for kind in ('nested', 'folder'):
+        out = tmp_path / f'out-{kind}'
+        out.mkdir()
+        if kind == 'nested':
+            (out / name).write_text('[' * 100_000)
+            old = time.time() - 3600
+            os.utime(out / name, (old, old))
+        else:
+            (out / name / 'inner').mkdir(parents=True)
+        result = run_cli(*_flags(inputs, str(out)))
+        if name == '.lock' and kind == 'nested':   # An old unreadable lock: taken over.
+            assert result.returncode == 0, result.stderr
+            continue
+        line = _one_error_line(result)
+        assert 'Error:' not in line, line
+        verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
+                                capture_output=True, text=True, timeout=120)
+        assert 'Traceback' not in verify.stderr and verify.returncode in (1, 2), verify.stderr
+
+
+def test_verify_refuses_a_dataset_info_naming_files_outside(tmp_path, inputs):
+    out = tmp_path / 'out'
+    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+    info = json.loads((out / 'dataset_info.json').read_text())
+    (out / 'dataset_info.json').write_text(json.dumps(dict(info, name='../victim/secret')))
+    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 2
+    assert verify.stderr.strip().startswith(f'error: {out}/dataset_info.json does not describe a '
+                                            "dataset this tool can read (dataset name ")
+
+
+def test_folder_named_like_a_shard_is_refused_before_anything_moves(tmp_path, inputs):
+    out = tmp_path / 'out'
+    write_tree(out, {'dataset-train.tfrecord-00000-of-00002/mine': b'm'})
+    line = _one_error_line(run_cli(*_flags(inputs, str(out))), alone=False)
+    assert line == (f'error: {out} holds files this run would overwrite that are not part of a '
+                    'dataset it replaces: dataset-train.tfrecord-00000-of-00002; move them away '
+                    'or choose another --output_dir')
+    kept = [n for n in os.listdir(out) if not n.startswith('.tmp-')]   # Work kept for a rerun.
+    assert kept == ['dataset-train.tfrecord-00000-of-00002']
+    assert _tree(out / 'dataset-train.tfrecord-00000-of-00002') == {'mine': b'm'}
+
+
 # --- 4. --overwrite leaves every file it did not write -------------------------------------------
 
 LOOK_ALIKES = {'.tmp-cache/important.db': b'db', 'errors-2024.jsonl': b'{}\n',
@@ -357,8 +500,8 @@ def test_linked_temp_folder_of_this_run_is_refused(tmp_path, inputs):
     elsewhere = write_tree(tmp_path / 'elsewhere', {'keep.txt': b'k'})
     os.symlink(elsewhere, out / f'.tmp-{_run_id(inputs, str(out))}')
     line = _one_error_line(run_cli(*_flags(inputs, str(out))))
-    assert line.endswith('is a symbolic link; this run writes its temporary files there only into '
-                         'a real folder. Remove the link and rerun')
+    assert line.endswith('is a symbolic link; this tool keeps its temporary files only in a real '
+                         'folder. Remove the link and rerun')
     assert _tree(elsewhere) == {'keep.txt': b'k'}
 
 

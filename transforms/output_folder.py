@@ -72,6 +72,11 @@ _GLOB = re.compile(r'[*?\[]')
 
 # --- Names and the folder itself ---------------------------------------------------------------
 
+def is_shard_name(name: str) -> bool:
+    """Whether `name` is a name this tool gives a shard file."""
+    return _SHARD.match(name) is not None
+
+
 def is_dataset_file(name: str) -> bool:
     """Whether `name` is a name this tool gives a file of a dataset (a shard or metadata)."""
     return name in METADATA_NAMES or _SHARD.match(name) is not None
@@ -105,6 +110,51 @@ def temp_dir(output_dir: str, run_id: str) -> str:
 
 def _is_link(path: str) -> bool:
     return not fileio.is_gcs(path) and os.path.islink(path)
+
+
+def _read(path: str) -> bytes | None:
+    """The bytes of a file of the protocol, None when absent; a folder in its place is a
+    DatasetError naming it."""
+    try:
+        return fileio.read_if_exists(path)
+    except IsADirectoryError:
+        raise DatasetError(f'{path} is a folder, not a file of this tool; move it away and '
+                           'rerun') from None
+
+
+def _json(data: bytes):
+    """Parsed JSON, or None when it is not JSON this tool could have written."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _refuse_links(folder: str) -> None:
+    """Raises a DatasetError if a temporary folder is, or holds, a symbolic link (local disk)."""
+    if fileio.is_gcs(folder):
+        return
+    if os.path.islink(folder):
+        raise DatasetError(f'{folder} is a symbolic link; this tool keeps its temporary files '
+                           'only in a real folder. Remove the link and rerun')
+    for parent, dirs, files in os.walk(folder):
+        links = [name for name in dirs + files if os.path.islink(os.path.join(parent, name))]
+        if links:
+            raise DatasetError(f'{os.path.join(parent, links[0])} is a symbolic link; a '
+                               'temporary folder of this tool holds none. Remove it and rerun')
+
+
+_PARTIAL = re.compile(r'\.(?:commit\.json|lock)\.partial-[0-9a-f]{8}(?:[0-9a-f]{24})?\Z')
+
+
+def _remove_partials(output_dir: str, name: str) -> None:
+    """Deletes what a kill left of an atomic write of `name` (NAME.partial-HEX) in the folder."""
+    if fileio.is_gcs(output_dir) or not os.path.isdir(output_dir):
+        return
+    for entry in os.scandir(output_dir):
+        if (entry.name.startswith(name + '.partial-') and _PARTIAL.match(entry.name)
+                and entry.is_file(follow_symlinks=False)):
+            os.remove(entry.path)
 
 
 # --- The lock -----------------------------------------------------------------------------------
@@ -144,10 +194,7 @@ def read_lock(output_dir: str) -> LockState | None:
 
 
 def _parse_holder(data: bytes) -> dict | None:
-    try:
-        holder = json.loads(data)
-    except ValueError:
-        return None
+    holder = _json(data)
     return holder if isinstance(holder, dict) and isinstance(holder.get('token'), str) else None
 
 
@@ -203,6 +250,13 @@ def _boot_id() -> str:
             return stream.read().strip()
     except OSError:
         return ''
+
+
+def _alive_here(state: LockState) -> bool:
+    """Whether the holder is a run on this host whose process is provably running."""
+    holder = state.holder
+    return (holder is not None and holder.get('waits') is True
+            and holder.get('host') == socket.gethostname() and not is_stale(state))
 
 
 def is_stale(state: LockState) -> bool:
@@ -267,7 +321,9 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
         'started': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'runner': runner, 'waits': waits}, indent=1).encode()
     gcs = fileio.is_gcs(path)
+    to_break = None   # With --break_lock: the holder first seen, the only one it may clear.
     with fileio.output_errors(path), _guard(output_dir):
+        _remove_partials(output_dir, LOCK)
         for _ in range(5):
             state = read_lock(output_dir)
             if state is None:
@@ -276,7 +332,10 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
                 if not gcs:
                     _write_local(path, data)
                 return token
-            if not (break_lock or is_stale(state)):
+            if break_lock and to_break is None:
+                to_break = state.holder
+            breaking = break_lock and state.holder == to_break and not _alive_here(state)
+            if not (breaking or is_stale(state)):
                 raise DatasetError(
                     f'{output_dir} is being written by another run: {describe(state)}; its lock '
                     f'is {path}. Wait for it, or if it is not running any more, pass --break_lock')
@@ -284,7 +343,7 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
                 continue   # Another run changed it first: look again.
             if not gcs:
                 _write_local(path, data)
-            LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if break_lock else
+            LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if breaking else
                         'taking over (its process is gone)', path, describe(state))
             return token
     raise DatasetError(f'could not take the lock {path}: it keeps changing; is another run '
@@ -323,11 +382,11 @@ class TempFolder:
 
 
 def _marker_state(folder: str, run_id: str) -> str | None:
-    data = fileio.read_if_exists(fileio.join(folder, MARKER))
     try:
-        marker = json.loads(data) if data is not None else None
-    except ValueError:
+        data = fileio.read_if_exists(fileio.join(folder, MARKER))
+    except IsADirectoryError:
         return None
+    marker = _json(data) if data is not None else None
     if (isinstance(marker, dict) and marker.get('run_id') == run_id
             and marker.get('state') in (RUNNING, COMMITTED)):
         return marker['state']
@@ -359,19 +418,11 @@ def start_temp(output_dir: str, run_id: str) -> None:
     """Makes sure run `run_id` has its marked temporary folder; refuses a link or a folder of
     that name that this tool did not make (nothing in it is touched)."""
     folder = temp_dir(output_dir, run_id)
-    if _is_link(folder):
-        raise DatasetError(f'{folder} is a symbolic link; this run writes its temporary files '
-                           'there only into a real folder. Remove the link and rerun')
+    _refuse_links(folder)
     state = _marker_state(folder, run_id)
     if state is None and _has_files(folder):
         raise DatasetError(f'{folder} exists but was not made by this tool (it has no marker '
                            f'{MARKER}); move it away and rerun')
-    if not fileio.is_gcs(folder):
-        for parent, dirs, files in os.walk(folder):
-            links = [name for name in dirs + files if os.path.islink(os.path.join(parent, name))]
-            if links:
-                raise DatasetError(f'{os.path.join(parent, links[0])} is a symbolic link; a '
-                                   'temporary folder of this tool holds none. Remove it and rerun')
     if state is None:
         _write_marker(folder, run_id, RUNNING)
 
@@ -426,53 +477,66 @@ def dataset_files(output_dir: str) -> list[str]:
     """Names of the files of the dataset in `output_dir`, as its own dataset_info.json names
     them ([] when there is none); a dataset_info.json this tool cannot read is a DatasetError."""
     path = fileio.join(output_dir, metadata.DATASET_INFO)
-    data = fileio.read_if_exists(path)
+    data = _read(path)
     if data is None:
         return []
+    names = named_files(_json(data), path)
+    files, _ = _entries(output_dir)
+    return [name for name in names if name in files]
+
+
+def named_files(info, path: str) -> list[str]:
+    """The file names a dataset_info.json (`info`, read from `path`) describes, validated: a
+    DatasetError when it is not one this tool can read."""
     try:
-        names = _named_files(json.loads(data))
+        return _named_files(info)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise DatasetError(f'{path} does not describe a dataset this tool can replace '
+        raise DatasetError(f'{path} does not describe a dataset this tool can read '
                            f'({printable(str(exc))[:200]}); move the folder\'s contents away or '
-                           'choose another --output_dir') from None
-    present = set(_names_in(output_dir))
-    return [name for name in names if name in present]
+                           'choose another folder') from None
 
 
 def _named_files(info: dict) -> list[str]:
-    """The file names a dataset_info.json describes, validated."""
+    if not isinstance(info, dict):
+        raise ValueError('not a JSON object')
     name = info['name']
-    if not re.fullmatch(r'[a-z][a-z0-9_]*', name):
+    if not isinstance(name, str) or not re.fullmatch(r'[a-z][a-z0-9_]*', name):
         raise ValueError(f'dataset name {name!r}')
-    if info.get('splits') and any(s.get('filepathTemplate', metadata.SHARD_TEMPLATE)
-                                  != metadata.SHARD_TEMPLATE for s in info['splits']):
-        raise ValueError('shard names other than this tool\'s')
+    formats = metadata.file_formats(info)
+    if any(f not in metadata.FILE_FORMATS for f in formats):
+        raise ValueError(f'file formats {formats!r}')
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
              metadata.SUMMARY]
     for split in info['splits']:
-        split_name, total = split['name'], len(split['shardLengths'])
-        if split_name not in metadata.SPLITS or total > 10_000_000:
-            raise ValueError(f'split {split_name!r} with {total} shards')
+        if split.get('filepathTemplate', metadata.SHARD_TEMPLATE) != metadata.SHARD_TEMPLATE:
+            raise ValueError('shard names other than this tool\'s')
+        split_name, lengths = split['name'], split['shardLengths']
+        if split_name not in metadata.SPLITS or not isinstance(lengths, list):
+            raise ValueError(f'split {split_name!r}')
+        if len(lengths) > 10_000_000 or any(int(n) < 0 for n in lengths) or int(split['numBytes']) < 0:
+            raise ValueError(f'split {split_name!r}: shard lengths or bytes')
         names.append(metadata.error_report_name(split_name))
-        for file_format in metadata.file_formats(info):
-            if file_format not in metadata.FILE_FORMATS:
-                raise ValueError(f'file format {file_format!r}')
-            names += [metadata.shard_name(name, split_name, i, total, file_format)
-                      for i in range(total)]
+        for file_format in formats:
+            names += [metadata.shard_name(name, split_name, i, len(lengths), file_format)
+                      for i in range(len(lengths))]
     return names
 
 
-def _names_in(output_dir: str) -> list[str]:
+def _entries(output_dir: str) -> tuple[set[str], set[str]]:
+    """(file names, folder names) directly in `output_dir`."""
     if not (fileio.is_gcs(output_dir) or os.path.isdir(output_dir)):
-        return []
-    return [e.name for e in fileio.list_dir(output_dir) if not e.is_dir]
+        return set(), set()
+    entries = fileio.list_dir(output_dir)
+    return ({e.name for e in entries if not e.is_dir and e.error is None},
+            {e.name for e in entries if e.is_dir or e.error is not None})
 
 
 def foreign_files(output_dir: str, names: Iterable[str], dataset: Iterable[str]) -> list[str]:
-    """Those of `names` that exist in `output_dir` and are not files of `dataset`: files a
-    commit must not overwrite."""
-    present, ours = set(_names_in(output_dir)), set(dataset)
-    return sorted(n for n in set(names) if n in present and n not in ours)
+    """Those of `names` that exist in `output_dir` (as a file, a folder or a broken link) and
+    are not files of `dataset`: what a commit must not overwrite."""
+    files, folders = _entries(output_dir)
+    ours = set(dataset)
+    return sorted(n for n in set(names) if (n in files and n not in ours) or n in folders)
 
 
 def refuse_foreign(output_dir: str, foreign: list[str]) -> None:
@@ -523,11 +587,11 @@ def read_journal(output_dir: str) -> Journal | None:
     """The journal of an interrupted commit, validated; a DatasetError when it is not one this
     tool wrote (then nothing is touched)."""
     path = journal_path(output_dir)
-    data = fileio.read_if_exists(path)
+    data = _read(path)
     if data is None:
         return None
     try:
-        document = json.loads(data)
+        document = _json(data)
         journal = Journal(document['run_id'], document['phase'], tuple(document['replace']),
                           tuple((s, t) for s, t in document['install'])).validate()
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -535,9 +599,11 @@ def read_journal(output_dir: str) -> Journal | None:
                            f'({printable(str(exc))[:200]}); nothing was done. If no run of this '
                            'tool is committing there, delete it and rerun') from None
     folder = temp_dir(output_dir, journal.run_id)
-    if _is_link(folder):
-        raise DatasetError(f'{path} refers to {folder}, which is a symbolic link; nothing was '
-                           'done. Remove the link and the journal, then rerun')
+    _refuse_links(folder)
+    if _marker_state(folder, journal.run_id) is None:
+        raise DatasetError(f'{path} is not a commit journal this tool wrote (its temporary '
+                           f'folder {folder} has no marker); nothing was done. If no run of this '
+                           'tool is committing there, delete it and rerun')
     return journal
 
 
@@ -582,10 +648,11 @@ def _move(pairs: list, recovering: bool) -> None:
     fileio.rename([s for s, _ in pairs], [d for _, d in pairs])
 
 
-def finish_interrupted(output_dir: str) -> tuple[list[str], set[str]]:
+def finish_interrupted(output_dir: str, run_id: str) -> tuple[list[str], set[str]]:
     """Completes what a killed run left half-done (call with the lock held): a commit from its
-    journal, and the cleanup of temporary folders whose commit finished. Returns a line per
-    thing done and the ids of the runs whose commit is now complete."""
+    journal, the cleanup of temporary folders whose commit finished, and what an atomic write
+    left; run `run_id`'s own temporary folder is removed if a cut-off cleanup emptied it.
+    Returns a line per thing done and the ids of the runs whose commit is now complete."""
     out = output_dir.rstrip('/')
     lines, finished = [], set()
     journal = read_journal(out)
@@ -594,16 +661,15 @@ def finish_interrupted(output_dir: str) -> tuple[list[str], set[str]]:
         lines.append(f'completed the interrupted commit of run {journal.run_id} in {out}: it '
                      'holds that run\'s dataset now')
         finished.add(journal.run_id)
+    _remove_partials(out, JOURNAL)
     for folder in temp_folders(out):
         if folder.state == COMMITTED:
             remove_temp(folder.path)
             lines.append(f'removed the temporary folder {folder.path} of run {folder.run_id}, '
                          'whose commit had finished')
             finished.add(folder.run_id)
-    if not fileio.is_gcs(out) and os.path.isdir(out):
-        for entry in os.scandir(out):   # Emptied by a cleanup that was cut off before its end.
-            if (entry.name.startswith(TEMP_PREFIX) and _RUN_ID.match(entry.name[len(TEMP_PREFIX):])
-                    and entry.is_dir(follow_symlinks=False)):
-                with contextlib.suppress(OSError):
-                    os.rmdir(entry.path)
+    own = temp_dir(out, run_id)
+    if not fileio.is_gcs(own) and not os.path.islink(own) and os.path.isdir(own):
+        with contextlib.suppress(OSError):
+            os.rmdir(own)   # Only if empty.
     return lines, finished

@@ -110,8 +110,10 @@ def check_shard(task: tuple) -> ShardReport:
 def _layout_problems(output_dir: str, info: dict) -> list[str]:
     expected = {fileio.basename(p) for f in metadata.file_formats(info) for s in info['splits']
                 for p in metadata.shard_paths(output_dir, info, s['name'], f)}
-    found = {fileio.basename(m.path) for f in metadata.FILE_FORMATS
-             for m in fileio.match(fileio.join(output_dir, f'*.{f}*'))}
+    found = {name for f in metadata.FILE_FORMATS
+             for name in (fileio.basename(m.path)
+                          for m in fileio.match(fileio.join(output_dir, f'*.{f}-*')))
+             if output_folder.is_shard_name(name)}
     problems = [f'{name}: missing shard' for name in sorted(expected - found)]
     for name in sorted(found - expected):
         problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
@@ -151,6 +153,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     except Exception as exc:
         raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt: '
                            f'{str(exc).splitlines()[0]}') from None
+    output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
     problems = _layout_problems(output_dir, info)
     formats = metadata.file_formats(info)
     # A second format's records must equal the first's, so only the first's images are decoded.
