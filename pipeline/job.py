@@ -16,7 +16,8 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (
-    DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions)
+    DirectOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions,
+    TestOptions)
 
 from pipeline import sample_data
 from pipeline.classic.config import ImageClassificationConfig
@@ -258,3 +259,16 @@ def _counters(result) -> dict:
     for counter in query['counters']:
         totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
     return totals
+
+
+def is_remote(options: PipelineOptions) -> bool:
+    """Whether the job is handed to a service that runs it without this process: Dataflow, or
+    a portable job service at host:port whose workers are not this process (any environment but
+    LOOPBACK). Every other runner, an embedded job service included, needs this process until
+    the job ends."""
+    if is_dataflow(options):
+        return True
+    portable = options.view_as(PortableOptions)
+    endpoint = portable.job_endpoint or ''
+    return (endpoint not in ('', 'embed')
+            and str(portable.environment_type or 'DOCKER').upper() != 'LOOPBACK')

@@ -9,10 +9,12 @@ import re
 import sys
 import traceback
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions, PipelineOptions, PortableOptions)
 
 from pipeline import job, plan
 from pipeline.console import log_file_path, send_stderr_to, setup_console_logging
+from pipeline.dataflow import is_dataflow
 from pipeline.formats import fileio
 from pipeline.formats.errors import DatasetError
 from pipeline.options import ConverterOptions, help_text
@@ -57,8 +59,8 @@ def format_summary(summary: dict) -> str:
 
 
 def _submit(argv: list[str]) -> int:
-    """Submits the job to a runner that runs it on its own (Dataflow); its commit step releases
-    the output lock."""
+    """Hands the job to a service that runs it without this process (see job.is_remote); its
+    commit step releases the output lock."""
     prepared = job.prepare(argv, waits=False)
     settings = prepared.settings
     if prepared.pipeline is None:
@@ -66,12 +68,26 @@ def _submit(argv: list[str]) -> int:
         print(f'Nothing to submit: {settings.output_dir} holds the dataset of this run.')
         return 0
     try:
-        prepared.pipeline.run()
+        result = prepared.pipeline.run()
     except BaseException:
         lock.release(settings.output_dir, settings.lock_token)
         raise
-    print(f'Job submitted; the dataset appears in {settings.output_dir} when it ends.')
+    print(f'{follow_hint(prepared.options, result)}\n'
+          f'The dataset appears in {settings.output_dir} when the job ends.')
     return 0
+
+
+def follow_hint(options: PipelineOptions, result) -> str:
+    """Where to follow a job handed to a service."""
+    if is_dataflow(options):
+        cloud = options.view_as(GoogleCloudOptions)
+        job_id = result.job_id()
+        return (f'Dataflow job {job_id} submitted; follow it at https://console.cloud.google.com/'
+                f'dataflow/jobs/{cloud.region}/{job_id}?project={cloud.project} or with '
+                f'`gcloud dataflow jobs describe {job_id} --region={cloud.region}`')
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    return (f'Job submitted to the job service at {endpoint}; follow it in the UI of the runner '
+            'behind it (Flink, Spark) or through its job API')
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             document = job.plan(argv)
             print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
             return _done(log_file)
-        if not job.is_direct(PipelineOptions(argv)):
+        if job.is_remote(PipelineOptions(argv)):
             return _submit(argv)
         summary = job.convert(argv)
     except Exception as exc:  # Show the user's error in one line, not a traceback.
