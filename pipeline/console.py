@@ -11,12 +11,14 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 
 _WORKER_LOGGER = 'apache_beam.runners.portability.local_job_service'
 _ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(?P<where>[^"]*)"',
                     re.S)
 _OURS = re.compile(r'/(transforms|pipeline)/[a-z_]+\.py')
+_THREADS = 'image_tfrecords.threads'
 
 
 class _ConsoleFilter(logging.Filter):
@@ -72,3 +74,13 @@ def setup_console_logging(verbose: bool = False, log_file: str | None = None) ->
         to_file.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s'))
         root.addHandler(to_file)
     root.addHandler(console)
+    threading.excepthook = _log_thread_error
+
+
+def _log_thread_error(args: threading.ExceptHookArgs) -> None:
+    """An uncaught exception in a background thread (the runner's, when a job fails or is
+    interrupted) goes to the log file; the console shows it with --verbose only, as the
+    launcher reports the failure itself."""
+    logging.getLogger(_THREADS).info(
+        'uncaught exception in thread %s', args.thread.name if args.thread else '?',
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))

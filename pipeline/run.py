@@ -6,6 +6,7 @@ Without any input or output flag it generates a small sample dataset and convert
 """
 import logging
 import re
+import signal
 import sys
 import traceback
 
@@ -109,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         if job.is_remote(PipelineOptions(argv)):
             return _submit(argv)
         summary = job.convert(argv)
+    except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        LOG.debug('interrupted', exc_info=True)
+        print('interrupted; rerun the same command to resume', file=sys.stderr)
+        return 130
     except Exception as exc:  # Show the user's error in one line, not a traceback.
         LOG.debug('failed', exc_info=True)
         message = DatasetError.find_in(exc)
