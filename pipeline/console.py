@@ -42,6 +42,42 @@ class _ConsoleFilter(logging.Filter):
         return record.levelno >= logging.WARNING or self._verbose
 
 
+class _ConsoleHandler(logging.StreamHandler):
+    """Log records as lines on stderr; on a terminal, also a status line below them, redrawn in
+    place."""
+
+    def __init__(self, status_line: bool):
+        super().__init__()
+        self.status_line, self.status = status_line, ''
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.status:
+            self.stream.write('\r\x1b[K')
+        super().emit(record)
+        if self.status:
+            self.stream.write(self.status)
+            self.flush()
+
+    def show(self, text: str) -> None:
+        with self.lock:
+            self.status = text
+            self.stream.write(f'\r\x1b[K{text}')
+            self.flush()
+
+
+_console: _ConsoleHandler | None = None
+
+
+def show_status(text: str) -> bool:
+    """Shows `text` in place of the previous status on a terminal console ('' clears it);
+    False when there is no such console (not a terminal, --verbose, or the Python API)."""
+    if _console is None or not _console.status_line:
+        return False
+    if text or _console.status:
+        _console.show(text)
+    return True
+
+
 def log_file_path() -> str:
     """A new file under the system temp folder for the full log of one run."""
     folder = os.path.join(tempfile.gettempdir(), 'image-tfrecords-logs')
@@ -66,7 +102,8 @@ def setup_console_logging(verbose: bool = False, log_file: str | None = None) ->
         root.removeHandler(handler)
         handler.close()
     root.setLevel(logging.INFO)
-    console = logging.StreamHandler()
+    global _console
+    console = _console = _ConsoleHandler(sys.stderr.isatty() and not verbose)
     console.setFormatter(logging.Formatter('%(message)s'))
     console.addFilter(_ConsoleFilter(verbose))
     if log_file:  # Added first: it sees each record before the console filter rewrites it.

@@ -27,6 +27,7 @@ from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
 from pipeline.plan import estimate
+from pipeline.progress import Progress
 from pipeline.sources import resolve_source
 from transforms import commit, lock, resume
 from transforms.settings import SPLITS, ConversionSettings, temp_folders
@@ -221,8 +222,9 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
     counters = {}
     try:
         if job.pipeline is not None:
-            result = job.pipeline.run()
-            result.wait_until_finish()
+            with Progress(settings):
+                result = job.pipeline.run()
+                result.wait_until_finish()
             counters = _counters(result)
         lock.check(settings.output_dir, settings.lock_token)   # So the summary is this run's.
         summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)

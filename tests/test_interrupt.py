@@ -14,8 +14,8 @@ INTERRUPTED = 'interrupted; rerun the same command to resume'
 
 
 def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path):
-    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(256, 192, seed=i)
-                                          for i in range(1000)})
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
+                                          imagemaker.jpeg(256, 192, seed=i) for i in range(1000)})
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
     process = start_cli(*flags)
