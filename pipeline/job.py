@@ -215,7 +215,8 @@ def _default_to_all_cores(options: PipelineOptions, given: set[str]) -> None:
 def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
             **values) -> dict:
     """Runs a conversion to the end and returns its summary (see summary.json), with the
-    seconds it took and the chunks it converted and reused. Options as for `prepare`."""
+    seconds it took and the chunks it converted and reused (and the inputs in the chunks it
+    converted). Options as for `prepare`."""
     started = time.monotonic()
     job = prepare(flags, config, **values)
     settings = job.settings
@@ -234,7 +235,9 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,
                    chunks={'converted': counters.get('chunks_converted', 0),
-                           'reused': counters.get('chunks_reused', 0)})
+                           'reused': counters.get('chunks_reused', 0),
+                           'inputs_converted': (counters.get('images_written', 0)
+                                                + counters.get('images_skipped', 0))})
     return summary
 
 

@@ -4,30 +4,35 @@ Without any input or output flag it generates a small sample dataset and convert
 ./sample_tfrecords, so the first run shows what the tool does. The work is done by the job API
 (pipeline/job.py), which the classic builder calls too.
 """
-import logging
-import re
-import signal
-import sys
-import traceback
+import time
 
-from apache_beam.options.pipeline_options import (
+STARTED = time.monotonic()   # The command's start, before the imports below (seconds of them).
+
+import logging  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+
+from apache_beam.options.pipeline_options import (  # noqa: E402
     GoogleCloudOptions, PipelineOptions, PortableOptions)
 
-from pipeline import job, plan
-from pipeline.console import log_file_path, send_stderr_to, setup_console_logging
-from pipeline.dataflow import is_dataflow
-from pipeline.formats import fileio
-from pipeline.formats.errors import DatasetError
-from pipeline.options import ConverterOptions, help_text
-from transforms import lock
-from transforms.settings import SPLITS
+from pipeline import job, plan  # noqa: E402
+from pipeline.console import log_file_path, send_stderr_to, setup_console_logging  # noqa: E402
+from pipeline.dataflow import is_dataflow  # noqa: E402
+from pipeline.formats import fileio  # noqa: E402
+from pipeline.formats.errors import DatasetError  # noqa: E402
+from pipeline.options import ConverterOptions, help_text  # noqa: E402
+from transforms import lock  # noqa: E402
+from transforms.settings import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
 
 
 def format_summary(summary: dict) -> str:
     """The end-of-run table: inputs, records, shards, bytes, skipped and ignored files per split;
-    records per class; the overall rate."""
+    records per class; the wall time and the rate of the inputs converted in it (work reused
+    from an earlier attempt is counted apart)."""
     splits = {name: summary['splits'][name] for name in SPLITS if name in summary['splits']}
     lines = [f'{"split":<12}{"inputs":>9}{"records":>9}{"skipped":>9}{"ignored":>9}{"shards":>8}'
              f'{"MB":>9}{"kept as is":>12}']
@@ -49,13 +54,17 @@ def format_summary(summary: dict) -> str:
             lines.append(f'{split}: no records for class(es) {", ".join(s["empty_classes"][:10])}'
                          f' (all their inputs were skipped; see errors-{split}.jsonl)')
     total = sum(s['inputs'] for s in splits.values())
-    if summary.get('seconds'):
-        lines.append(f'\n{total} inputs in {summary["seconds"]:.1f} s, start-up included '
-                     f'({total / summary["seconds"]:.0f} inputs/s)')
     chunks = summary.get('chunks', {})
+    converted = chunks.get('inputs_converted', total) if chunks.get('reused') else total
+    if summary.get('seconds'):
+        rate = f'{converted / summary["seconds"]:.0f} inputs/s'
+        if converted != total:
+            rate = f'{converted} converted now: {rate}'
+        lines.append(f'\n{total} inputs in {summary["seconds"]:.1f} s of wall time, start-up '
+                     f'included ({rate})')
     if chunks.get('reused'):
         lines.append(f'reused {chunks["reused"]} of {chunks["reused"] + chunks["converted"]} '
-                     'chunks converted by an earlier attempt')
+                     f'chunks converted by an earlier attempt ({total - converted} inputs)')
     return '\n'.join(lines)
 
 
@@ -110,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if job.is_remote(PipelineOptions(argv)):
             return _submit(argv)
         summary = job.convert(argv)
+        summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
     except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         LOG.debug('interrupted', exc_info=True)
