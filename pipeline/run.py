@@ -15,11 +15,12 @@ import sys  # noqa: E402
 import traceback  # noqa: E402
 
 from apache_beam.options.pipeline_options import (  # noqa: E402
-    GoogleCloudOptions, PipelineOptions, PortableOptions)
+    GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions, WorkerOptions)
 
 from pipeline import job, plan  # noqa: E402
 from pipeline.console import log_file_path, send_stderr_to, setup_console_logging  # noqa: E402
-from pipeline.dataflow import is_dataflow  # noqa: E402
+from pipeline.dataflow import (  # noqa: E402
+    build_worker_package, check_locations, is_dataflow)
 from pipeline.formats import fileio  # noqa: E402
 from pipeline.formats.errors import DatasetError  # noqa: E402
 from pipeline.options import ConverterOptions, help_text  # noqa: E402
@@ -87,10 +88,36 @@ def _submit(argv: list[str]) -> int:
     return 0
 
 
+def _dry_run(argv: list[str]) -> int:
+    """Builds a Dataflow job as a submission would, without submitting it, and says what was
+    checked."""
+    options = PipelineOptions(argv)
+    if not is_dataflow(options):
+        raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
+                           'use --plan_only to see what it would write')
+    prepared = job.prepare(argv)   # A dry run takes no lock and writes nothing.
+    result = prepared.pipeline.run()
+    steps = len(result.job.proto_pipeline.components.transforms)
+    workers = prepared.options.view_as(WorkerOptions)
+    cloud = prepared.options.view_as(GoogleCloudOptions)
+    staged = build_worker_package(prepared.options)
+    print('Dry run: nothing submitted. Checked:\n'
+          f'  flags and Dataflow options (project {cloud.project}, region {cloud.region}, '
+          f'temp {cloud.temp_location})\n'
+          f'  the buckets of the input and of {prepared.settings.output_dir}\n'
+          f'  the job graph: {steps} steps; workers {workers.machine_type}, up to '
+          f'{workers.max_num_workers}\n'
+          '  the files staged for the workers: '
+          + ', '.join(f'{name} ({size / 1e3:.0f} KB)' for name, size in staged))
+    return 0
+
+
 def follow_hint(options: PipelineOptions, result) -> str:
     """Where to follow a job handed to a service."""
+    cloud = options.view_as(GoogleCloudOptions)
+    if cloud.template_location:   # The Flex Template launcher: the service starts the job.
+        return f'Job submitted as a template ({cloud.template_location})'
     if is_dataflow(options):
-        cloud = options.view_as(GoogleCloudOptions)
         job_id = result.job_id()
         return (f'Dataflow job {job_id} submitted; follow it at https://console.cloud.google.com/'
                 f'dataflow/jobs/{cloud.region}/{job_id}?project={cloud.project} or with '
@@ -116,7 +143,12 @@ def main(argv: list[str] | None = None) -> int:
             document = job.plan(argv)
             print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
             return _done(log_file)
-        if job.is_remote(PipelineOptions(argv)):
+        beam_options = PipelineOptions(argv)
+        if is_dataflow(beam_options) and not beam_options.view_as(GoogleCloudOptions).template_location:
+            check_locations(beam_options)   # Before anything touches the network.
+        if beam_options.view_as(TestOptions).dry_run:
+            return _dry_run(argv)
+        if job.is_remote(beam_options):
             return _submit(argv)
         summary = job.convert(argv)
         summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
