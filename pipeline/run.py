@@ -23,7 +23,7 @@ from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
 from pipeline.formats import fileio  # noqa: E402
 from pipeline.formats.errors import DatasetError  # noqa: E402
-from pipeline.options import ConverterOptions, help_text  # noqa: E402
+from pipeline.options import ConverterOptions, check_flags, help_text  # noqa: E402
 from transforms import lock  # noqa: E402
 from transforms.settings import SPLITS  # noqa: E402
 
@@ -88,6 +88,13 @@ def _submit(argv: list[str]) -> int:
     return 0
 
 
+def parse_flags(argv: list[str]) -> PipelineOptions:
+    """The options of `argv`, checked first (check_flags): an unknown flag or a bad value is one
+    line naming it, not argparse's usage block."""
+    check_flags(argv)
+    return PipelineOptions(argv)
+
+
 def _dry_run(argv: list[str]) -> int:
     """Builds a Dataflow job as a submission would, without submitting it, and says what was
     checked."""
@@ -138,13 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         send_stderr_to(log_file)
     setup_console_logging(verbose, log_file)
     try:
-        options = PipelineOptions(argv).view_as(ConverterOptions)
+        beam_options = parse_flags(argv)
+        options = beam_options.view_as(ConverterOptions)
         if options.plan_only:
             document = job.plan(argv)
             print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
             return _done(log_file)
-        beam_options = PipelineOptions(argv)
-        if is_dataflow(beam_options) and not beam_options.view_as(GoogleCloudOptions).template_location:
+        if is_dataflow(beam_options) and not beam_options.view_as(
+                GoogleCloudOptions).template_location:
             check_locations(beam_options)   # Before anything touches the network.
         if beam_options.view_as(TestOptions).dry_run:
             return _dry_run(argv)
