@@ -14,11 +14,13 @@ import tempfile
 import threading
 import time
 
+from google.protobuf import text_encoding
+
 _WORKER_LOGGER = 'apache_beam.runners.portability.local_job_service'
 _ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(?P<where>[^"]*)"',
                     re.S)
 _OURS = re.compile(r'/(transforms|pipeline)/[a-z_]+\.py')
-_THREADS = 'image_tfrecords.threads'
+TRACE = 'image_tfrecords.trace'   # For the log file; the console shows it with --verbose only.
 
 
 class _ConsoleFilter(logging.Filter):
@@ -31,7 +33,7 @@ class _ConsoleFilter(logging.Filter):
             match = _ENTRY.search(str(record.args[0]))
             if match is None:
                 return self._verbose
-            message = match['message'].encode().decode('unicode_escape')
+            message = text_encoding.CUnescape(match['message']).decode('utf-8', 'replace')
             ours = _OURS.search(match['where']) and 'Traceback (most recent' not in message
             record.msg, record.args = message, ()
             return bool(ours) or self._verbose
@@ -118,6 +120,6 @@ def _log_thread_error(args: threading.ExceptHookArgs) -> None:
     """An uncaught exception in a background thread (the runner's, when a job fails or is
     interrupted) goes to the log file; the console shows it with --verbose only, as the
     launcher reports the failure itself."""
-    logging.getLogger(_THREADS).info(
+    logging.getLogger(TRACE).info(
         'uncaught exception in thread %s', args.thread.name if args.thread else '?',
         exc_info=(args.exc_type, args.exc_value, args.exc_traceback))

@@ -12,13 +12,13 @@ import logging  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
-import traceback  # noqa: E402
 
 from apache_beam.options.pipeline_options import (  # noqa: E402
     GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions, WorkerOptions)
 
 from pipeline import job, plan  # noqa: E402
-from pipeline.console import log_file_path, send_stderr_to, setup_console_logging  # noqa: E402
+from pipeline.console import (  # noqa: E402
+    TRACE, log_file_path, send_stderr_to, setup_console_logging)
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
 from pipeline.formats import fileio  # noqa: E402
@@ -162,18 +162,18 @@ def main(argv: list[str] | None = None) -> int:
         summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
     except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        LOG.debug('interrupted', exc_info=True)
         print('interrupted; rerun the same command to resume', file=sys.stderr)
+        _done(log_file)
         return 130
     except Exception as exc:  # Show the user's error in one line, not a traceback.
-        LOG.debug('failed', exc_info=True)
         message = DatasetError.find_in(exc)
-        if message is None:
-            message = (f'{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""} '
-                       f'(the full trace is in {log_file}; --verbose prints it)')
-            if verbose:
-                traceback.print_exc()
-        print(f'error: {message}', file=sys.stderr)
+        if message is not None:   # The user's to fix; the line says all there is.
+            print(f'error: {message}', file=sys.stderr)
+            _done(log_file)
+            return 2
+        logging.getLogger(TRACE).info('failed', exc_info=True)
+        print(f'error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""} '
+              f'(the full trace is in {log_file}; --verbose prints it)', file=sys.stderr)
         return 2
     print(format_summary(summary))
     print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
@@ -195,7 +195,7 @@ def load_hint(summary: dict) -> str:
 
 
 def _done(log_file: str) -> int:
-    """A successful run keeps no log file."""
+    """Only a run that failed with an unexpected error keeps its log file, which it names."""
     logging.shutdown()
     fileio.delete([log_file])
     return 0

@@ -21,3 +21,27 @@ def test_a_bad_flag_value_is_one_line(tmp_path, flag, expected):
     assert result.stderr.splitlines() == [
         f'{expected}; python -m pipeline.run --help lists every flag']
     assert not os.path.exists(f'{tmp_path}/out')
+
+
+def test_a_non_ascii_output_path_is_printed_as_is(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
+                                          for i in range(4)})
+    out = f'{tmp_path}/sortie-été-出力'
+    result = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=1',
+                     '--direct_running_mode=multi_processing', '--direct_num_workers=2')
+    assert result.returncode == 0, result.stderr
+    assert f'dataset committed to {out}' in result.stderr.splitlines()
+
+
+def test_a_run_that_fails_on_the_users_error_leaves_no_log_file(tmp_path):
+    temp = tmp_path / 'tmp'
+    temp.mkdir()
+    inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': b'not an image'})
+    env = dict(os.environ, TMPDIR=str(temp))
+    for argv in ([f'--output_dir={tmp_path}/out'],
+                 [f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=x'],
+                 [f'--input_dir={inputs}', f'--output_dir={tmp_path}/out']):   # All skipped.
+        result = run_cli(*argv, env=env)
+        assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith('error: ')
+        assert 'the full trace is in' not in result.stderr
+        assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
