@@ -1,11 +1,14 @@
-"""The command line's small promises: one line for a bad flag value, nothing left behind."""
+"""The command line's small promises: one line for a bad flag value, paths printed as they are,
+nothing left behind in the temp folder."""
 import os
+import subprocess
+import sys
 
 import pytest
 
 from tests import imagemaker
 from tests.cli import run_cli
-from tests.helpers import write_tree
+from tests.helpers import read_split, write_tree
 
 
 @pytest.mark.parametrize('flag,expected', [
@@ -45,3 +48,16 @@ def test_a_run_that_fails_on_the_users_error_leaves_no_log_file(tmp_path):
         assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith('error: ')
         assert 'the full trace is in' not in result.stderr
         assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
+
+
+def test_simple_example_leaves_nothing_in_the_temp_folder(tmp_path):
+    temp = tmp_path / 'tmp'
+    temp.mkdir()
+    result = subprocess.run([sys.executable, '-m', 'pipeline.classic.simple_example',
+                             '--num_classes=2'], cwd=tmp_path, capture_output=True, text=True,
+                            env=dict(os.environ, TMPDIR=str(temp)), timeout=300)
+    assert result.returncode == 0, result.stderr
+    data_dir = 'simple_tfrecords/image_classification_builder/simple/0.1.0'
+    assert f'records to {data_dir}' in result.stdout
+    assert len(read_split(str(tmp_path / data_dir), 'train')) > 0
+    assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
