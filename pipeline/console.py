@@ -6,6 +6,7 @@ records as a plain line and hides the rest, including the runner's tracebacks of
 the launcher reports the failure in one line. Every record, unfiltered, goes to a log file,
 and so does what worker processes print; `--verbose` shows it all on the console instead.
 """
+import contextlib
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Iterator
 
 from google.protobuf import text_encoding
 
@@ -30,18 +32,54 @@ class _ConsoleFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == _WORKER_LOGGER and record.msg == 'Worker: %s' and record.args:
-            match = _ENTRY.search(str(record.args[0]))
-            if match is None:
+            found = _worker_message(record)
+            if found is None:
                 return self._verbose
-            message = text_encoding.CUnescape(match['message']).decode('utf-8', 'replace')
-            ours = _OURS.search(match['where']) and 'Traceback (most recent' not in message
-            record.msg, record.args = message, ()
-            return bool(ours) or self._verbose
+            record.msg, record.args = found[0], ()
+            return found[1] or self._verbose
         if record.name == 'image_tfrecords':
             return True
         if record.name.startswith('apache_beam.runners'):
             return self._verbose
         return record.levelno >= logging.WARNING or self._verbose
+
+
+def _worker_message(record: logging.LogRecord) -> tuple[str, bool] | None:
+    """(message, whether it is one of our own lines) of a worker's log record, if it has one."""
+    match = _ENTRY.search(str(record.args[0]))
+    if match is None:
+        return None
+    message = text_encoding.CUnescape(match['message']).decode('utf-8', 'replace')
+    ours = bool(_OURS.search(match['where'])) and 'Traceback (most recent' not in message
+    return message, ours
+
+
+class _OwnWorkerLines(logging.Filter):
+    """Without the command line's console (the Python API): our own lines from worker processes
+    go to the 'image_tfrecords' logger as plain messages, the runner's worker chatter nowhere."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == 'Worker: %s' and record.args:
+            found = _worker_message(record)
+            if found is not None and found[1]:
+                logging.getLogger('image_tfrecords').log(record.levelno, '%s', found[0])
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def own_worker_lines() -> Iterator[None]:
+    """While a job runs: worker log records as `_OwnWorkerLines` says, unless the command line's
+    console shows them."""
+    if _console is not None:
+        yield
+        return
+    worker_logs, only_ours = logging.getLogger(_WORKER_LOGGER), _OwnWorkerLines()
+    worker_logs.addFilter(only_ours)
+    try:
+        yield
+    finally:
+        worker_logs.removeFilter(only_ours)
 
 
 class _ConsoleHandler(logging.StreamHandler):

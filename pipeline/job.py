@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import (
     DirectOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions,
     TestOptions)
 
-from pipeline import sample_data
+from pipeline import console, sample_data
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.formats import fileio, metadata
@@ -223,7 +223,7 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
     counters = {}
     try:
         if job.pipeline is not None:
-            with Progress(settings):
+            with Progress(settings), console.own_worker_lines():
                 result = job.pipeline.run()
                 result.wait_until_finish()
             counters = _counters(result)

@@ -5,7 +5,7 @@ in the run's temporary folder, and every converted chunk leaves a sidecar per pa
 (`parts/*.tfrecord.json`, a ShardResult with its records and errors; see transforms/resume.py).
 A thread in the launcher polls them and shows inputs done of the total, the rate and the time
 left: in place on a terminal (pipeline/console.py), else as a log line per tenth of the work
-(at most a minute apart). Parts an earlier attempt left are reused work, not counted as done.
+(at most a minute apart; the end is told by the shard lines and the summary). Parts an earlier attempt left are reused work, not counted as done.
 """
 import json
 import logging
@@ -60,13 +60,15 @@ class Progress:
                     started = noted[0].last_updated_in_seconds   # Conversion starts.
                 done += sum(self._inputs_of_new_parts())
             except Exception:  # Progress is never worth failing a run for.
-                LOG.debug('progress', exc_info=True)
+                logging.getLogger(console.TRACE).info('progress', exc_info=True)
                 continue
-            text = status_text(done, total - self._reused, self._reused, time.time() - started)
+            todo = total - self._reused
+            text = status_text(done, todo, self._reused, time.time() - started)
             if console.show_status(text):
                 continue
-            step = int(10 * done / max(1, total - self._reused))
-            if done and (step >= next_step or time.monotonic() - last_line > LINE_EVERY_SECONDS):
+            step = int(10 * done / max(1, todo))
+            if 0 < done < todo and (step >= next_step
+                                    or time.monotonic() - last_line > LINE_EVERY_SECONDS):
                 LOG.info('%s', text)
                 last_line, next_step = time.monotonic(), step + 1
 

@@ -61,3 +61,17 @@ def test_simple_example_leaves_nothing_in_the_temp_folder(tmp_path):
     assert f'records to {data_dir}' in result.stdout
     assert len(read_split(str(tmp_path / data_dir), 'train')) > 0
     assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
+
+
+def test_the_python_api_prints_no_runner_worker_logs(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
+                                          for i in range(4)})
+    code = ("from pipeline import job; "
+            f'summary = job.convert(["--input_dir={inputs}", "--output_dir={tmp_path}/out", '
+            '"--direct_running_mode=multi_processing", "--direct_num_workers=2"]); '
+            'print(summary["splits"]["train"]["records"])')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == '4\n'
+    assert 'Worker:' not in result.stderr and 'apache_beam' not in result.stderr
