@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import (  # noqa: E402
 from pipeline import job, plan  # noqa: E402
 from pipeline.console import (  # noqa: E402
     TRACE, log_file_path, send_stderr_to, setup_console_logging)
+from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
 from pipeline.formats import fileio  # noqa: E402
@@ -147,13 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         beam_options = parse_flags(argv)
         options = beam_options.view_as(ConverterOptions)
+        if is_dataflow(beam_options) and not beam_options.view_as(
+                GoogleCloudOptions).template_location:
+            check_locations(beam_options)   # Before anything touches the network.
+        check_credentials([options.input_dir, options.output_dir, options.labels_file,
+                           *(getattr(options, f'csv_{split}') for split in SPLITS),
+                           beam_options.view_as(GoogleCloudOptions).temp_location])
         if options.plan_only:
             document = job.plan(argv)
             print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
             return _done(log_file)
-        if is_dataflow(beam_options) and not beam_options.view_as(
-                GoogleCloudOptions).template_location:
-            check_locations(beam_options)   # Before anything touches the network.
         if beam_options.view_as(TestOptions).dry_run:
             return _dry_run(argv)
         if job.is_remote(beam_options):

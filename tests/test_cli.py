@@ -75,3 +75,14 @@ def test_the_python_api_prints_no_runner_worker_logs(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == '4\n'
     assert 'Worker:' not in result.stderr and 'apache_beam' not in result.stderr
+
+
+def test_missing_credentials_for_a_cloud_storage_path_is_one_line_with_the_fix(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
+    env = {k: v for k, v in os.environ.items() if k != 'STORAGE_EMULATOR_HOST'}
+    result = run_cli(f'--input_dir={inputs}', '--output_dir=gs://my-bucket/out', env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        'error: no Google Cloud credentials to access gs://my-bucket/out: run `gcloud auth '
+        'application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account '
+        'key file']
