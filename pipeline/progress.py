@@ -5,7 +5,8 @@ in the run's temporary folder, and every converted chunk leaves a sidecar per pa
 (`parts/*.tfrecord.json`, a ShardResult with its records and errors; see transforms/resume.py).
 A thread in the launcher polls them and shows inputs done of the total, the rate and the time
 left: in place on a terminal (pipeline/console.py), else as a log line per tenth of the work
-(at most a minute apart; the end is told by the shard lines and the summary). Parts an earlier attempt left are reused work, not counted as done.
+(at most a minute apart; the shard lines and the summary tell the end). Parts an earlier
+attempt left are reused work, not counted as done.
 """
 import json
 import logging

@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                            beam_options.view_as(GoogleCloudOptions).temp_location])
         if options.plan_only:
             document = job.plan(argv)
-            print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
+            print(plan.dumps(document) if options.plan_format == 'json'
+                  else plan.format_plan(document))
             return _done(log_file)
         if beam_options.view_as(TestOptions).dry_run:
             return _dry_run(argv)

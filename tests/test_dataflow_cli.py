@@ -13,13 +13,13 @@ CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central
 
 @pytest.fixture
 def raw(gcs):
-    return upload({'train/a/1.jpg': imagemaker.jpeg(seed=1), 'train/b/2.jpg': imagemaker.jpeg(seed=2)},
-                  'raw')
+    return upload({'train/a/1.jpg': imagemaker.jpeg(seed=1),
+                   'train/b/2.jpg': imagemaker.jpeg(seed=2)}, 'raw')
 
 
 def test_a_local_temp_location_is_one_line_before_any_network_access(tmp_path):
-    result = run_cli(*CLOUD, f'--temp_location={tmp_path}/tmp', '--input_dir=gs://no-such-bucket/raw',
-                     '--output_dir=gs://no-such-bucket/out')
+    result = run_cli(*CLOUD, f'--temp_location={tmp_path}/tmp',
+                     '--input_dir=gs://no-such-bucket/raw', '--output_dir=gs://no-such-bucket/out')
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f'error: --temp_location={tmp_path}/tmp is not a Cloud Storage folder; Dataflow needs '

@@ -36,8 +36,8 @@ def test_report_references_real_images_and_lists_skipped_files(tmp_path):
 
 def test_shard_chart_marks_whole_shards_only(tmp_path):
     from pipeline.tools.report import charts, collect
-    root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
-                                        for i in range(6)})
+    root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg':
+                                        imagemaker.jpeg(30, 20, seed=i) for i in range(6)})
     for shards in (1, 3):
         out = str(tmp_path / f'out{shards}')
         convert(f'--input_dir={root}', f'--output_dir={out}', f'--num_shards={shards}')
