@@ -38,7 +38,11 @@ class Progress:
         self._seen: dict[str, int] = {}   # Sidecar path -> inputs it accounts for.
 
     def __enter__(self) -> 'Progress':
-        self._reused = sum(self._inputs_of_new_parts())   # Left by an earlier attempt.
+        try:
+            self._reused = sum(self._inputs_of_new_parts())   # Left by an earlier attempt.
+        except Exception:  # Progress is never worth failing a run for.
+            logging.getLogger(console.TRACE).info('progress', exc_info=True)
+            self._reused = 0
         self._thread.start()
         return self
 
