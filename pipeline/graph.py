@@ -28,12 +28,20 @@ def build_pipeline(options: PipelineOptions, partitions: list[Partition],
     p = beam.Pipeline(options=options)
     measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
     facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
+    if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
+        plans = _note_plan(facts, label_map, plans, plan_path(settings))
     shards = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
     _ = shards | 'Commit Dataset' >> CommitDataset(settings, label_map, facts)
-    if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
-        _ = facts | 'Note Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
-                                            beam.pvalue.AsDict(plans), plan_path(settings))
     return p
+
+
+def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam.PCollection,
+               path: str) -> beam.PCollection:
+    """The shard plans, once the plan document is written to `path`: so before any chunk is
+    converted."""
+    noted = facts | 'Note Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
+                                            beam.pvalue.AsDict(plans), path)
+    return plans | 'Plan Noted' >> beam.Map(lambda plan, _: plan, beam.pvalue.AsSingleton(noted))
 
 
 def build_plan_pipeline(options: PipelineOptions, partitions: list[Partition],

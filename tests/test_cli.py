@@ -8,6 +8,7 @@ import pytest
 
 from tests import imagemaker
 from tests.cli import run_cli
+from tests.gcs_servers import free_port
 from tests.helpers import read_split, write_tree
 
 
@@ -80,6 +81,8 @@ def test_the_python_api_prints_no_runner_worker_logs(tmp_path):
 def test_missing_credentials_for_a_cloud_storage_path_is_one_line_with_the_fix(tmp_path):
     inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
     env = {k: v for k, v in os.environ.items() if k != 'STORAGE_EMULATOR_HOST'}
+    nobody = f'127.0.0.1:{free_port()}'   # No metadata server: no machine credentials either.
+    env.update(GCE_METADATA_HOST=nobody, GCE_METADATA_IP=nobody)
     result = run_cli(f'--input_dir={inputs}', '--output_dir=gs://my-bucket/out', env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [

@@ -14,11 +14,11 @@ README = __file__.rsplit('/tests/', 1)[0] + '/README.md'
 SECTIONS = ('## Verify, inspect and load', '## ArrayRecord for JAX and Grain')
 EXTRAS = {'tensorflow': 'tensorflow', 'torch': 'torch', 'grain': 'grain'}   # extra: module
 OTHERS = ['jax', *EXTRAS.values()]
-RUN = '''import atexit, resource, sys
+RUN = '''import atexit, re, sys
 for name in {blocked!r}:
     sys.modules[name] = None   # Not installed by this example's extra.
-atexit.register(lambda: print('peak RSS KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                              file=sys.stderr))
+atexit.register(lambda: print('peak RSS KB', re.search(r'VmHWM:\\s*(\\d+)',
+                              open('/proc/self/status').read())[1], file=sys.stderr))
 exec(compile({code!r}, 'README.md', 'exec'), {{'__name__': '__main__'}})
 '''
 
