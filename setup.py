@@ -25,7 +25,9 @@ setuptools.setup(
         # Reading the output back, TFDS loading, and configs written with tf.io.gfile.
         'tensorflow': TENSORFLOW,
         'report': ['matplotlib>=3.7'],    # pipeline.tools.report
-        'torch': ['torch>=2.1'],          # pipeline.readers.torch_data
+        # pipeline.readers.torch_data; install the CPU build of torch first (README: PyTorch
+        # without CUDA), else Linux gets the CUDA build and its nvidia-* packages.
+        'torch': ['torch>=2.1'],
         'grain': ['grain>=0.2.18'],       # pipeline.readers.grain_data
         # benchmarks/: real photos for the workload, process-tree memory sampling.
         'bench': TENSORFLOW + ['grain>=0.2.18', 'scikit-image>=0.22', 'scikit-learn>=1.3', 'psutil>=5.9',

@@ -14,7 +14,7 @@ if [[ "${RUN:-0}" != 1 ]]; then
     gcloud artifacts repositories create "$REPOSITORY" --repository-format=docker \
       --location="$REGION" --project="$PROJECT"
   gcloud builds submit --project="$PROJECT" --region="$REGION" \
-    --config=<(printf 'steps:\n- name: gcr.io/cloud-builders/docker\n  args: [build, -t, "%s", -f, dataflow_templates/Dockerfile, .]\nimages: ["%s"]\n' "$IMAGE" "$IMAGE") .
+    --config=dataflow_templates/cloudbuild.yaml --substitutions=_IMAGE="$IMAGE" .
   gcloud dataflow flex-template build "$SPEC" --project="$PROJECT" \
     --image="$IMAGE" --sdk-language=PYTHON --metadata-file=dataflow_templates/metadata.json
   echo "Template spec: $SPEC"

@@ -5,9 +5,12 @@ image at a time (up to --max_image_pixels x 3 bytes, 270 MB at the default), so 
 per vCPU keep the CPUs busy without risking memory. Every one can be overridden by its flag.
 """
 import os
+import tarfile
+import tempfile
 
 from apache_beam.options.pipeline_options import (
-    DebugOptions, PipelineOptions, SetupOptions, StandardOptions, WorkerOptions)
+    DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions,
+    WorkerOptions)
 
 from pipeline.formats.errors import DatasetError
 
@@ -37,3 +40,40 @@ def apply_dataflow_defaults(options: PipelineOptions, given: set[str]) -> None:
         raise DatasetError('workers need this package: pass --setup_file=PATH/setup.py (from a '
                            'checkout) or --sdk_container_image=IMAGE (see dataflow_templates/)')
     setup.setup_file = SETUP_FILE
+
+
+def check_locations(options: PipelineOptions) -> None:
+    """Dataflow workers and the service read --temp_location and --staging_location: they must be
+    gs:// folders. Checked before anything touches the network."""
+    cloud = options.view_as(GoogleCloudOptions)
+    for flag in ('temp_location', 'staging_location'):
+        value = getattr(cloud, flag)
+        if value and not value.startswith('gs://'):
+            raise DatasetError(f'--{flag}={value} is not a Cloud Storage folder; Dataflow needs '
+                               f'--{flag}=gs://BUCKET/FOLDER')
+
+
+def build_worker_package(options: PipelineOptions) -> list[tuple[str, int]]:
+    """Builds the files a submission stages for the workers (the package from --setup_file and
+    the list of the submitting environment's packages) in a folder that is then removed, and
+    checks that the package holds this code; returns (staged name, bytes) of each."""
+    from apache_beam.portability.api import beam_runner_api_pb2 as api
+    from apache_beam.runners.portability.stager import Stager
+    staged = []
+    with tempfile.TemporaryDirectory(prefix='image-tfrecords-staging-') as folder:
+        for resource in Stager.create_job_resources(options, folder):
+            path = api.ArtifactFilePayload.FromString(resource.type_payload).path
+            name = api.ArtifactStagingToRolePayload.FromString(resource.role_payload).staged_name
+            if name == 'workflow.tar.gz':
+                _check_package(path)
+            staged.append((name, os.path.getsize(path)))
+    return staged
+
+
+def _check_package(path: str) -> None:
+    with tarfile.open(path) as archive:
+        names = {n.split('/', 1)[-1] for n in archive.getnames()}
+    missing = [m for m in ('pipeline/job.py', 'transforms/write_shards.py') if m not in names]
+    if missing:
+        raise DatasetError(f'the package built from --setup_file lacks {", ".join(missing)}; '
+                           'pass the setup.py of this repository')

@@ -5,6 +5,7 @@
                -> Write Shards: refs grouped by chunk, fingerprinted, converted into part
                   files, joined per shard
                -> Commit Dataset
+(and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)
 
 A plan-only job (`--plan_only`) runs the first three stages and writes the plan instead.
 """
@@ -12,6 +13,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.plan import write_plan
+from pipeline.progress import plan_path
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, Partition, is_input
@@ -26,9 +28,20 @@ def build_pipeline(options: PipelineOptions, partitions: list[Partition],
     p = beam.Pipeline(options=options)
     measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
     facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
+    if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
+        plans = _note_plan(facts, label_map, plans, plan_path(settings))
     shards = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
     _ = shards | 'Commit Dataset' >> CommitDataset(settings, label_map, facts)
     return p
+
+
+def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam.PCollection,
+               path: str) -> beam.PCollection:
+    """The shard plans, once the plan document is written to `path`: so before any chunk is
+    converted."""
+    noted = facts | 'Note Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
+                                            beam.pvalue.AsDict(plans), path)
+    return plans | 'Plan Noted' >> beam.Map(lambda plan, _: plan, beam.pvalue.AsSingleton(noted))
 
 
 def build_plan_pipeline(options: PipelineOptions, partitions: list[Partition],

@@ -16,9 +16,10 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (
-    DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions)
+    DirectOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions,
+    TestOptions)
 
-from pipeline import sample_data
+from pipeline import console, sample_data
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.formats import fileio, metadata
@@ -26,6 +27,7 @@ from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
 from pipeline.plan import estimate
+from pipeline.progress import Progress
 from pipeline.sources import resolve_source
 from transforms import output_folder, resume
 from transforms.settings import SPLITS, ConversionSettings
@@ -253,15 +255,17 @@ def _default_to_all_cores(options: PipelineOptions, given: set[str]) -> None:
 def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
             **values) -> dict:
     """Runs a conversion to the end and returns its summary (see summary.json), with the
-    seconds it took and the chunks it converted and reused. Options as for `prepare`."""
+    seconds it took and the chunks it converted and reused (and the inputs in the chunks it
+    converted). Options as for `prepare`."""
     started = time.monotonic()
     job = prepare(flags, config, **values)
     settings = job.settings
     counters = {}
     try:
         if job.pipeline is not None:
-            result = job.pipeline.run()
-            result.wait_until_finish()
+            with Progress(settings), console.own_worker_lines():
+                result = job.pipeline.run()
+                result.wait_until_finish()
             counters = _counters(result)
         output_folder.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
         summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)
@@ -273,7 +277,9 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,
                    chunks={'converted': counters.get('chunks_converted', 0),
-                           'reused': counters.get('chunks_reused', 0)})
+                           'reused': counters.get('chunks_reused', 0),
+                           'inputs_converted': (counters.get('images_written', 0)
+                                                + counters.get('images_skipped', 0))})
     return summary
 
 
@@ -300,3 +306,16 @@ def _counters(result) -> dict:
     for counter in query['counters']:
         totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
     return totals
+
+
+def is_remote(options: PipelineOptions) -> bool:
+    """Whether the job is handed to a service that runs it without this process: Dataflow, or
+    a portable job service at host:port whose workers are not this process (any environment but
+    LOOPBACK). Every other runner, an embedded job service included, needs this process until
+    the job ends."""
+    if is_dataflow(options):
+        return True
+    portable = options.view_as(PortableOptions)
+    endpoint = portable.job_endpoint or ''
+    return (endpoint not in ('', 'embed')
+            and str(portable.environment_type or 'DOCKER').upper() != 'LOOPBACK')

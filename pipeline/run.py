@@ -4,27 +4,37 @@ Without any input or output flag it generates a small sample dataset and convert
 ./sample_tfrecords, so the first run shows what the tool does. The work is done by the job API
 (pipeline/job.py), which the classic builder calls too.
 """
-import logging
-import re
-import sys
-import traceback
+import time
 
-from apache_beam.options.pipeline_options import PipelineOptions
+STARTED = time.monotonic()   # The command's start, before the imports below (seconds of them).
 
-from pipeline import job, plan
-from pipeline.console import log_file_path, send_stderr_to, setup_console_logging
-from pipeline.formats import fileio
-from pipeline.formats.errors import DatasetError
-from pipeline.options import ConverterOptions, help_text
-from transforms import output_folder
-from transforms.settings import SPLITS
+import logging  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+from apache_beam.options.pipeline_options import (  # noqa: E402
+    GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions, WorkerOptions)
+
+from pipeline import job, plan  # noqa: E402
+from pipeline.console import (  # noqa: E402
+    TRACE, log_file_path, send_stderr_to, setup_console_logging)
+from pipeline.credentials import check_credentials  # noqa: E402
+from pipeline.dataflow import (  # noqa: E402
+    build_worker_package, check_locations, is_dataflow)
+from pipeline.formats import fileio  # noqa: E402
+from pipeline.formats.errors import DatasetError  # noqa: E402
+from pipeline.options import ConverterOptions, check_flags, help_text  # noqa: E402
+from transforms import output_folder  # noqa: E402
+from transforms.settings import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
 
 
 def format_summary(summary: dict) -> str:
     """The end-of-run table: inputs, records, shards, bytes, skipped and ignored files per split;
-    records per class; the overall rate."""
+    records per class; the wall time and the rate of the inputs converted in it (work reused
+    from an earlier attempt is counted apart)."""
     splits = {name: summary['splits'][name] for name in SPLITS if name in summary['splits']}
     lines = [f'{"split":<12}{"inputs":>9}{"records":>9}{"skipped":>9}{"ignored":>9}{"shards":>8}'
              f'{"MB":>9}{"kept as is":>12}']
@@ -46,19 +56,23 @@ def format_summary(summary: dict) -> str:
             lines.append(f'{split}: no records for class(es) {", ".join(s["empty_classes"][:10])}'
                          f' (all their inputs were skipped; see errors-{split}.jsonl)')
     total = sum(s['inputs'] for s in splits.values())
-    if summary.get('seconds'):
-        lines.append(f'\n{total} inputs in {summary["seconds"]:.1f} s, start-up included '
-                     f'({total / summary["seconds"]:.0f} inputs/s)')
     chunks = summary.get('chunks', {})
+    converted = chunks.get('inputs_converted', total) if chunks.get('reused') else total
+    if summary.get('seconds'):
+        rate = f'{converted / summary["seconds"]:.0f} inputs/s'
+        if converted != total:
+            rate = f'{converted} converted now: {rate}'
+        lines.append(f'\n{total} inputs in {summary["seconds"]:.1f} s of wall time, start-up '
+                     f'included ({rate})')
     if chunks.get('reused'):
         lines.append(f'reused {chunks["reused"]} of {chunks["reused"] + chunks["converted"]} '
-                     'chunks converted by an earlier attempt')
+                     f'chunks converted by an earlier attempt ({total - converted} inputs)')
     return '\n'.join(lines)
 
 
 def _submit(argv: list[str]) -> int:
-    """Submits the job to a runner that runs it on its own (Dataflow); its commit step releases
-    the output lock."""
+    """Hands the job to a service that runs it without this process (see job.is_remote); its
+    commit step releases the output lock."""
     prepared = job.prepare(argv, waits=False)
     settings = prepared.settings
     if prepared.pipeline is None:
@@ -66,12 +80,59 @@ def _submit(argv: list[str]) -> int:
         print(f'Nothing to submit: {settings.output_dir} holds the dataset of this run.')
         return 0
     try:
-        prepared.pipeline.run()
+        result = prepared.pipeline.run()
     except BaseException:
         output_folder.release(settings.output_dir, settings.lock_token)
         raise
-    print(f'Job submitted; the dataset appears in {settings.output_dir} when it ends.')
+    print(f'{follow_hint(prepared.options, result)}\n'
+          f'The dataset appears in {settings.output_dir} when the job ends.')
     return 0
+
+
+def parse_flags(argv: list[str]) -> PipelineOptions:
+    """The options of `argv`, checked first (check_flags): an unknown flag or a bad value is one
+    line naming it, not argparse's usage block."""
+    check_flags(argv)
+    return PipelineOptions(argv)
+
+
+def _dry_run(argv: list[str]) -> int:
+    """Builds a Dataflow job as a submission would, without submitting it, and says what was
+    checked."""
+    options = PipelineOptions(argv)
+    if not is_dataflow(options):
+        raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
+                           'use --plan_only to see what it would write')
+    prepared = job.prepare(argv)   # A dry run takes no lock and writes nothing.
+    result = prepared.pipeline.run()
+    steps = len(result.job.proto_pipeline.components.transforms)
+    workers = prepared.options.view_as(WorkerOptions)
+    cloud = prepared.options.view_as(GoogleCloudOptions)
+    staged = build_worker_package(prepared.options)
+    print('Dry run: nothing submitted. Checked:\n'
+          f'  flags and Dataflow options (project {cloud.project}, region {cloud.region}, '
+          f'temp {cloud.temp_location})\n'
+          f'  the buckets of the input and of {prepared.settings.output_dir}\n'
+          f'  the job graph: {steps} steps; workers {workers.machine_type}, up to '
+          f'{workers.max_num_workers}\n'
+          '  the files staged for the workers: '
+          + ', '.join(f'{name} ({size / 1e3:.0f} KB)' for name, size in staged))
+    return 0
+
+
+def follow_hint(options: PipelineOptions, result) -> str:
+    """Where to follow a job handed to a service."""
+    cloud = options.view_as(GoogleCloudOptions)
+    if cloud.template_location:   # The Flex Template launcher: the service starts the job.
+        return f'Job submitted as a template ({cloud.template_location})'
+    if is_dataflow(options):
+        job_id = result.job_id()
+        return (f'Dataflow job {job_id} submitted; follow it at https://console.cloud.google.com/'
+                f'dataflow/jobs/{cloud.region}/{job_id}?project={cloud.project} or with '
+                f'`gcloud dataflow jobs describe {job_id} --region={cloud.region}`')
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    return (f'Job submitted to the job service at {endpoint}; follow it in the UI of the runner '
+            'behind it (Flink, Spark) or through its job API')
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,23 +146,39 @@ def main(argv: list[str] | None = None) -> int:
         send_stderr_to(log_file)
     setup_console_logging(verbose, log_file)
     try:
-        options = PipelineOptions(argv).view_as(ConverterOptions)
+        beam_options = parse_flags(argv)
+        options = beam_options.view_as(ConverterOptions)
+        if is_dataflow(beam_options) and not beam_options.view_as(
+                GoogleCloudOptions).template_location:
+            check_locations(beam_options)   # Before anything touches the network.
+        check_credentials([options.input_dir, options.output_dir, options.labels_file,
+                           *(getattr(options, f'csv_{split}') for split in SPLITS),
+                           beam_options.view_as(GoogleCloudOptions).temp_location])
         if options.plan_only:
             document = job.plan(argv)
-            print(plan.dumps(document) if options.plan_format == 'json' else plan.format_plan(document))
+            print(plan.dumps(document) if options.plan_format == 'json'
+                  else plan.format_plan(document))
             return _done(log_file)
-        if not job.is_direct(PipelineOptions(argv)):
+        if beam_options.view_as(TestOptions).dry_run:
+            return _dry_run(argv)
+        if job.is_remote(beam_options):
             return _submit(argv)
         summary = job.convert(argv)
+        summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
+    except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print('interrupted; rerun the same command to resume', file=sys.stderr)
+        _done(log_file)
+        return 130
     except Exception as exc:  # Show the user's error in one line, not a traceback.
-        LOG.debug('failed', exc_info=True)
         message = DatasetError.find_in(exc)
-        if message is None:
-            message = (f'{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""} '
-                       f'(the full trace is in {log_file}; --verbose prints it)')
-            if verbose:
-                traceback.print_exc()
-        print(f'error: {message}', file=sys.stderr)
+        if message is not None:   # The user's to fix; the line says all there is.
+            print(f'error: {message}', file=sys.stderr)
+            _done(log_file)
+            return 2
+        logging.getLogger(TRACE).info('failed', exc_info=True)
+        print(f'error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""} '
+              f'(the full trace is in {log_file}; --verbose prints it)', file=sys.stderr)
         return 2
     print(format_summary(summary))
     print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
@@ -123,7 +200,7 @@ def load_hint(summary: dict) -> str:
 
 
 def _done(log_file: str) -> int:
-    """A successful run keeps no log file."""
+    """Only a run that failed with an unexpected error keeps its log file, which it names."""
     logging.shutdown()
     fileio.delete([log_file])
     return 0

@@ -1,20 +1,61 @@
 """The same conversion through Beam's portable job API (the protocol of Dataflow Runner v2,
-Flink and Spark): an embedded job service with a LOOPBACK environment, against DirectRunner."""
+Flink and Spark): an embedded job service with a LOOPBACK environment, against DirectRunner;
+and which jobs the command line hands to a service instead of running them to the end."""
+import os
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
 from pipeline import job
 from tests import imagemaker
+from tests.cli import run_cli
 from tests.helpers import output_files, read_split, write_tree
 
 PORTABLE = ['--runner=PortableRunner', '--job_endpoint=embed', '--environment_type=LOOPBACK']
 
 
-def test_portable_runner_writes_the_same_bytes_as_direct_runner(tmp_path):
+@pytest.fixture
+def inputs(tmp_path):
     files = {f'{split}/c{i % 3}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
              for split in ('train', 'test') for i in range(40 if split == 'train' else 9)}
     files['train/c0/broken.jpg'] = b'not an image'
-    root = write_tree(tmp_path / 'in', files)
-    flags = [f'--input_dir={root}', '--num_shards=3', '--max_error_ratio=0.1']
+    return write_tree(tmp_path / 'in', files)
+
+
+def test_portable_runner_writes_the_same_bytes_as_direct_runner(tmp_path, inputs):
+    flags = [f'--input_dir={inputs}', '--num_shards=3', '--max_error_ratio=0.1']
     summary = job.convert([*flags, f'--output_dir={tmp_path}/portable', *PORTABLE])
     job.convert([*flags, f'--output_dir={tmp_path}/direct'])
     assert output_files(f'{tmp_path}/portable') == output_files(f'{tmp_path}/direct')
     assert (summary['splits']['train']['records'], summary['splits']['train']['skipped']) == (40, 1)
     assert len(read_split(f'{tmp_path}/portable', 'test')) == 9
+
+
+def test_command_line_runs_an_in_process_portable_job_to_the_end(tmp_path, inputs):
+    flags = [f'--input_dir={inputs}', '--num_shards=3', '--max_error_ratio=0.1']
+    portable = run_cli(*flags, f'--output_dir={tmp_path}/portable', *PORTABLE)
+    direct = run_cli(*flags, f'--output_dir={tmp_path}/direct')
+    assert (portable.returncode, direct.returncode) == (0, 0), portable.stderr
+    assert 'Traceback' not in portable.stderr
+    assert not os.path.exists(f'{tmp_path}/portable/.lock')
+    assert output_files(f'{tmp_path}/portable') == output_files(f'{tmp_path}/direct')
+    assert f' to {tmp_path}/portable. Load it with:' in portable.stdout
+    assert 'submitted' not in portable.stdout
+
+
+@pytest.mark.parametrize('flags,remote', [
+    ([], False),
+    (['--runner=DirectRunner'], False),
+    (PORTABLE, False),
+    (['--runner=PortableRunner', '--job_endpoint=localhost:8099', '--environment_type=LOOPBACK'],
+     False),   # Its workers call back into this process.
+    (['--runner=PortableRunner', '--job_endpoint=embed', '--environment_type=DOCKER'], False),
+    (['--runner=FlinkRunner', '--environment_type=LOOPBACK'], False),
+    (['--runner=PrismRunner'], False),
+    (['--runner=PortableRunner', '--job_endpoint=flink-master:8099'], True),   # DOCKER workers.
+    (['--runner=PortableRunner', '--job_endpoint=10.0.0.2:8099',
+      '--environment_type=EXTERNAL', '--environment_config=10.0.0.3:50000'], True),
+    (['--runner=DataflowRunner', '--project=p', '--region=us-central1'], True),
+])
+def test_only_jobs_handed_to_a_remote_service_are_left_running(flags, remote):
+    assert job.is_remote(PipelineOptions(flags)) is remote

@@ -32,3 +32,17 @@ def test_report_references_real_images_and_lists_skipped_files(tmp_path):
     cli = subprocess.run([sys.executable, '-m', 'pipeline.tools.report', out, f'--report={tmp_path}/cli.html'],
                          capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0 and (tmp_path / 'cli-samples.png').exists()
+
+
+def test_shard_chart_marks_whole_shards_only(tmp_path):
+    from pipeline.tools.report import charts, collect
+    root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg':
+                                        imagemaker.jpeg(30, 20, seed=i) for i in range(6)})
+    for shards in (1, 3):
+        out = str(tmp_path / f'out{shards}')
+        convert(f'--input_dir={root}', f'--output_dir={out}', f'--num_shards={shards}')
+        figure = charts(collect(out, 100))
+        figure.canvas.draw()
+        shard_axis = figure.axes[1]
+        assert list(shard_axis.get_xticks()) == list(range(shards))
+        assert [t.get_text() for t in shard_axis.get_xticklabels()] == [str(i) for i in range(shards)]

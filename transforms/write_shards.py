@@ -282,6 +282,7 @@ class WriteShard(beam.DoFn):
         path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
                                  settings.output_formats[0])
         result = resume.load_done(path, ShardResult) if settings.resuming else None
+        reused = result is not None
         if result is None:
             parts = sorted(parts, key=lambda r: r.chunk)
             result = ShardResult(split, shard, path)
@@ -304,10 +305,10 @@ class WriteShard(beam.DoFn):
         self._shards.inc()
         total = plans[split].num_shards
         if total <= 100 or shard % (total // 100) == 0:  # About a hundred lines per split.
-            rate = result.records / result.seconds if result.seconds else 0.0
-            LOG.info('%s shard %d/%d written: %d images, %.1f MB, %d skipped (%.0f images/s per '
-                     'core)', split, shard + 1, total, result.records, result.bytes / 1e6,
-                     len(result.errors), rate)
+            LOG.info('%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s', split, shard + 1, total,
+                     'reused from an earlier attempt' if reused else 'written', result.records,
+                     result.bytes / 1e6, len(result.errors), '' if reused or not result.seconds else
+                     f'; converted at {result.records / result.seconds:.0f} images/s per worker')
         yield result
 
 

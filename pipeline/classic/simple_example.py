@@ -1,6 +1,6 @@
 """A custom ImageClassificationConfig, as in the classic data_converter's simple_example.py.
 
-    python -m pipeline.classic.simple_example --save_dir /tmp/simple_tfrecords
+    python -m pipeline.classic.simple_example --save_dir ./simple_tfrecords
 
 Generates random JPEG/PNG images over N classes and three splits, describes them with a config
 class whose example_generator yields {'image_fobj', 'label'} dicts, and converts them with
@@ -45,16 +45,20 @@ class SimpleDatasetConfig(ImageClassificationConfig):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--num_classes', type=int, default=10)
-    parser.add_argument('--data_path', help='Where to generate the images (default: a temp folder).')
-    parser.add_argument('--save_dir', help='Where to write the TFRecords (default: a temp folder).')
+    parser.add_argument('--data_path', help='Where to generate the images (default: a temporary '
+                                            'folder, removed at the end).')
+    parser.add_argument('--save_dir', default='simple_tfrecords',
+                        help='Where to write the TFRecords (default: ./simple_tfrecords).')
     args, beam_args = parser.parse_known_args()
     setup_console_logging()
-    data_path = write_sample_dataset(args.data_path or tempfile.mkdtemp(), args.num_classes)
-    config = SimpleDatasetConfig(name='simple', description='A simple fake dataset',
-                                 num_classes=args.num_classes, root_path=data_path)
-    builder = ImageClassificationBuilder(config=config, data_dir=args.save_dir or tempfile.mkdtemp())
-    summary = builder.download_and_prepare(PipelineOptions(beam_args), overwrite=True)
-    print(f'Saved {sum(s["records"] for s in summary["splits"].values())} records to {builder.data_dir}')
+    with tempfile.TemporaryDirectory(prefix='simple_images_') as generated:
+        data_path = write_sample_dataset(args.data_path or generated, args.num_classes)
+        config = SimpleDatasetConfig(name='simple', description='A simple fake dataset',
+                                     num_classes=args.num_classes, root_path=data_path)
+        builder = ImageClassificationBuilder(config=config, data_dir=args.save_dir)
+        summary = builder.download_and_prepare(PipelineOptions(beam_args), overwrite=True)
+    print(f'Saved {sum(s["records"] for s in summary["splits"].values())} records to '
+          f'{builder.data_dir}')
 
 
 if __name__ == '__main__':

@@ -1,11 +1,13 @@
 """Reading an ArrayRecord dataset with Grain: random access, a seeded global shuffle, host sharding.
 
-    import jax
     from pipeline.readers.grain_data import dataset
-    ds = dataset('gs://my-bucket/imagenet', 'train', seed=0,
-                 shard_index=jax.process_index(), shard_count=jax.process_count(), num_epochs=None)
-    for batch in ds.batch(256).to_iter_dataset(grain.ReadOptions(num_threads=16)):
-        ...  # batch['image'] is a list of HxWx3 uint8 arrays when sizes differ, batch['label'] int64
+    ds = dataset('gs://my-bucket/imagenet', 'train', seed=0, num_epochs=None,
+                 shard_index=jax.process_index(), shard_count=jax.process_count())
+    batches = ds.map(to_fixed_size).to_iter_dataset(
+        grain.ReadOptions(num_threads=16, prefetch_buffer_size=256)).batch(256)
+
+(Batch after `to_iter_dataset`: the prefetch buffer counts elements. Images keep their own
+sizes, so make them one size before batching; the README has a complete example.)
 
 Each element is {'image': HxWx3 uint8, 'label': int}. The shard list comes from
 dataset_info.json (written with --output_format=array_record, alone or with tfrecord). Local

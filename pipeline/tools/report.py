@@ -11,6 +11,7 @@ import collections
 import html
 import io
 import json
+import math
 import os
 import sys
 
@@ -75,7 +76,8 @@ def collect(output_dir: str, sample_records: int) -> dict:
 _MARKERS = {'train': 'o', 'validation': 's', 'test': '^'}
 
 
-def _charts(data: dict, path: str) -> None:
+def charts(data: dict) -> 'plt.Figure':
+    """Records per class, shard sizes and image sizes of `collect`'s data, one chart each."""
     splits = data['splits']
     fig, axes = plt.subplots(3, 1, figsize=(12, 13), constrained_layout=True)
     classes = sorted({c for s in splits.values() for c in s['summary']['classes']})
@@ -100,14 +102,13 @@ def _charts(data: dict, path: str) -> None:
     axes[1].set_ylabel('MB')
     axes[1].set_ylim(bottom=0)
     axes[1].set_xlim(-0.5, most_shards - 0.5)
-    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].set_xticks(range(0, most_shards, math.ceil(most_shards / 20)))   # Whole shards only.
     axes[2].set_title('Image sizes (sampled records)')
     axes[2].set_xlabel('width (px)')
     axes[2].set_ylabel('height (px)')
     for ax in axes:
         ax.legend()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return fig
 
 
 def _contact_sheet(data: dict, path: str) -> None:
@@ -166,13 +167,15 @@ def write_report(output_dir: str, report: str, sample_records: int = 2000) -> li
     """Writes the HTML report and its two PNGs; returns their paths."""
     data = collect(output_dir.rstrip('/'), sample_records)
     stem = os.path.splitext(report)[0]
-    charts, sheet = f'{stem}.png', f'{stem}-samples.png'
+    charts_path, sheet = f'{stem}.png', f'{stem}-samples.png'
     os.makedirs(os.path.dirname(os.path.abspath(report)), exist_ok=True)
-    _charts(data, charts)
+    figure = charts(data)
+    figure.savefig(charts_path, dpi=80)
+    plt.close(figure)
     _contact_sheet(data, sheet)
     with open(report, 'w') as stream:
-        stream.write(_html(data, os.path.basename(charts), os.path.basename(sheet)))
-    return [report, charts, sheet]
+        stream.write(_html(data, os.path.basename(charts_path), os.path.basename(sheet)))
+    return [report, charts_path, sheet]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,46 @@
+"""The image build commands the Dockerfile, the build script and the README give use only what
+`gcloud builds submit` accepts, and the Cloud Build config builds the Dockerfile there is."""
+import os
+import re
+import shlex
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# `gcloud builds submit` flags (gcloud reference, 2024-2026); it has no -f/--file.
+GCLOUD_BUILDS_SUBMIT = {'--config', '--substitutions', '--tag', '--pack', '--project', '--region',
+                        '--async', '--timeout', '--machine-type', '--disk-size', '--ignore-file',
+                        '--gcs-source-staging-dir', '--gcs-log-dir', '--worker-pool',
+                        '--service-account', '--no-source', '--suppress-logs'}
+
+
+def _text(path: str) -> str:
+    return open(os.path.join(REPO, path)).read()
+
+
+def _submit_commands() -> list[list[str]]:
+    commands = []
+    for path in ('dataflow_templates/Dockerfile', 'dataflow_templates/build_and_run.sh',
+                 'README.md'):
+        text = re.sub(r'\\\n\s*', ' ', _text(path))
+        for line in re.findall(r'gcloud builds submit[^\n`]*', text):
+            commands.append(shlex.split(line.replace('$', ''), comments=True))
+    return commands
+
+
+def test_gcloud_builds_submit_commands_use_only_its_flags():
+    commands = _submit_commands()
+    assert len(commands) >= 2
+    for words in commands:
+        flags = {w.split('=', 1)[0] for w in words if w.startswith('-')}
+        assert flags <= GCLOUD_BUILDS_SUBMIT, words
+        assert '--config' in flags or flags == set()   # Prose mentions it without flags.
+
+
+def test_cloud_build_config_builds_the_dockerfile_from_the_repository_root():
+    config = yaml.safe_load(_text('dataflow_templates/cloudbuild.yaml'))
+    args = config['steps'][0]['args']
+    assert args[:3] == ['build', '-t', '${_IMAGE}'] and args[-1] == '.'
+    dockerfile = args[args.index('-f') + 1]
+    assert os.path.isfile(os.path.join(REPO, dockerfile))
+    assert config['images'] == ['${_IMAGE}']

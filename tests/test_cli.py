@@ -1,0 +1,91 @@
+"""The command line's small promises: one line for a bad flag value, paths printed as they are,
+nothing left behind in the temp folder."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import imagemaker
+from tests.cli import run_cli
+from tests.gcs_servers import free_port
+from tests.helpers import read_split, write_tree
+
+
+@pytest.mark.parametrize('flag,expected', [
+    ('--num_shards=abc', "error: flag --num_shards: invalid int value: 'abc'"),
+    ('--plan_format=xml', "error: flag --plan_format: invalid choice: 'xml' (choose from 'text', "
+                          "'json')"),
+    ('--direct_num_workers=x', "error: flag --direct_num_workers: invalid int value: 'x'"),
+])
+def test_a_bad_flag_value_is_one_line(tmp_path, flag, expected):
+    inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
+    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', flag)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f'{expected}; python -m pipeline.run --help lists every flag']
+    assert not os.path.exists(f'{tmp_path}/out')
+
+
+def test_a_non_ascii_output_path_is_printed_as_is(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
+                                          for i in range(4)})
+    out = f'{tmp_path}/sortie-été-出力'
+    result = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=1',
+                     '--direct_running_mode=multi_processing', '--direct_num_workers=2')
+    assert result.returncode == 0, result.stderr
+    assert f'dataset committed to {out}' in result.stderr.splitlines()
+
+
+def test_a_run_that_fails_on_the_users_error_leaves_no_log_file(tmp_path):
+    temp = tmp_path / 'tmp'
+    temp.mkdir()
+    inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': b'not an image'})
+    env = dict(os.environ, TMPDIR=str(temp))
+    for argv in ([f'--output_dir={tmp_path}/out'],
+                 [f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=x'],
+                 [f'--input_dir={inputs}', f'--output_dir={tmp_path}/out']):   # All skipped.
+        result = run_cli(*argv, env=env)
+        assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith('error: ')
+        assert 'the full trace is in' not in result.stderr
+        assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
+
+
+def test_simple_example_leaves_nothing_in_the_temp_folder(tmp_path):
+    temp = tmp_path / 'tmp'
+    temp.mkdir()
+    result = subprocess.run([sys.executable, '-m', 'pipeline.classic.simple_example',
+                             '--num_classes=2'], cwd=tmp_path, capture_output=True, text=True,
+                            env=dict(os.environ, TMPDIR=str(temp)), timeout=300)
+    assert result.returncode == 0, result.stderr
+    data_dir = 'simple_tfrecords/image_classification_builder/simple/0.1.0'
+    assert f'records to {data_dir}' in result.stdout
+    assert len(read_split(str(tmp_path / data_dir), 'train')) > 0
+    assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
+
+
+def test_the_python_api_prints_no_runner_worker_logs(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
+                                          for i in range(4)})
+    code = ("from pipeline import job; "
+            f'summary = job.convert(["--input_dir={inputs}", "--output_dir={tmp_path}/out", '
+            '"--direct_running_mode=multi_processing", "--direct_num_workers=2"]); '
+            'print(summary["splits"]["train"]["records"])')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == '4\n'
+    assert 'Worker:' not in result.stderr and 'apache_beam' not in result.stderr
+
+
+def test_missing_credentials_for_a_cloud_storage_path_is_one_line_with_the_fix(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
+    env = {k: v for k, v in os.environ.items() if k != 'STORAGE_EMULATOR_HOST'}
+    nobody = f'127.0.0.1:{free_port()}'   # No metadata server: no machine credentials either.
+    env.update(GCE_METADATA_HOST=nobody, GCE_METADATA_IP=nobody)
+    result = run_cli(f'--input_dir={inputs}', '--output_dir=gs://my-bucket/out', env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        'error: no Google Cloud credentials to access gs://my-bucket/out: run `gcloud auth '
+        'application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account '
+        'key file']

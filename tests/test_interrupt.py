@@ -1,0 +1,37 @@
+"""Ctrl-C during a conversion: one line on the console, the lock released, and the same command
+resumes the work. The command line runs as a subprocess in its own process group, which gets
+SIGINT as a terminal's Ctrl-C sends it."""
+import glob
+import os
+import signal
+import time
+
+from tests import imagemaker
+from tests.cli import run_cli, start_cli
+from tests.helpers import read_split, write_tree
+
+INTERRUPTED = 'interrupted; rerun the same command to resume'
+
+
+def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
+                                          imagemaker.jpeg(256, 192, seed=i) for i in range(1000)})
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
+    process = start_cli(*flags)
+    while not glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.json'):   # A chunk is converted.
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert [line for line in stderr.splitlines() if not line.startswith('converting: ')] == [
+        INTERRUPTED]
+    assert stdout == ''
+    assert not os.path.exists(f'{out}/.lock')
+    assert not glob.glob(f'{out}/*.tfrecord-*')
+
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'resuming run' in rerun.stderr
+    assert len(read_split(out, 'train')) == 1000
