@@ -50,6 +50,11 @@ class Progress:
         self._stop.set()
         self._thread.join()
         console.show_status('')
+        try:   # The note is for this attempt's launcher only.
+            if fileio.exists(self._plan):
+                fileio.delete([self._plan])
+        except Exception:
+            logging.getLogger(console.TRACE).info('progress', exc_info=True)
 
     def _watch(self) -> None:
         total = started = None
