@@ -19,7 +19,9 @@ PROGRESS = re.compile(r'converting: ([\d,]+) of 1,000 inputs \(\d+%\), [\d,]+ in
 
 @pytest.fixture
 def inputs(tmp_path):
-    return write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(320, 240, seed=i)
+    """Images large enough that re-encoding them spans many polls of the progress display."""
+    return write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(800, 600,
+                                                                                   seed=i)
                                         for i in range(1000)})
 
 
