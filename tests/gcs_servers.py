@@ -40,7 +40,8 @@ class _MetadataHandler(BaseHTTPRequestHandler):
             body = 'test-project'
         elif path.endswith('/universe/universe-domain'):
             body = 'googleapis.com'
-        elif path.rstrip('/').endswith('/service-accounts/default'):
+        elif path.rstrip('/').rsplit('/', 2)[-2:-1] == ['service-accounts']:
+            # google-auth asks for 'default' first, then by the email it was given.
             body = json.dumps({'email': 'tests@test-project.iam.gserviceaccount.com',
                                'scopes': ['https://www.googleapis.com/auth/cloud-platform'],
                                'aliases': ['default']})
