@@ -126,7 +126,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
         inputs = p | 'Refs' >> beam.Create(refs)
         plans = inputs | PlanShards(1, 128)
         _, label_map = inputs | ResolveLabels(('train',), LabelSettings())
-        results = inputs | WriteShards(settings, plans, label_map)
+        results = (inputs | WriteShards(settings, plans, label_map))['shards']
         assert_that(results | beam.Map(lambda r: (r.records, sorted(
                         (s.rsplit('/', 1)[-1], reason.split(':')[0]) for s, reason in r.errors))),
                     equal_to([(1, [('gone.jpg', 'cannot read file'), ('link', 'broken link'),

@@ -66,7 +66,8 @@ _SHARD = re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{_FORMAT}-\d{{5,}}-of-\d{{5,}}\
 _TEMP_SHARD = re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{_FORMAT}\Z')
 METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
                   metadata.CLASS_NAMES, metadata.SUMMARY,
-                  *(metadata.error_report_name(s) for s in metadata.SPLITS))
+                  *(metadata.error_report_name(s) for s in metadata.SPLITS),
+                  metadata.LEAKAGE, *(metadata.damaged_report_name(s) for s in metadata.SPLITS))
 _GLOB = re.compile(r'[*?\[]')
 
 
@@ -506,7 +507,7 @@ def _named_files(info: dict) -> list[str]:
     if any(f not in metadata.FILE_FORMATS for f in formats):
         raise ValueError(f'file formats {formats!r}')
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
-             metadata.SUMMARY]
+             metadata.SUMMARY, metadata.LEAKAGE]
     for split in info['splits']:
         if split.get('filepathTemplate', metadata.SHARD_TEMPLATE) != metadata.SHARD_TEMPLATE:
             raise ValueError('shard names other than this tool\'s')
@@ -516,6 +517,7 @@ def _named_files(info: dict) -> list[str]:
         if len(lengths) > 10_000_000 or any(int(n) < 0 for n in lengths) or int(split['numBytes']) < 0:
             raise ValueError(f'split {split_name!r}: shard lengths or bytes')
         names.append(metadata.error_report_name(split_name))
+        names.append(metadata.damaged_report_name(split_name))
         for file_format in formats:
             names += [metadata.shard_name(name, split_name, i, len(lengths), file_format)
                       for i in range(len(lengths))]

@@ -30,6 +30,7 @@ class ConversionSettings:
     target_shard_mb: float = 128.0
     skip_duplicates: bool = False
     output_formats: tuple[str, ...] = ('tfrecord',)   # metadata.FILE_FORMATS; the first is primary
+    leakage: str = 'report'       # leakage.ACTIONS: what near-duplicates across splits do
     description: str = ''
     version: str = '1.0.0'
     # What does not shape the output bytes (and so is not part of the run id):
@@ -46,7 +47,7 @@ class ConversionSettings:
         return fingerprint(LAYOUT_VERSION, self.source, self.dataset_name, self.splits, self.image,
                            self.labels, self.num_shards, self.target_shard_mb,
                            self.skip_duplicates, self.output_formats, self.description,
-                           self.version)
+                           self.version, self.leakage)
 
     @property
     def temp_dir(self) -> str:
