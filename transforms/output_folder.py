@@ -37,6 +37,7 @@ cleanup); the folder holds the complete old dataset or the complete new one.
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ import socket
 import uuid
 from typing import Iterable, Iterator
 
-from pipeline.formats import fileio, metadata
+from pipeline.formats import fileio, metadata, shard_formats
 from pipeline.formats.errors import DatasetError, printable
 from transforms import faults
 
@@ -61,9 +62,6 @@ RUNNING, COMMITTED = 'running', 'committed'
 
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
-_FORMAT = '(?:' + '|'.join(metadata.FILE_FORMATS) + ')'
-_SHARD = re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{_FORMAT}-\d{{5,}}-of-\d{{5,}}\Z')
-_TEMP_SHARD = re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{_FORMAT}\Z')
 METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
                   metadata.CLASS_NAMES, metadata.SUMMARY,
                   *(metadata.error_report_name(s) for s in metadata.SPLITS))
@@ -72,14 +70,27 @@ _GLOB = re.compile(r'[*?\[]')
 
 # --- Names and the folder itself ---------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _shard_patterns(suffixes: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
+    """(final shard name, temporary shard path) for the registered formats' suffixes."""
+    suffix = '(?:' + '|'.join(map(re.escape, suffixes)) + ')'
+    return (re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
+            re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
+
+
 def is_shard_name(name: str) -> bool:
     """Whether `name` is a name this tool gives a shard file."""
-    return _SHARD.match(name) is not None
+    return _shard_patterns(tuple(shard_formats.suffixes()))[0].match(name) is not None
+
+
+def _is_temp_shard(path: str) -> bool:
+    """Whether `path` (relative to a temporary folder) names a temporary shard file."""
+    return _shard_patterns(tuple(shard_formats.suffixes()))[1].match(path) is not None
 
 
 def is_dataset_file(name: str) -> bool:
     """Whether `name` is a name this tool gives a file of a dataset (a shard or metadata)."""
-    return name in METADATA_NAMES or _SHARD.match(name) is not None
+    return name in METADATA_NAMES or is_shard_name(name)
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -502,9 +513,7 @@ def _named_files(info: dict) -> list[str]:
     name = info['name']
     if not isinstance(name, str) or not re.fullmatch(r'[a-z][a-z0-9_]*', name):
         raise ValueError(f'dataset name {name!r}')
-    formats = metadata.file_formats(info)
-    if any(f not in metadata.FILE_FORMATS for f in formats):
-        raise ValueError(f'file formats {formats!r}')
+    formats = shard_formats.declared(info)
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
              metadata.SUMMARY]
     for split in info['splits']:
@@ -568,7 +577,7 @@ class Journal:
                 raise ValueError(f'{name!r} is not a dataset file name')
         for source, target in self.install:
             staged = source.startswith('final/') and source[len('final/'):] in METADATA_NAMES
-            if not (staged or _TEMP_SHARD.match(source)) or not is_dataset_file(target):
+            if not (staged or _is_temp_shard(source)) or not is_dataset_file(target):
                 raise ValueError(f'{source!r} -> {target!r} is not a move of this tool')
         return self
 

@@ -11,7 +11,7 @@ sidecar means the data is complete):
     shards/SPLIT-SSSSS-<shard fingerprint>.PRIMARY.json             ... in every output format
 
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
-tfrecord and/or array_record; the sidecar, named after the first, is written after them all.)
+named with the format's suffix; the sidecar, named after the first, is written after them all.)
 
 A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
 shards its examples fall in) and, for every input in it, the key, size and modification time (local files are stat'ed when listing
@@ -27,6 +27,7 @@ import os
 from typing import Iterable
 
 from pipeline.formats import fileio
+from pipeline.formats.shard_formats import ShardFormat
 from transforms.refs import ExampleRef
 
 LAYOUT_VERSION = 2   # Raise when the bytes a run writes for the same options change.
@@ -64,13 +65,14 @@ def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) 
     return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
 
 
-def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str, file_format: str) -> str:
-    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{file_format}')
+def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
+               shard_format: ShardFormat) -> str:
+    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
 
 
-def in_format(shard_file: str, file_format: str) -> str:
+def in_format(shard_file: str, shard_format: ShardFormat) -> str:
     """The path of the same temporary shard in another format."""
-    return f'{shard_file.rsplit(".", 1)[0]}.{file_format}'
+    return f'{shard_file.rsplit(".", 1)[0]}.{shard_format.suffix}'
 
 
 def save_done(path: str, result) -> None:
