@@ -22,10 +22,9 @@ from pipeline.console import (  # noqa: E402
 from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
-from pipeline.formats import fileio, shard_formats  # noqa: E402
+from pipeline.formats import fileio, output_folder, shard_formats  # noqa: E402
 from pipeline.formats.errors import DatasetError  # noqa: E402
 from pipeline.options import ConverterOptions, check_flags, help_text  # noqa: E402
-from transforms import output_folder  # noqa: E402
 from transforms.settings import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')

@@ -2,9 +2,9 @@
 
 A run's temporary folder is named by its run id, a fingerprint of every option that shapes the
 output bytes (not of --max_error_ratio or the runner), so rerunning the same command finds the
-folder an interrupted attempt left. Inside it, every finished piece of work carries a
-fingerprint in its name and a small JSON sidecar, written after the data it describes (so a
-sidecar means the data is complete):
+folder an interrupted attempt left. Inside it (the layout is output_folder.py's), every finished
+piece of work carries a fingerprint in its name and a small JSON sidecar, written after the data
+it describes (so a sidecar means the data is complete):
 
     parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   a chunk's records in a shard
     shards/SPLIT-SSSSS-<shard fingerprint>.FORMAT                  a shard made from its parts
@@ -27,7 +27,6 @@ import os
 from typing import Iterable
 
 from pipeline.formats import fileio
-from pipeline.formats.shard_formats import ShardFormat
 from transforms.refs import ExampleRef
 
 LAYOUT_VERSION = 2   # Raise when the bytes a run writes for the same options change.
@@ -59,20 +58,6 @@ def chunk_fingerprint(run_id: str, label_map, key: tuple, placement: tuple,
 
 def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
     return fingerprint(sorted(chunk_fingerprints))
-
-
-def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
-    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
-
-
-def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
-               shard_format: ShardFormat) -> str:
-    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
-
-
-def in_format(shard_file: str, shard_format: ShardFormat) -> str:
-    """The path of the same temporary shard in another format."""
-    return f'{shard_file.rsplit(".", 1)[0]}.{shard_format.suffix}'
 
 
 def save_done(path: str, result) -> None:

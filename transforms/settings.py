@@ -3,9 +3,9 @@ import dataclasses
 import functools
 
 from pipeline.formats.metadata import SPLITS
+from pipeline.formats.output_folder import temp_dir
 from pipeline.formats.shard_formats import TFRECORD, ShardFormat
 from transforms.images import ImageOptions
-from transforms.output_folder import temp_dir
 from transforms.resume import LAYOUT_VERSION, fingerprint
 
 

@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import fileio, records
+from pipeline.formats import fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import faults, resume
 from transforms.images import ImageError, convert_image
@@ -169,7 +169,7 @@ class EncodeChunk(beam.DoFn):
         chunk_fp = resume.chunk_fingerprint(settings.run_id, label_map, (split, chunk),
                                             plan.placement(chunk), refs)
         pieces = split_chunk(refs, plan, chunk, settings.skip_duplicates)
-        paths = {shard: resume.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
+        paths = {shard: output_folder.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
                  for shard in pieces}
         reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
         if reused is not None:
@@ -193,7 +193,7 @@ class EncodeChunk(beam.DoFn):
         part either joined into its finished shard already, or complete on its own."""
         results = []
         for shard, path in paths.items():
-            joined = resume.shard_path(self._settings.temp_dir, split, shard,
+            joined = output_folder.shard_path(self._settings.temp_dir, split, shard,
                                        shard_fps[(split, shard)], self._settings.output_formats[0])
             if fileio.exists(f'{joined}.json'):
                 results.append(ShardResult(split, shard, '', chunk))
@@ -275,7 +275,7 @@ class WriteShard(beam.DoFn):
     def process(self, element: tuple, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard), parts = element
         settings = self._settings
-        path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
+        path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
                                  settings.output_formats[0])
         result = resume.load_done(path, ShardResult) if settings.resuming else None
         reused = result is not None
@@ -287,7 +287,7 @@ class WriteShard(beam.DoFn):
             sources = [p.temp_path for p in parts]
             sizes = {}
             for shard_format in settings.output_formats:
-                target = resume.in_format(path, shard_format)
+                target = output_folder.in_format(path, shard_format)
                 with fileio.output_errors(target):
                     sizes[shard_format.name] = shard_format.write_shard(sources, target)
             result.bytes, result.format_bytes = sizes[settings.output_formats[0].name], sizes

@@ -20,9 +20,8 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, records, shard_formats
+from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
 from pipeline.formats.errors import DatasetError, printable
-from transforms import output_folder
 
 Image.MAX_IMAGE_PIXELS = None
 

@@ -7,6 +7,8 @@ Everything lives directly in OUTPUT:
     .commit.json              the journal of a commit in progress: run id, phase, file names
     .tmp-RUN/                 the temporary folder of run RUN (16 hex digits)
     .tmp-RUN/.image-tfrecords-run.json   its marker: run id and state, running or committed
+    .tmp-RUN/parts/, shards/  its work: a TFRecord part per chunk and shard, a file per shard and
+                              format (part_path, shard_path; resume.py says when it is reused)
 
 **Confinement.** Every path this module touches is derived from OUTPUT and names it validates:
 a run id is 16 hex digits, a dataset file is a shard name or one of the metadata names, a file
@@ -47,6 +49,7 @@ import uuid
 from typing import Iterable, Iterator
 
 from pipeline.formats import fileio, metadata, shard_formats
+from pipeline.formats.shard_formats import ShardFormat
 from pipeline.formats.errors import DatasetError, printable
 from transforms import faults
 
@@ -117,6 +120,20 @@ def check_run_id(run_id: str) -> str:
 
 def temp_dir(output_dir: str, run_id: str) -> str:
     return fileio.join(output_dir.rstrip('/'), TEMP_PREFIX + check_run_id(run_id))
+
+
+def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
+    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
+
+
+def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
+               shard_format: ShardFormat) -> str:
+    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
+
+
+def in_format(shard_file: str, shard_format: ShardFormat) -> str:
+    """The path of the same temporary shard in another format."""
+    return f'{shard_file.rsplit(".", 1)[0]}.{shard_format.suffix}'
 
 
 def _is_link(path: str) -> bool:
