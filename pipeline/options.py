@@ -13,7 +13,8 @@ from pipeline.formats.errors import DatasetError
 from pipeline.formats import shard_formats
 from pipeline.formats.shard_formats import ShardFormat
 from transforms.images import DAMAGED_ACTIONS, ImageOptions
-from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS, RADIUS
+from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
+from transforms.pairing import RADIUS
 from transforms.settings import SPLITS, ConversionSettings
 
 DEFAULT_TARGET_SHARD_MB = 128

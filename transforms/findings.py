@@ -8,7 +8,7 @@ import apache_beam as beam
 
 from pipeline.formats import fileio, metadata
 from pipeline.formats.errors import DatasetError
-from transforms.leakage import RADIUS, Pair
+from transforms.pairing import MAX_BUCKET, RADIUS, Pair
 from transforms.settings import ConversionSettings
 
 
@@ -77,3 +77,38 @@ def damaged_lines(split: str, shard_results: list) -> bytes:
     return ''.join(json.dumps({'split': split, 'source': source, 'reason': reason,
                                'action': action}) + '\n'
                    for source, reason, action in entries).encode()
+
+
+def quality_lines(summary: dict) -> list[str]:
+    """The end-of-run table's lines on damaged JPEGs and leakage (none for older summaries)."""
+    lines = []
+    damaged = {split: s['damaged'] for split, s in summary['splits'].items() if s.get('damaged')}
+    if damaged:
+        action = {'skip': 'skipped', 'keep': 'kept as they are',
+                  'reencode': 'stored as Pillow decodes them'}[summary['damaged_images']]
+        lines.append(f'damaged JPEGs (strict libjpeg-turbo): {sum(damaged.values())}, {action} ('
+                     + ', '.join(f'{split} {n}' for split, n in damaged.items())
+                     + '; see damaged-SPLIT.jsonl)')
+    leakage = summary.get('leakage')
+    if leakage is None:
+        return lines
+    if leakage['pairs']:
+        dropped = sum(s.get('dropped_copies', 0) for s in summary['splits'].values())
+        lines.append(f'leakage: {leakage["pairs"]} near-duplicate pair(s) across splits within '
+                     f'{leakage["radius"]} of 64 bits ({leakage["exact"]} exact, '
+                     f'{leakage["mirrored"]} mirrored): '
+                     + ', '.join(f'{name} {n}' for name, n in leakage['between'].items())
+                     + (f'; {dropped} later-split copies dropped' if dropped else '')
+                     + '; see leakage.jsonl')
+    else:
+        lines.append(f'leakage: no near-duplicates across splits (within {leakage["radius"]} of '
+                     '64 bits)')
+    flat = sum(leakage['flat_images'].values())
+    if flat:
+        lines.append(f'leakage: {flat} flat image(s) (blank or constant) were not compared')
+    if leakage['crowded_buckets']:
+        images = sum(b['images'] for b in leakage['crowded_buckets'])
+        lines.append(f'leakage: {len(leakage["crowded_buckets"])} hash bucket(s) shared by more '
+                     f'than {MAX_BUCKET} images ({images} in all: a degenerate look, e.g. '
+                     f'{leakage["crowded_buckets"][0]["examples"][0]}) were not paired')
+    return lines

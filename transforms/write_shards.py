@@ -239,7 +239,7 @@ class EncodeChunk(beam.DoFn):
                     result.errors.append((ref.source or ref.key, str(exc)))
                     continue
                 passed = stored.passed_through
-                source = ref.source or ref.key
+                source = ref.source or ref.filename   # As the record says.
                 if stored.damage:
                     result.damaged.append((source, f'damaged JPEG: {stored.damage}',
                                            self._settings.image.damaged_images))
