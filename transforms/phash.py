@@ -1,6 +1,6 @@
 """A 64-bit perceptual hash of an image's luminance, and of its mirror image.
 
-The luminance is averaged down to 32x32, transformed with a 2-D DCT, and the 64 lowest-frequency
+The luminance is resampled to 32x32 (Lanczos), transformed with a 2-D DCT, and the 64 lowest-frequency
 coefficients after the DC term (in zigzag order) are compared with their median: bit i is set
 when coefficient i lies above it. Low frequencies survive resizing, JPEG re-encoding and
 greyscale conversion; a brightness change scales or shifts them, which moves neither their order
@@ -59,7 +59,7 @@ def _bits(coefficients: np.ndarray) -> int:
 def perceptual_hashes(pixels: np.ndarray) -> tuple[int, int]:
     """(hash, hash of the mirror image) of RGB or grey pixels, as unsigned 64-bit ints."""
     small = np.asarray(Image.fromarray(np.ascontiguousarray(_luminance(pixels)), 'F')
-                       .resize((SIZE, SIZE), Image.Resampling.BOX), dtype=np.float64)
+                       .resize((SIZE, SIZE), Image.Resampling.LANCZOS), dtype=np.float64)
     if small.std() < FLAT_STD:
         return FLAT, FLAT
     left = _DCT @ small
