@@ -1,8 +1,8 @@
 """A 64-bit perceptual hash of an image's luminance, and of its mirror image.
 
-The luminance is resampled to 32x32 (Lanczos), transformed with a 2-D DCT, and the 64 lowest-frequency
-coefficients after the DC term (in zigzag order) are compared with their median: bit i is set
-when coefficient i lies above it. Low frequencies survive resizing, JPEG re-encoding and
+The luminance is resampled to 32x32 (Lanczos), transformed with a 2-D DCT, and the 64
+lowest-frequency coefficients after the DC term (in zigzag order) are compared with their
+median: bit i is set when coefficient i lies above it. Low frequencies survive resizing, JPEG re-encoding and
 greyscale conversion; a brightness change scales or shifts them, which moves neither their order
 nor their median much. The mirror image's hash is the hash of the horizontally flipped
 luminance, so a mirrored copy is found by comparing one image's hash with the other's mirror
