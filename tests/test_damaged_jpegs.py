@@ -13,7 +13,7 @@ from PIL import Image
 
 from pipeline.formats import records
 from pipeline.tools.verify import verify
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, pixels, read_split, run_cli, write_tree
 
 

@@ -12,7 +12,7 @@ from PIL import Image, ImageEnhance
 
 from pipeline.formats import records
 from pipeline.tools.verify import verify
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, read_split, run_cli, write_tree
 
 COPIES = {

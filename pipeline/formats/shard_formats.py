@@ -64,10 +64,6 @@ class ShardFormat:
         finally:
             os.remove(local)
 
-    def count_records(self, path: str) -> int:
-        """Reads a shard through, checking every record; returns how many it holds."""
-        return sum(1 for _ in self.read_records(path))
-
 
 TFRECORD = ShardFormat(
     name='tfrecord', suffix='tfrecord', tfds_name='tfrecord', write_file=_write_tfrecord,
@@ -84,7 +80,7 @@ _REGISTRY: dict[str, ShardFormat] = {}
 
 
 def register(shard_format: ShardFormat) -> ShardFormat:
-    """Makes a format known by its name and its TFDS name; returns it."""
+    """Makes a format known by its name (its suffix must be its own); returns it."""
     for known in _REGISTRY.values():
         if shard_format.name != known.name and shard_format.suffix == known.suffix:
             raise ValueError(f'format {shard_format.name}: suffix {known.suffix!r} is taken')
