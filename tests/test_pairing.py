@@ -7,7 +7,8 @@ import apache_beam as beam
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.leakage import FindLeakage
+from transforms import leakage
+from transforms.leakage import GROUP_SIZE, FindLeakage, group_bits
 from transforms.pairing import MAX_BUCKET, RADIUS, Pair, find_pairs
 from transforms.phash import FLAT, to_int64
 from transforms.write_shards import ShardResult
@@ -75,3 +76,27 @@ def test_find_leakage_stage_gives_the_same_pairs():
                                                    False)]), label='pairs')
         assert_that(found['flat'], equal_to([('train', 1)]), label='flat')
         assert_that(found['crowded'], equal_to([]), label='crowded')
+
+
+def test_shuffle_groups_grow_with_the_dataset_and_split_no_pair(monkeypatch):
+    assert [group_bits(n) for n in (0, GROUP_SIZE // 2, GROUP_SIZE, 10**8, 10**12)] == [
+        0, 0, 1, 12, 16]
+    monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)   # 300 records: 64 groups per band.
+    originals = [_hash() for _ in range(100)]
+    parts, entries = [], []
+    for index in range(30):
+        split = ('train', 'validation', 'test')[index % 3]
+        hashes = []
+        for record in range(10):   # The last 200 are near copies of the first 100.
+            number = index * 10 + record
+            phash = originals[number] if number < 100 else _flip(originals[number % 100],
+                                                                  [record, 40])
+            mirrored = _hash()
+            hashes.append((f's{number}', f'h{number}', to_int64(phash), to_int64(mirrored), 0, 1))
+            entries.append(_entry(split, f's{number}', phash, mirrored, sha=f'h{number}'))
+        parts.append(ShardResult(split, index, f'p{index}', hashes=hashes))
+    expected, _, _ = find_pairs(entries)
+    assert len(expected) > 100
+    with test_pipeline.TestPipeline() as p:
+        found = p | beam.Create(parts) | FindLeakage()
+        assert_that(found['pairs'], equal_to(expected))

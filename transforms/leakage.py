@@ -1,5 +1,7 @@
 """Near-duplicate leakage across splits as a Beam stage: pairing.py's multi-index hashing with
-a GroupByKey per bucket, so memory per worker stays bounded at any scale.
+a GroupByKey of buckets. Each part sends one list per group of buckets (a band and the top bits
+of its value, as many groups as keep each at about GROUP_SIZE members), so the shuffle moves a
+few elements per part and memory per worker stays bounded at any scale.
 
 With --leakage=drop the eval-side copy of each pair (the later split of train, validation, test)
 is left out of its shard when the shard's parts are joined (`drop_from_part`).
@@ -11,34 +13,61 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.formats import fileio, records
-from transforms.pairing import (Entry, MAX_BUCKET, Pair, band_keys, best, bounded, candidates,
-                                crowded)
+from transforms.pairing import BAND_BITS, Entry, Pair, band_keys, best, bucket_candidates
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
 ACTIONS = ('report', 'drop', 'fail')
 
 
-class PairBucket(beam.DoFn):
-    """((band, value), [(mirrored, entry)]) -> candidate pairs within RADIUS; a crowded bucket
-    goes to the 'crowded' output as (band, value, entries, a few sources) instead."""
+GROUP_SIZE = 1 << 16   # Members a shuffle group expects: a few MB, whatever the dataset's size.
+
+
+def group_bits(total: int) -> int:
+    """How many top bits of a band's value key a shuffle group: enough groups that each expects
+    at most GROUP_SIZE members (every image is filed under its hash and its mirror hash)."""
+    groups = -(-2 * total // GROUP_SIZE)
+    return min(BAND_BITS, max(0, groups - 1).bit_length())
+
+
+def _entries(part) -> Iterator[Entry]:
+    for source, sha256, phash, mirrored, _, _ in part.hashes:
+        yield part.split, source, sha256, phash, mirrored
+
+
+def _flat(part) -> Iterator[tuple[str, int]]:
+    count = sum(1 for h in part.hashes if h[2] == FLAT)
+    if count:
+        yield part.split, count
+
+
+def _groups(part, total: int) -> Iterator[tuple[tuple[int, int], list]]:
+    """The part's (bucket, member)s, one list per shuffle group (band, top bits of its value):
+    a few elements per part instead of eight per image."""
+    shift = BAND_BITS - group_bits(total)
+    groups: dict[tuple[int, int], list] = {}
+    for entry in _entries(part):
+        if entry[3] != FLAT:
+            for key, member in band_keys(entry):
+                groups.setdefault((key[0], key[1] >> shift), []).append((key, member))
+    yield from groups.items()
+
+
+class PairGroup(beam.DoFn):
+    """(group, lists of (bucket, member)) -> candidate pairs within RADIUS of each bucket; a
+    crowded bucket goes to the 'crowded' output as (band, value, entries, a few sources)."""
 
     def setup(self) -> None:
         self._crowded = Metrics.counter(NAMESPACE, 'leakage_crowded_buckets')
 
     def process(self, element: tuple) -> Iterator:
-        key, members = element
-        kept, count = bounded(members)
-        if count > MAX_BUCKET:
-            self._crowded.inc()
-            yield beam.pvalue.TaggedOutput('crowded', crowded(key, kept, count))
-            return
-        yield from candidates(kept)
-
-
-def _entries(result) -> Iterator[Entry]:
-    for source, sha256, phash, mirrored, _, _ in result.hashes:
-        yield result.split, source, sha256, phash, mirrored
+        _, lists = element
+        for kind, found in bucket_candidates(member for keyed in lists for member in keyed):
+            if kind == 'crowded':
+                self._crowded.inc()
+                yield beam.pvalue.TaggedOutput('crowded', found)
+            else:
+                yield found
 
 
 class FindLeakage(beam.PTransform):
@@ -46,16 +75,16 @@ class FindLeakage(beam.PTransform):
     'flat' ((split, flat images)) and 'crowded' ((band, value, entries, sources))."""
 
     def expand(self, parts: beam.PCollection):
-        entries = parts | 'Hash Entries' >> beam.FlatMap(_entries)
-        flat = (entries
-                | 'Flat Images' >> beam.Filter(lambda e: e[3] == FLAT)
-                | 'Split Of Flat' >> beam.Map(lambda e: (e[0], 1))
+        total = beam.pvalue.AsSingleton(parts
+                                        | 'Records' >> beam.Map(lambda part: len(part.hashes))
+                                        | 'Count Records' >> beam.CombineGlobally(sum))
+        flat = (parts
+                | 'Flat Images' >> beam.FlatMap(_flat)
                 | 'Count Flat' >> beam.CombinePerKey(sum))
-        buckets = (entries
-                   | 'Drop Flat' >> beam.Filter(lambda e: e[3] != FLAT)
-                   | 'Key By Band' >> beam.FlatMap(band_keys)
+        buckets = (parts
+                   | 'Key By Band' >> beam.FlatMap(_groups, total=total)
                    | 'Group By Band' >> beam.GroupByKey()
-                   | 'Pair Within Buckets' >> beam.ParDo(PairBucket()).with_outputs(
+                   | 'Pair Within Buckets' >> beam.ParDo(PairGroup()).with_outputs(
                        'crowded', main='candidates'))
         pairs = (buckets.candidates
                  | 'Group Candidates' >> beam.GroupByKey()

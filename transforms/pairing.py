@@ -65,16 +65,6 @@ def band_keys(entry: Entry) -> Iterator[tuple[BucketKey, tuple[bool, Entry]]]:
             yield (band, _band(entry[4], band)), (True, entry)
 
 
-def bounded(members: Iterable) -> tuple[list, int]:
-    """(the first MAX_BUCKET members, how many there are): a bucket in bounded memory."""
-    kept, count = [], 0
-    for member in members:
-        count += 1
-        if count <= MAX_BUCKET:
-            kept.append(member)
-    return kept, count
-
-
 def crowded(key: BucketKey, kept: list, count: int) -> tuple:
     """What a crowded bucket is reported as: (band, value, entries, a few sources)."""
     return key[0], key[1], count, sorted(m[1][1] for m in kept)[:CROWDED_EXAMPLES]
@@ -106,23 +96,38 @@ def best(key: tuple, found: Iterable[tuple]) -> Pair:
     return Pair(key[0], key[1], d, mirrored, exact)
 
 
+def bucket_candidates(keyed: Iterable[tuple[BucketKey, tuple]]) -> Iterator[tuple[str, tuple]]:
+    """('candidate', (pair key, (distance, mirrored, exact))) for the candidates of every bucket
+    among `keyed` ((bucket, member) as band_keys gives them), and ('crowded', crowded(...)) for
+    every bucket of more than MAX_BUCKET members. Memory: at most MAX_BUCKET members a bucket."""
+    buckets: dict[BucketKey, list] = {}
+    counts: dict[BucketKey, int] = {}
+    for key, member in keyed:
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] <= MAX_BUCKET:
+            buckets.setdefault(key, []).append(member)
+    for key, members in sorted(buckets.items()):
+        if counts[key] > MAX_BUCKET:
+            yield 'crowded', crowded(key, members, counts[key])
+        else:
+            yield from (('candidate', found) for found in candidates(members))
+
+
 def find_pairs(entries: Iterable[Entry]) -> tuple[list[Pair], dict, list]:
     """In memory: (sorted pairs, flat images per split, crowded buckets) of `entries`."""
-    buckets: dict[BucketKey, list] = {}
     flat: dict[str, int] = {}
-    for entry in entries:
-        if entry[3] == FLAT:
-            flat[entry[0]] = flat.get(entry[0], 0) + 1
-            continue
-        for key, member in band_keys(entry):
-            buckets.setdefault(key, []).append(member)
+
+    def keyed() -> Iterator[tuple[BucketKey, tuple]]:
+        for entry in entries:
+            if entry[3] == FLAT:
+                flat[entry[0]] = flat.get(entry[0], 0) + 1
+            else:
+                yield from band_keys(entry)
     found: dict[tuple, list] = {}
     full = []
-    for key, members in sorted(buckets.items()):
-        kept, count = bounded(members)
-        if count > MAX_BUCKET:
-            full.append(crowded(key, kept, count))
-            continue
-        for pair_key, value in candidates(kept):
-            found.setdefault(pair_key, []).append(value)
+    for kind, value in bucket_candidates(keyed()):
+        if kind == 'crowded':
+            full.append(value)
+        else:
+            found.setdefault(value[0], []).append(value[1])
     return sorted(best(k, v) for k, v in found.items()), flat, full

@@ -6,7 +6,8 @@ the DC term (in zigzag order) are compared with their median: bit i is set when 
 lies above it. Low frequencies survive resizing, JPEG re-encoding and greyscale conversion; a brightness change scales or shifts them, which moves neither their order
 nor their median much. The mirror image's hash is the hash of the horizontally flipped
 luminance, so a mirrored copy is found by comparing one image's hash with the other's mirror
-hash.
+hash. It costs no second transform: the resampling is symmetric, and flipping a sequence
+flips the sign of its odd DCT coefficients.
 
 An image whose low frequencies are flat (blank, constant: a variation of under FLAT_STD levels)
 has no structure to hash: its hashes are FLAT (0), which no other image gets (every other hash
@@ -57,6 +58,7 @@ def _zigzag(count: int, block: int) -> tuple[np.ndarray, np.ndarray]:
 _BLOCK = 10   # 10x10 - 1 = 99 AC coefficients; the 64 of lowest frequency are used.
 _DCT = _dct_rows(_BLOCK, SIZE)
 _ROWS, _COLS = _zigzag(BITS, _BLOCK)
+_MIRROR = np.where(_COLS % 2, -1.0, 1.0)   # The chosen coefficients of the flipped image.
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _FLAT_ENERGY = (SIZE * FLAT_STD) ** 2
 
@@ -89,7 +91,7 @@ def perceptual_hashes(pixels: np.ndarray) -> tuple[int, int]:
     chosen = (left @ across)[_ROWS, _COLS]
     if np.dot(chosen, chosen) < _FLAT_ENERGY:
         return FLAT, FLAT
-    return _bits(chosen), _bits((left[:, ::-1] @ across)[_ROWS, _COLS])
+    return _bits(chosen), _bits(chosen * _MIRROR)
 
 
 def to_int64(value: int) -> int:

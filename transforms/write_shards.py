@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Iterable, Iterator
 
 import apache_beam as beam
+import threadpoolctl
 from apache_beam.metrics import Metrics
 
 from pipeline.formats import faults, fileio, output_folder, records
@@ -176,6 +177,9 @@ class EncodeChunk(beam.DoFn):
         self._settings = settings
 
     def setup(self) -> None:
+        # The runner runs a worker per core; a multithreaded BLAS under the perceptual hash's
+        # small matrix products would only spin on the other cores (twice the CPU, measured).
+        threadpoolctl.threadpool_limits(1, user_api='blas')
         self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
