@@ -19,6 +19,7 @@ setuptools.setup(
         'google-crc32c>=1.5',
         'array-record>=0.8.6',   # --output_format=array_record; 0.8.6 reads gs:// itself.
         'numpy',
+        'threadpoolctl>=3.1',     # One BLAS thread per worker (the perceptual hash).
         'cloudpickle',
     ],
     extras_require={

@@ -3,7 +3,8 @@
     partitions -> List Examples (on workers) -> Resolve Labels: facts and label map (small)
                -> Plan Shards: a shard plan per split (small combines)
                -> Write Shards: refs grouped by chunk, fingerprinted, converted into part
-                  files, joined per shard
+                  files; their hashes paired across splits (Find Leakage); parts joined per
+                  shard
                -> Commit Dataset
 (and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)
 
@@ -30,8 +31,8 @@ def build_pipeline(options: PipelineOptions, partitions: list[Partition],
     facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
     if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
         plans = _note_plan(facts, label_map, plans, plan_path(settings))
-    shards = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
-    _ = shards | 'Commit Dataset' >> CommitDataset(settings, label_map, facts)
+    written = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
+    _ = written['shards'] | 'Commit Dataset' >> CommitDataset(settings, label_map, facts, written)
     return p
 
 

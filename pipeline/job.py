@@ -103,7 +103,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         output_dir=output_dir, dataset_name=name, splits=source.splits, source=source.identity,
         image=opts.image_options(), labels=source.labels, num_shards=opts.num_shards,
         target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
-        output_formats=opts.output_formats(), version=source.version,
+        output_formats=opts.output_formats(), version=source.version, leakage=opts.leakage,
         description=opts.description or source.description,
         max_error_ratio=opts.max_error_ratio, reads_in_flight=opts.reads_in_flight,
         overwrite=opts.overwrite, release_lock=not waits)

@@ -17,7 +17,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline.formats.errors import DatasetError
 from pipeline.formats import shard_formats
 from pipeline.formats.shard_formats import ShardFormat
-from transforms.images import ImageOptions
+from transforms.images import DAMAGED_ACTIONS, ImageOptions
+from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
+from transforms.pairing import RADIUS
 from pipeline.formats.metadata import SPLITS
 from transforms.settings import ConversionSettings
 
@@ -105,6 +107,16 @@ class ConverterOptions(PipelineOptions):
         flag('max_image_pixels', type=int, default=defaults.max_image_pixels,
              help='Skip (and report) images larger than this: decompression-bomb guard '
              f'(default {defaults.max_image_pixels}).')
+        flag('damaged_images', choices=DAMAGED_ACTIONS, default=defaults.damaged_images,
+             help='JPEGs that decode only with libjpeg warnings (corrupt data, premature end): '
+             'skip them (reported in errors-SPLIT.jsonl, counted against --max_error_ratio), keep '
+             'them as they are, or reencode what Pillow decodes; each is listed in '
+             f'damaged-SPLIT.jsonl (default {defaults.damaged_images}).')
+        flag('leakage', choices=LEAKAGE_ACTIONS, default='report',
+             help=f'Images of two splits whose perceptual hashes differ in at most {RADIUS} of 64 '
+             'bits (copies, also resized, re-encoded, brightened, greyscale or mirrored) are '
+             'listed in leakage.jsonl; drop also leaves the copy in the later split (validation, '
+             'test) out, fail commits nothing if there is any (default report).')
         flag('reads_in_flight', type=positive_int, default=DEFAULT_READS_IN_FLIGHT,
              help='Images each worker thread reads ahead while it converts, so that Cloud Storage '
              'round trips overlap (about images/s per thread x seconds per read hides them); '
@@ -133,7 +145,8 @@ class ConverterOptions(PipelineOptions):
         return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,
                             apply_exif_orientation=self.apply_exif_orientation,
                             max_pixels=self.max_pixels, max_side=self.max_side,
-                            max_image_pixels=self.max_image_pixels)
+                            max_image_pixels=self.max_image_pixels,
+                            damaged_images=self.damaged_images)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pipeline.dataflow import (  # noqa: E402
 from pipeline.formats import fileio, output_folder, shard_formats  # noqa: E402
 from pipeline.formats.errors import DatasetError  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
+from transforms.findings import quality_lines  # noqa: E402
 from pipeline.formats.metadata import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
@@ -36,11 +37,11 @@ def format_summary(summary: dict) -> str:
     from an earlier attempt is counted apart)."""
     splits = {name: summary['splits'][name] for name in SPLITS if name in summary['splits']}
     lines = [f'{"split":<12}{"inputs":>9}{"records":>9}{"skipped":>9}{"ignored":>9}{"shards":>8}'
-             f'{"MB":>9}{"kept as is":>12}']
+             f'{"MB":>9}{"kept as is":>12}{"damaged":>9}']
     for split, s in splits.items():
         lines.append(f'{split:<12}{s["inputs"]:>9}{s["records"]:>9}{s["skipped"]:>9}'
                      f'{s["ignored"]:>9}{s["shards"]:>8}{s["bytes"] / 1e6:>9.1f}'
-                     f'{s["passed_through"]:>12}')
+                     f'{s["passed_through"]:>12}{s.get("damaged", 0):>9}')
     classes = sorted({c for s in splits.values() for c in s['classes']})
     shown = classes[:20]
     lines.append('')
@@ -54,6 +55,7 @@ def format_summary(summary: dict) -> str:
         if s['empty_classes']:
             lines.append(f'{split}: no records for class(es) {", ".join(s["empty_classes"][:10])}'
                          f' (all their inputs were skipped; see errors-{split}.jsonl)')
+    lines += quality_lines(summary)
     total = sum(s['inputs'] for s in splits.values())
     chunks = summary.get('chunks', {})
     converted = chunks.get('inputs_converted', total) if chunks.get('reused') else total

@@ -74,8 +74,12 @@ def test_error_report_lists_every_skipped_file(mixed):
     lines = [json.loads(line) for line in open(os.path.join(out, 'errors-train.jsonl'))]
     reasons = {os.path.basename(e['source']): e['reason'] for e in lines}
     assert set(reasons) == {'truncated.jpg', 'empty.jpg', 'notes.txt'}
-    assert 'truncated' in reasons['truncated.jpg'] and reasons['empty.jpg'] == 'empty file'
-    assert 'not an image' in reasons['notes.txt']
+    assert 'Premature end of JPEG file' in reasons['truncated.jpg']   # Damaged: skipped.
+    assert reasons['empty.jpg'] == 'empty file' and 'not an image' in reasons['notes.txt']
+    damaged = [json.loads(line) for line in open(os.path.join(out, 'damaged-train.jsonl'))]
+    assert [(os.path.basename(e['source']), e['action']) for e in damaged] == [
+        ('truncated.jpg', 'skip')]
+    assert summary['splits']['train']['damaged'] == 1
     train = summary['splits']['train']
     inputs = len([k for k in files if k.startswith('train/') and '.DS_Store' not in k])
     assert train['records'] + train['skipped'] == inputs == 10

@@ -6,7 +6,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from pipeline.testing import imagemaker
-from transforms.images import ImageError, ImageOptions, convert_image, target_size
+from transforms.images import (DamagedImageError, ImageError, ImageOptions, convert_image,
+                              target_size)
 
 DEFAULT = ImageOptions()
 
@@ -124,9 +125,9 @@ def test_exif_rotation_can_be_disabled():
     assert stored.encoded == data and (stored.height, stored.width) == (200, 300)
 
 
-def test_truncated_jpeg_is_rejected():
+def test_truncated_jpeg_is_rejected_as_damaged():
     data = imagemaker.jpeg(400, 300)
-    with pytest.raises(ImageError, match='truncated'):
+    with pytest.raises(DamagedImageError, match='damaged JPEG: Premature end of JPEG file'):
         convert_image(data[: len(data) // 2], DEFAULT)
 
 

@@ -46,3 +46,31 @@ def test_shard_chart_marks_whole_shards_only(tmp_path):
         shard_axis = figure.axes[1]
         assert list(shard_axis.get_xticks()) == list(range(shards))
         assert [t.get_text() for t in shard_axis.get_xticklabels()] == [str(i) for i in range(shards)]
+
+
+def test_report_shows_leaked_pairs_side_by_side_and_damaged_files(tmp_path):
+    import base64
+    import io
+    photo = Image.fromarray(imagemaker.photo(200, 150, seed=1))
+    files = {f'train/c{i % 2}/{i}.jpg': imagemaker.encode(
+        Image.fromarray(imagemaker.photo(200, 150, seed=10 + i)), 'JPEG') for i in range(4)}
+    files['train/c0/original.jpg'] = imagemaker.encode(photo, 'JPEG')
+    files['test/c0/mirrored.jpg'] = imagemaker.encode(photo.transpose(Image.Transpose.FLIP_LEFT_RIGHT), 'JPEG')
+    damaged = imagemaker.encode(Image.fromarray(imagemaker.photo(200, 150, seed=2)), 'JPEG')
+    files['test/c1/damaged.jpg'] = damaged[:len(damaged) // 2]
+    root = write_tree(tmp_path / 'in', files)
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=1',
+            '--damaged_images=keep')
+    report = tmp_path / 'report.html'
+    write_report(out, str(report))
+    page = report.read_text()
+    row = re.search(r'<tr><td><img src="data:image/jpeg;base64,([^"]+)"><br>train: ([^<]+)</td>'
+                    r'<td><img src="data:image/jpeg;base64,([^"]+)"><br>test: ([^<]+)</td>'
+                    r'<td>(\d+) \(mirrored\)</td></tr>', page)
+    assert row and row[2].endswith('original.jpg') and row[4].endswith('mirrored.jpg')
+    left, right = (Image.open(io.BytesIO(base64.b64decode(row[i]))) for i in (1, 3))
+    assert left.size == right.size == (128, 96)
+    assert '1 near-duplicate pair(s) across splits within 8 of 64 bits (0 exact, 1 mirrored)' in page
+    assert re.search(r'<td>test</td><td>[^<]*damaged.jpg</td><td>damaged JPEG: Premature end of '
+                     r'JPEG file</td><td>keep</td>', page)

@@ -130,7 +130,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
         inputs = p | 'Refs' >> beam.Create(refs)
         plans = inputs | PlanShards(1, 128)
         _, label_map = inputs | ResolveLabels(('train',), LabelSettings())
-        results = inputs | WriteShards(settings, plans, label_map)
+        results = (inputs | WriteShards(settings, plans, label_map))['shards']
         assert_that(results | beam.Map(lambda r: (r.records, sorted(
                         (s.rsplit('/', 1)[-1], reason.split(':')[0]) for s, reason in r.errors))),
                     equal_to([(1, [('gone.jpg', 'cannot read file'), ('link', 'broken link'),
@@ -155,18 +155,17 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
     with test_pipeline.TestPipeline() as p:
         inputs = p | 'Refs' >> beam.Create(refs)
         facts, label_map = inputs | ResolveLabels(('train',), LabelSettings())
-        summary = (inputs
-                   | WriteShards(settings, inputs | PlanShards(2, 128), label_map)
-                   | CommitDataset(settings, label_map, facts))
+        written = inputs | WriteShards(settings, inputs | PlanShards(2, 128), label_map)
+        summary = written['shards'] | CommitDataset(settings, label_map, facts, written)
         assert_that(summary | beam.Map(lambda s: (s['run_id'], s['splits']['train']['records'],
                                                   s['splits']['train']['skipped'],
                                                   s['splits']['train']['classes'])),
                     equal_to([(settings.run_id, 6, 1, {'c0': 3, 'c1': 3})]))
     output_folder.release(out, token)
     assert sorted(os.listdir(out)) == [
-        'd-train.tfrecord-00000-of-00002', 'd-train.tfrecord-00001-of-00002', 'dataset_info.json',
-        'errors-train.jsonl', 'features.json', 'image-class-label.labels.txt', 'labels.txt',
-        'summary.json']
+        'd-train.tfrecord-00000-of-00002', 'd-train.tfrecord-00001-of-00002', 'damaged-train.jsonl',
+        'dataset_info.json', 'errors-train.jsonl', 'features.json', 'image-class-label.labels.txt',
+        'labels.txt', 'leakage.jsonl', 'summary.json']
     assert json.loads(open(f'{out}/errors-train.jsonl').read())['source'] == f'{root}/train/c0/bad.jpg'
     info = json.load(open(f'{out}/dataset_info.json'))
     counts = []

@@ -17,6 +17,7 @@ import apache_beam as beam
 from pipeline.formats import faults, fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
+from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_lines
 from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
 
@@ -27,21 +28,27 @@ class CommitDataset(beam.PTransform):
     """Shard results -> the run summary, once the dataset is in place (see the module docstring)."""
 
     def __init__(self, settings: ConversionSettings, label_map: beam.PCollection,
-                 facts: beam.PCollection):
+                 facts: beam.PCollection, leakage: dict | None = None):
         super().__init__()
         self._settings, self._label_map, self._facts = settings, label_map, facts
+        self._leakage = leakage   # FindLeakage's outputs: 'pairs', 'flat', 'crowded'.
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
+        found = {}
+        if self._leakage:
+            found = {'leakage': beam.pvalue.AsSingleton(
+                self._leakage['pairs'] | 'Collect Leakage' >> CollectLeakage(
+                    self._leakage['flat'], self._leakage['crowded']))}
         return (results
                 | 'Collect Results' >> beam.combiners.ToList()
                 | 'Put In Place' >> beam.Map(commit_dataset,
                                              label_map=beam.pvalue.AsSingleton(self._label_map),
                                              facts=beam.pvalue.AsSingleton(self._facts),
-                                             settings=self._settings))
+                                             settings=self._settings, **found))
 
 
 def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: DatasetFacts,
-                   settings: ConversionSettings) -> dict:
+                   settings: ConversionSettings, leakage: Leakage = Leakage()) -> dict:
     """Puts the new dataset in place (see the module docstring); returns the run summary."""
     out, temp = settings.output_dir, settings.temp_dir
     output_folder.check_lock(out, settings.lock_token)
@@ -51,10 +58,12 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     for split, shard_results in by_split.items():
         inputs = facts.split_counts.get(split, 0)
         written = sum(r.records for r in shard_results)
-        if written + len(errors[split]) != inputs:
-            raise RuntimeError(f'{split}: {written} records + {len(errors[split])} errors '
-                               f'!= {inputs} inputs')
+        dropped = sum(len(r.dropped) for r in shard_results)
+        if written + len(errors[split]) + dropped != inputs:
+            raise RuntimeError(f'{split}: {written} records + {len(errors[split])} errors + '
+                               f'{dropped} dropped copies != {inputs} inputs')
     _check_error_ratio(errors, facts, settings)
+    check_leakage(leakage, settings)
     old = output_folder.dataset_files(out)
     if old and not settings.overwrite:
         raise DatasetError(f'{out} now holds a dataset ({len(old)} files, e.g. {old[0]}) that was '
@@ -63,7 +72,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     _check_shard_files(results, settings)
     output_folder.start_temp(out, settings.run_id)
     installs, summary = _stage(by_split, errors, label_map, facts, settings,
-                               fileio.join(temp, 'final'))
+                               fileio.join(temp, 'final'), leakage)
     output_folder.refuse_foreign(out, output_folder.foreign_files(
         out, [target for _, target in installs], old))
     old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)
@@ -94,7 +103,7 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
 
 
 def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFacts,
-           settings: ConversionSettings, staged: str) -> tuple[list, dict]:
+           settings: ConversionSettings, staged: str, leakage: Leakage) -> tuple[list, dict]:
     """Writes the metadata into `staged`; returns the (source in the temporary folder, final
     name) moves and the summary."""
     moves, splits_info = [], {}
@@ -119,9 +128,13 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
             'shards': len(kept), 'skipped': len(errors[split]),
             'passed_through': sum(r.passed_through for r in kept),
+            'damaged': sum(len(r.damaged) for r in shard_results),
+            'dropped_copies': sum(len(r.dropped) for r in shard_results),
             'classes': dict(sorted(class_counts.items())),
             'empty_classes': sorted(name for name, n in class_counts.items() if not n),
         }
+    summary['damaged_images'] = settings.image.damaged_images
+    summary['leakage'] = leakage.summary(settings.leakage)
     names = ''.join(name + '\n' for name in label_map.names).encode()
     files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
              metadata.FEATURES: metadata.dumps(metadata.features_json(len(label_map.names),
@@ -129,6 +142,9 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
              metadata.SUMMARY: metadata.dumps(summary),
              **{metadata.error_report_name(split): _error_lines(split, entries)
                 for split, entries in errors.items()},
+             **{metadata.damaged_report_name(split): damaged_lines(split, shard_results)
+                for split, shard_results in by_split.items()},
+             metadata.LEAKAGE: leakage.lines(),
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
                  settings.dataset_name, settings.version, settings.description,
                  settings.output_formats, splits_info))}

@@ -6,9 +6,12 @@ work. Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-
 scaled down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
 
 Pillow reads headers and every format; libjpeg-turbo through simplejpeg decodes clean RGB and
-grayscale JPEGs and encodes all output, being faster at both. A JPEG that libjpeg-turbo only
-warns about (extraneous bytes, say) is judged by Pillow instead, so what is accepted is what
-Pillow accepts. The header of a plain JPEG (size, components, EXIF orientation) is read here
+grayscale JPEGs and encodes all output, being faster at both. Every JPEG gets a verdict from
+strict libjpeg-turbo (jpeg_check.py): a damaged one (it decodes only with libjpeg warnings) is
+skipped, kept or re-encoded from Pillow's decode as --damaged_images says; one libjpeg-turbo
+cannot decode at all is judged by Pillow, as is every other format. Every stored image gets a
+perceptual hash and a mirror hash (phash.py), from the same reduced-scale decode for JPEGs and
+from the final pixels otherwise. The header of a plain JPEG (size, components, EXIF orientation) is read here
 without Pillow, which costs a tenth as much; any header this reading does not fully vouch for
 is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
 """
@@ -21,11 +24,15 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from transforms.jpeg_check import DAMAGED, check_jpeg
+from transforms.phash import perceptual_hashes
+
 # Size limits are enforced by `convert_image` with a message that names the flag to change.
 Image.MAX_IMAGE_PIXELS = None
 
 _ORIENTATION_TAG = 0x0112
 _SIXTEEN_BIT_MODES = ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I')
+DAMAGED_ACTIONS = ('skip', 'keep', 'reencode')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +44,7 @@ class ImageOptions:
     max_pixels: int = 0
     max_side: int = 0
     max_image_pixels: int = 89_478_485
+    damaged_images: str = 'skip'   # DAMAGED_ACTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +54,17 @@ class StoredImage:
     height: int
     width: int
     passed_through: bool
+    damage: str = ''        # libjpeg's reason when the input is a damaged JPEG that was stored
+    phash: int = 0          # Perceptual hash (phash.py) of the image and of its mirror image.
+    phash_mirrored: int = 0
 
 
 class ImageError(ValueError):
     """An input that cannot become a record; the message is the reason shown to the user."""
+
+
+class DamagedImageError(ImageError):
+    """A damaged JPEG skipped by --damaged_images=skip."""
 
 
 def target_size(width: int, height: int, options: ImageOptions) -> tuple[int, int]:
@@ -81,20 +96,30 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
             orientation = header.orientation if header else image.getexif().get(_ORIENTATION_TAG, 1)
         rgb_jpeg = header.components == 3 if header else (image.format == 'JPEG'
                                                           and image.mode == 'RGB')
+        is_jpeg = header is not None or image.format == 'JPEG'
+        check = check_jpeg(data, width, height) if is_jpeg else None
+        damage = check.reason if check is not None and check.verdict == DAMAGED else ''
+        if damage and options.damaged_images == 'skip':
+            raise DamagedImageError(f'damaged JPEG: {damage} (strict libjpeg-turbo; '
+                                    '--damaged_images=keep or reencode converts such files)')
+        cmyk = (header.components if header else len(image.getbands())) == 4
+        luma = _orient(check.pixels, orientation) if check is not None and not cmyk else None
         size = target_size(width, height, options)
         keep = (rgb_jpeg and orientation in (1, None) and size == (width, height)
-                and not options.reencode)
+                and not options.reencode and not (damage and options.damaged_images == 'reencode'))
         if keep:
-            _validate_jpeg(data, width, height, image)
-            return StoredImage(data, height, width, passed_through=True)
+            if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
+                luma = _pillow_draft(data, width, height, image)
+            return StoredImage(data, height, width, True, damage, *perceptual_hashes(luma))
         image = image or Image.open(io.BytesIO(data))
-        pixels = _orient(_decode_rgb(image, data, size), orientation)
+        pixels = _orient(_decode_rgb(image, data, size, bool(damage)), orientation)
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
         if (pixels.shape[1], pixels.shape[0]) != final:
             pixels = np.asarray(Image.fromarray(pixels).resize(final, Image.Resampling.BICUBIC))
         encoded = simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=options.jpeg_quality,
                                          colorspace='RGB', colorsubsampling='420', fastdct=False)
-        return StoredImage(encoded, pixels.shape[0], pixels.shape[1], passed_through=False)
+        hashes = perceptual_hashes(pixels if luma is None else luma)
+        return StoredImage(encoded, pixels.shape[0], pixels.shape[1], False, damage, *hashes)
     except ImageError:
         raise
     except Image.DecompressionBombError as exc:
@@ -103,15 +128,12 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
         raise ImageError(_describe(exc)) from None
 
 
-def _validate_jpeg(data: bytes, width: int, height: int, image: Image.Image | None) -> None:
-    """Decodes a JPEG at 1/8 scale; raises if it is truncated or corrupt."""
-    try:
-        simplejpeg.decode_jpeg(data, colorspace='RGB', fastdct=True, fastupsample=True,
-                               min_height=max(1, height // 8), min_width=max(1, width // 8))
-    except ValueError:  # A libjpeg-turbo warning or error: Pillow has the last word.
-        image = image or Image.open(io.BytesIO(data))
-        image.draft('RGB', (max(1, width // 8), max(1, height // 8)))
-        image.load()
+def _pillow_draft(data: bytes, width: int, height: int, image: Image.Image | None) -> np.ndarray:
+    """A JPEG decoded by Pillow at about 1/8 scale (raises if it is truncated or corrupt)."""
+    image = image or Image.open(io.BytesIO(data))
+    image.draft('RGB', (max(1, width // 8), max(1, height // 8)))
+    image.load()
+    return np.asarray(_to_rgb(image))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,9 +242,16 @@ def _exif_orientation(tiff: bytes) -> int | None:
     return 1 if orientation is None else orientation
 
 
-def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.ndarray:
+def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int],
+                damaged: bool) -> np.ndarray:
     """The full image as 8-bit RGB pixels (HxWx3); JPEGs to be downscaled are decoded at a
-    reduced scale."""
+    reduced scale. A damaged JPEG is Pillow's decode, or libjpeg-turbo's lenient one where
+    Pillow gives up (a truncated file)."""
+    if damaged:
+        try:
+            return _pillow_rgb(image, data, size)
+        except (OSError, SyntaxError, ValueError, EOFError):
+            return simplejpeg.decode_jpeg(data, colorspace='RGB', strict=False)
     if image.format == 'JPEG' and image.mode in ('RGB', 'L'):
         scaled = size != image.size
         try:
@@ -231,6 +260,10 @@ def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.nd
                                           min_width=size[0] if scaled else 0)
         except ValueError:
             pass
+    return _pillow_rgb(image, data, size)
+
+
+def _pillow_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.ndarray:
     if image.format == 'JPEG' and size != image.size:
         image.draft(image.mode, size)
     image.load()

@@ -29,7 +29,7 @@ from typing import Iterable
 from pipeline.formats import fileio
 from transforms.refs import ExampleRef
 
-LAYOUT_VERSION = 2   # Raise when the bytes a run writes for the same options change.
+LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.
 
 
 def fingerprint(*parts) -> str:
@@ -67,12 +67,19 @@ def save_done(path: str, result) -> None:
 
 def load_done(path: str, result_type):
     """The result saved for `path` if it is complete (sidecar and data both there), else None."""
+    return load_sidecar(path, result_type) if fileio.exists(path) else None
+
+
+def load_sidecar(path: str, result_type):
+    """The result saved for `path`, also once its data is gone (a part joined into its shard);
+    None when there is none."""
     data = fileio.read_if_exists(f'{path}.json')
-    if data is None or not fileio.exists(path):
+    if data is None:
         return None
     fields = json.loads(data)
     fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
-    fields['errors'] = [tuple(e) for e in fields['errors']]
+    for name in ('errors', 'damaged', 'dropped'):
+        fields[name] = [tuple(e) for e in fields[name]]
     return result_type(**fields)
 
 

@@ -17,12 +17,15 @@ from concurrent.futures import Future
 from typing import Iterable, Iterator
 
 import apache_beam as beam
+import threadpoolctl
 from apache_beam.metrics import Metrics
 
 from pipeline.formats import faults, fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import resume
-from transforms.images import ImageError, convert_image
+from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
+from transforms.leakage import FindLeakage, drop_from_part, dropped_copy
+from transforms.phash import to_int64
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings
@@ -47,6 +50,11 @@ class ShardResult:
     passed_through: int = 0
     seconds: float = 0.0                                           # Converting, summed.
     format_bytes: dict = dataclasses.field(default_factory=dict)   # Shard file size per format.
+    damaged: list = dataclasses.field(default_factory=list)   # (source, reason, action)
+    dropped: list = dataclasses.field(default_factory=list)   # (source, reason): --leakage=drop
+    # Per record, in order: (source, sha256, phash and mirror phash as stored (int64), label
+    # id, passed through).
+    hashes: list = dataclasses.field(default_factory=list)
 
     def add(self, other: 'ShardResult') -> None:
         self.records += other.records
@@ -54,6 +62,8 @@ class ShardResult:
         self.errors += other.errors
         self.passed_through += other.passed_through
         self.seconds += other.seconds
+        self.damaged += other.damaged
+        self.dropped += other.dropped
         for label, n in other.label_counts.items():
             self.label_counts[label] = self.label_counts.get(label, 0) + n
 
@@ -81,11 +91,13 @@ def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
 
 
 class WriteShards(beam.PTransform):
-    """Input refs -> ShardResult of every temporary shard file.
+    """Input refs -> {'shards': ShardResult of every temporary shard file, and the outputs of
+    FindLeakage: 'pairs', 'flat', 'crowded'}.
 
     Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
     fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
-    and each shard's parts are joined in chunk order.
+    the parts' hashes are paired across splits (leakage.py), and each shard's parts are joined
+    in chunk order (without the eval-side copies of pairs, with --leakage=drop).
     """
 
     def __init__(self, settings: ConversionSettings, plans: beam.PCollection,
@@ -93,7 +105,7 @@ class WriteShards(beam.PTransform):
         super().__init__()
         self._settings, self._plans, self._label_map = settings, plans, label_map
 
-    def expand(self, refs: beam.PCollection) -> beam.PCollection:
+    def expand(self, refs: beam.PCollection):
         plans = beam.pvalue.AsDict(self._plans)
         label_map = beam.pvalue.AsSingleton(self._label_map)
         chunks = (refs
@@ -106,14 +118,22 @@ class WriteShards(beam.PTransform):
             | 'Chunks Of Shards' >> beam.FlatMap(_chunk_of_shards, plans=plans)
             | 'Group Fingerprints' >> beam.GroupByKey()
             | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
-        return (chunks
-                | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings),
-                                                label_map=label_map, plans=plans,
-                                                shard_fps=shard_fps)
-                | 'Key By Shard' >> beam.Map(_shard_key)
-                | 'Group By Shard' >> beam.GroupByKey()
-                | 'Write Shards' >> beam.ParDo(WriteShard(self._settings),
-                                                     plans=plans, shard_fps=shard_fps))
+        parts = chunks | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings),
+                                                       label_map=label_map, plans=plans,
+                                                       shard_fps=shard_fps)
+        leakage = parts | 'Find Leakage' >> FindLeakage()
+        drops = {}
+        if self._settings.leakage == 'drop':
+            drops['dropped'] = beam.pvalue.AsDict(
+                leakage['pairs']
+                | 'Eval-Side Copies' >> beam.Map(dropped_copy)
+                | 'One Reason Each' >> beam.CombinePerKey(min))
+        shards = (parts
+                  | 'Key By Shard' >> beam.Map(_shard_key)
+                  | 'Group By Shard' >> beam.GroupByKey()
+                  | 'Write Shards' >> beam.ParDo(WriteShard(self._settings),
+                                                 plans=plans, shard_fps=shard_fps, **drops))
+        return {'shards': shards, **leakage}
 
 
 ShardKey = tuple[str, int]   # (split, shard)
@@ -157,6 +177,9 @@ class EncodeChunk(beam.DoFn):
         self._settings = settings
 
     def setup(self) -> None:
+        # The runner runs a worker per core; a multithreaded BLAS under the perceptual hash's
+        # small matrix products would only spin on the other cores (twice the CPU, measured).
+        threadpoolctl.threadpool_limits(1, user_api='blas')
         self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
@@ -164,6 +187,7 @@ class EncodeChunk(beam.DoFn):
         self._bytes = Metrics.counter(NAMESPACE, 'bytes_written')
         self._converted_chunks = Metrics.counter(NAMESPACE, 'chunks_converted')
         self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
+        self._damaged = Metrics.counter(NAMESPACE, 'images_damaged')
 
     def teardown(self) -> None:
         self._reader.close()
@@ -199,10 +223,8 @@ class EncodeChunk(beam.DoFn):
         for shard, path in paths.items():
             joined = output_folder.shard_path(self._settings.temp_dir, split, shard,
                                        shard_fps[(split, shard)], self._settings.output_formats[0])
-            if fileio.exists(f'{joined}.json'):
-                results.append(ShardResult(split, shard, '', chunk))
-                continue
-            done = resume.load_done(path, ShardResult)
+            joined = fileio.exists(f'{joined}.json')   # Its part's sidecar is kept: the hashes.
+            done = (resume.load_sidecar if joined else resume.load_done)(path, ShardResult)
             if done is None:
                 return None
             results.append(done)
@@ -216,10 +238,22 @@ class EncodeChunk(beam.DoFn):
         with fileio.writing(result.temp_path) as out:
             for ref, read in zip(refs, reads):
                 try:
-                    record, passed = self._record(ref, read, label_map)
+                    record, stored, sha256 = self._record(ref, read, label_map)
+                except DamagedImageError as exc:
+                    result.errors.append((ref.source or ref.key, str(exc)))
+                    result.damaged.append((ref.source or ref.key, str(exc), 'skip'))
+                    continue
                 except ImageError as exc:
                     result.errors.append((ref.source or ref.key, str(exc)))
                     continue
+                passed = stored.passed_through
+                source = ref.source or ref.filename   # As the record says.
+                if stored.damage:
+                    result.damaged.append((source, f'damaged JPEG: {stored.damage}',
+                                           self._settings.image.damaged_images))
+                result.hashes.append((source, sha256, to_int64(stored.phash),
+                                      to_int64(stored.phash_mirrored),
+                                      label_map.id_of(ref.label), int(passed)))
                 framed = records.frame_record(record)
                 out.write(framed)
                 result.records += 1
@@ -231,12 +265,14 @@ class EncodeChunk(beam.DoFn):
         self._written.inc(result.records)
         self._skipped.inc(len(result.errors))
         self._reencoded.inc(result.records - result.passed_through)
+        self._damaged.inc(len(result.damaged))
         self._bytes.inc(result.bytes)
         return result
 
     def _record(self, ref: ExampleRef, read: Future | None,
-                label_map: LabelMap) -> tuple[bytes, bool]:
-        """The record of `ref`, from its image bytes or, for a file, from `read` (its bytes)."""
+                label_map: LabelMap) -> tuple[bytes, StoredImage, str]:
+        """The record of `ref`, from its image bytes or, for a file, from `read` (its bytes);
+        with what was stored and its SHA-256."""
         if ref.problem is not None:
             raise ImageError(ref.problem)
         data = ref.data
@@ -249,16 +285,19 @@ class EncodeChunk(beam.DoFn):
                     raise
                 raise ImageError(f'cannot read file: {reason}') from None
         stored = convert_image(data, self._settings.image)
+        sha256 = hashlib.sha256(stored.encoded).hexdigest()
         features = dict(ref.extras)
         features.update({
             records.ENCODED: stored.encoded, records.FORMAT: 'JPEG',
             records.FILENAME: ref.filename, records.HEIGHT: stored.height,
             records.WIDTH: stored.width, records.CHANNELS: 3, records.COLORSPACE: 'RGB',
             records.LABEL: label_map.id_of(ref.label), records.TEXT: label_map.text_of(ref.label),
-            records.SHA256: hashlib.sha256(stored.encoded).hexdigest(),
+            records.SHA256: sha256,
             records.SOURCE: ref.source or ref.filename,
+            records.PHASH: to_int64(stored.phash),
+            records.PHASH_MIRRORED: to_int64(stored.phash_mirrored),
         })
-        return records.encode_example(features), stored.passed_through
+        return records.encode_example(features), stored, sha256
 
 
 class WriteShard(beam.DoFn):
@@ -276,15 +315,21 @@ class WriteShard(beam.DoFn):
     def setup(self) -> None:
         self._shards = Metrics.counter(NAMESPACE, 'shards_written')
 
-    def process(self, element: tuple, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
+    def process(self, element: tuple, plans: dict, shard_fps: dict,
+                dropped: dict | None = None) -> Iterator[ShardResult]:
         (split, shard), parts = element
         settings = self._settings
-        path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
+        shard_fp = shard_fps[(split, shard)]
+        drops = sorted(h[0] for p in parts for h in p.hashes if (split, h[0]) in (dropped or {}))
+        if drops:   # They depend on other splits' images too, so they name the shard's files.
+            shard_fp = resume.fingerprint(shard_fp, drops)
+        path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
                                  settings.output_formats[0])
         result = resume.load_done(path, ShardResult) if settings.resuming else None
         reused = result is not None
         if result is None:
-            parts = sorted(parts, key=lambda r: r.chunk)
+            parts = [drop_from_part(p, dropped) if drops else p
+                     for p in sorted(parts, key=lambda r: r.chunk)]
             result = ShardResult(split, shard, path)
             for part in parts:
                 result.add(part)

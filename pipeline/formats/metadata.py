@@ -16,6 +16,7 @@ FEATURES = 'features.json'
 LABELS = 'labels.txt'
 CLASS_NAMES = 'image-class-label.labels.txt'   # Where TFDS looks for the ClassLabel names.
 SUMMARY = 'summary.json'
+LEAKAGE = 'leakage.jsonl'   # Near-duplicate pairs across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 
@@ -27,6 +28,10 @@ def shard_name(dataset: str, split: str, index: int, total: int, shard_format: S
 
 def error_report_name(split: str) -> str:
     return f'errors-{split}.jsonl'
+
+
+def damaged_report_name(split: str) -> str:
+    return f'damaged-{split}.jsonl'
 
 
 def _text() -> dict:

@@ -66,7 +66,8 @@ _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
 METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
                   metadata.CLASS_NAMES, metadata.SUMMARY,
-                  *(metadata.error_report_name(s) for s in metadata.SPLITS))
+                  *(metadata.error_report_name(s) for s in metadata.SPLITS),
+                  metadata.LEAKAGE, *(metadata.damaged_report_name(s) for s in metadata.SPLITS))
 _GLOB = re.compile(r'[*?\[]')
 
 
@@ -542,7 +543,7 @@ def _named_files(info: dict) -> list[str]:
         raise ValueError(f'dataset name {name!r}')
     formats = shard_formats.declared(info)
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
-             metadata.SUMMARY]
+             metadata.SUMMARY, metadata.LEAKAGE]
     for split in info['splits']:
         if split.get('filepathTemplate', metadata.SHARD_TEMPLATE) != metadata.SHARD_TEMPLATE:
             raise ValueError('shard names other than this tool\'s')
@@ -552,6 +553,7 @@ def _named_files(info: dict) -> list[str]:
         if len(lengths) > 10_000_000 or any(int(n) < 0 for n in lengths) or int(split['numBytes']) < 0:
             raise ValueError(f'split {split_name!r}: shard lengths or bytes')
         names.append(metadata.error_report_name(split_name))
+        names.append(metadata.damaged_report_name(split_name))
         for file_format in formats:
             names += [metadata.shard_name(name, split_name, i, len(lengths), file_format)
                       for i in range(len(lengths))]

@@ -26,12 +26,14 @@ LABEL = 'image/class/label'
 TEXT = 'image/class/text'
 SHA256 = 'image/key/sha256'
 SOURCE = 'image/source'
+PHASH = 'image/phash'                    # Perceptual hash (transforms/phash.py), as int64.
+PHASH_MIRRORED = 'image/phash_mirrored'  # ... of the mirror image.
 
 # Name -> value kind of every feature each record carries ('bytes', 'int' or 'text').
 IMAGE_FEATURES = {
     ENCODED: 'bytes', FORMAT: 'text', FILENAME: 'text', HEIGHT: 'int', WIDTH: 'int',
     CHANNELS: 'int', COLORSPACE: 'text', LABEL: 'int', TEXT: 'text', SHA256: 'text',
-    SOURCE: 'text',
+    SOURCE: 'text', PHASH: 'int', PHASH_MIRRORED: 'int',
 }
 
 FeatureValue = bytes | str | int | float | bool | Sequence

@@ -20,6 +20,7 @@ from PIL import Image
 from pipeline.formats import fileio, metadata, records, shard_formats
 from pipeline.formats.shard_formats import ShardFormat
 from pipeline.formats.errors import DatasetError
+from pipeline.tools import quality_section
 
 try:
     import matplotlib
@@ -70,7 +71,8 @@ def collect(output_dir: str, sample_records: int) -> dict:
         splits[name] = {'summary': summary['splits'][name], 'shard_bytes': [sizes.get(p, 0) for p in paths],
                         'sample': _sample(paths, shard_format, sample_records),
                         'errors': _errors(output_dir, name)}
-    return {'name': info['name'], 'output_dir': output_dir, 'splits': splits}
+    return {'name': info['name'], 'output_dir': output_dir, 'splits': splits,
+            'leakage': summary.get('leakage')}
 
 
 _MARKERS = {'train': 'o', 'validation': 's', 'test': '^'}
@@ -125,7 +127,10 @@ def _contact_sheet(data: dict, path: str) -> None:
             ax = axes[row][col]
             ax.axis('off')
             if col < len(by_class.get(key, [])):
-                ax.imshow(Image.open(io.BytesIO(by_class[key][col]['encoded'])).convert('RGB'))
+                try:
+                    ax.imshow(Image.open(io.BytesIO(by_class[key][col]['encoded'])).convert('RGB'))
+                except OSError:   # A damaged JPEG kept with --damaged_images=keep.
+                    ax.text(0.5, 0.5, 'damaged JPEG', ha='center', va='center')
                 ax.set_title(f'{by_class[key][col]["split"]} · {key[0]}: {key[1]}'[:32], fontsize=9)
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -141,7 +146,8 @@ def _html(data: dict, charts: str, sheet: str) -> str:
                          'was skipped; see below).</p>')
         rows.append(f'<tr><td>{html.escape(name)}</td><td>{s["records"]}</td><td>{len(shards)}</td>'
                     f'<td>{sum(shards) / 1e6:.1f}</td><td>{min(shards, default=0) / 1e6:.1f} – '
-                    f'{max(shards, default=0) / 1e6:.1f}</td><td>{s["skipped"]}</td></tr>')
+                    f'{max(shards, default=0) / 1e6:.1f}</td><td>{s["skipped"]}</td>'
+                    f'<td>{s.get("damaged", 0)}</td></tr>')
         reasons = collections.Counter(e['reason'] for e in split['errors'])
         errors += [f'<tr><td>{html.escape(name)}</td><td>{html.escape(e["source"])}</td>'
                    f'<td>{html.escape(e["reason"])}</td></tr>' for e in split['errors'][:200]]
@@ -155,10 +161,12 @@ def _html(data: dict, charts: str, sheet: str) -> str:
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} img{{max-width:100%}}</style></head>
 <body><h1>{html.escape(data["name"])}</h1><p>{html.escape(data["output_dir"])}</p>
 <h2>Splits</h2><table><tr><th>split</th><th>records</th><th>shards</th><th>MB</th>
-<th>shard MB (min – max)</th><th>skipped</th></tr>{''.join(rows)}</table>{''.join(notes)}
+<th>shard MB (min – max)</th><th>skipped</th><th>damaged</th></tr>{''.join(rows)}</table>{''.join(notes)}
 <h2>Classes, shards and image sizes</h2><img src="{html.escape(charts)}" alt="charts">
 <h2>Samples per class</h2><img src="{html.escape(sheet)}" alt="contact sheet">
 <h2>Skipped files</h2>{skipped}
+<h2>Damaged JPEGs</h2>{quality_section.damaged_section(data["output_dir"], list(data["splits"]))}
+<h2>Near-duplicates across splits</h2>{quality_section.leakage_section(data["output_dir"], data["leakage"])}
 </body></html>
 '''
 

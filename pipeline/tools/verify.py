@@ -22,6 +22,7 @@ from PIL import Image
 
 from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
 from pipeline.formats.errors import DatasetError, printable
+from pipeline.tools import quality_checks
 
 Image.MAX_IMAGE_PIXELS = None
 
@@ -37,24 +38,27 @@ class ShardReport:
     problems: list = dataclasses.field(default_factory=list)
     digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
     content: str = ''                                          # SHA-256 of all records, in order.
+    hashes: list = dataclasses.field(default_factory=list)     # (source, sha256, hash, mirror)
 
 
-def _check_record(data: bytes, names: list[str], sample: float) -> tuple[list[str], bytes]:
-    """Problems of one record, and the digest of its image."""
+def _check_record(data: bytes, names: list[str], sample: float) -> tuple[list[str], bytes, tuple]:
+    """Problems of one record, the digest of its image, and (source, sha256, hashes)."""
     try:
         example = records.decode_example(data)
     except ValueError as exc:
-        return [f'does not parse as tf.train.Example ({exc})'], b''
+        return [f'does not parse as tf.train.Example ({exc})'], b'', ()
     problems = []
     for key, kind in records.IMAGE_FEATURES.items():
         values = example.get(key)
+        if key in quality_checks.HASH_FEATURES and values is None:   # Written before hashes.
+            continue
         ok_type = values is not None and len(values) == 1 and isinstance(
             values[0], int if kind == 'int' else bytes)
         if not ok_type:
             problems.append(f'{key} is missing or not a single {kind}')
     if problems:
-        return problems, b''
-    value = {key: example[key][0] for key in records.IMAGE_FEATURES}
+        return problems, b'', ()
+    value = {key: example[key][0] for key in records.IMAGE_FEATURES if key in example}
     label, text = value[records.LABEL], value[records.TEXT].decode()
     if not 0 <= label < len(names):
         problems.append(f'label {label} is out of range 0..{len(names) - 1}')
@@ -65,10 +69,14 @@ def _check_record(data: bytes, names: list[str], sample: float) -> tuple[list[st
         problems.append('image/key/sha256 does not match the image bytes')
     if int.from_bytes(digest[:4], 'big') < sample * 2**32:
         problems += _check_image(value)
-    return problems, digest[:16]
+    hashes = (value[records.SOURCE].decode(), digest.hex(), *quality_checks.stored_hashes(example))
+    return problems, digest[:16], hashes
 
 
 def _check_image(value: dict) -> list[str]:
+    damage = quality_checks.damage(value[records.ENCODED], value[records.WIDTH], value[records.HEIGHT])
+    if damage:
+        return [damage]
     try:
         image = Image.open(io.BytesIO(value[records.ENCODED]))
         image.load()
@@ -91,8 +99,9 @@ def check_shard(task: tuple) -> ShardReport:
     try:
         for number, data in enumerate(shard_format.read_records(path)):
             content.update(len(data).to_bytes(8, 'little') + data)
-            problems, digest = _check_record(data, names, sample)
+            problems, digest, hashes = _check_record(data, names, sample)
             report.problems += [f'record {number}: {p}' for p in problems]
+            report.hashes += [hashes] if hashes else []
             report.digests.append((digest, number))
             report.records += 1
             report.bytes += len(data) + 16
@@ -188,6 +197,8 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         total = sum(r.bytes for r in shards)
         if not any(r.problems for r in shards) and total != int(split['numBytes']):
             problems.append(f"{split['name']}: {total} bytes, dataset_info.json says {split['numBytes']}")
+    problems += quality_checks.leakage_problems(
+        output_dir, [(r.split, *h) for r in primary.values() for h in r.hashes])
     _print_summary(info, reports, problems)
     return problems
 

@@ -1,0 +1,66 @@
+"""The report's data-quality sections: damaged JPEGs per split, and near-duplicate pairs across
+splits with their two images side by side (thumbnails inlined in the page)."""
+import base64
+import html
+import io
+import json
+
+from PIL import Image
+
+from pipeline.formats import fileio, metadata
+
+THUMBNAIL = 128
+PAIRS_SHOWN = 24
+DAMAGED_SHOWN = 200
+
+
+def _lines(output_dir: str, name: str) -> list[dict]:
+    data = fileio.read_if_exists(fileio.join(output_dir, name))
+    return [json.loads(line) for line in data.decode().splitlines() if line] if data else []
+
+
+def _thumbnail(source: str) -> str:
+    """An <img> of the image at `source` (the input), or a note when it cannot be read here."""
+    try:
+        image = Image.open(io.BytesIO(fileio.read_bytes(source)))
+        image.thumbnail((THUMBNAIL, THUMBNAIL))
+        out = io.BytesIO()
+        image.convert('RGB').save(out, 'JPEG', quality=85)
+    except Exception:
+        return '<i>not readable here</i>'
+    return f'<img src="data:image/jpeg;base64,{base64.b64encode(out.getvalue()).decode()}">'
+
+
+def damaged_section(output_dir: str, splits: list[str]) -> str:
+    rows = [e for split in splits for e in _lines(output_dir, metadata.damaged_report_name(split))]
+    if not rows:
+        return '<p>No damaged JPEGs (strict libjpeg-turbo).</p>'
+    return ('<table><tr><th>split</th><th>file</th><th>libjpeg says</th><th>done</th></tr>'
+            + ''.join(f'<tr><td>{html.escape(e["split"])}</td><td>{html.escape(e["source"])}</td>'
+                      f'<td>{html.escape(e["reason"])}</td><td>{html.escape(e["action"])}</td></tr>'
+                      for e in rows[:DAMAGED_SHOWN])
+            + '</table>' + (f'<p>... and {len(rows) - DAMAGED_SHOWN} more (damaged-SPLIT.jsonl)'
+                            '</p>' if len(rows) > DAMAGED_SHOWN else ''))
+
+
+def leakage_section(output_dir: str, leakage: dict | None) -> str:
+    if leakage is None:
+        return '<p>Not checked (a dataset written before leakage was checked).</p>'
+    pairs = sorted(_lines(output_dir, metadata.LEAKAGE), key=lambda p: p['distance'])
+    head = (f'<p>{leakage["pairs"]} near-duplicate pair(s) across splits within '
+            f'{leakage["radius"]} of 64 bits ({leakage["exact"]} exact, {leakage["mirrored"]} '
+            f'mirrored); --leakage={html.escape(leakage["action"])}. '
+            f'{sum(leakage["flat_images"].values())} flat image(s) and '
+            f'{len(leakage["crowded_buckets"])} crowded hash bucket(s) were not compared.</p>')
+    if not pairs:
+        return head
+    rows = ''.join(
+        f'<tr><td>{_thumbnail(p["source_a"])}<br>{html.escape(p["split_a"])}: '
+        f'{html.escape(p["source_a"])}</td><td>{_thumbnail(p["source_b"])}<br>'
+        f'{html.escape(p["split_b"])}: {html.escape(p["source_b"])}</td><td>{p["distance"]}'
+        f'{" (exact)" if p["exact"] else ""}{" (mirrored)" if p["mirrored"] else ""}</td></tr>'
+        for p in pairs[:PAIRS_SHOWN])
+    more = f'<p>... and {len(pairs) - PAIRS_SHOWN} more (leakage.jsonl)</p>' if len(
+        pairs) > PAIRS_SHOWN else ''
+    return (f'{head}<table><tr><th>earlier split</th><th>later split</th><th>distance (bits)</th>'
+            f'</tr>{rows}</table>{more}')

@@ -1,0 +1,133 @@
+"""Near-duplicates across splits: copies of training images planted in the test split (resized
+and re-encoded at quality 60-90, brightened or darkened by 20%, greyscale, mirrored, exact) among
+distinct photo-like images are found, listed in leakage.jsonl, counted, and reported, dropped or
+refused as --leakage says. Through the command line, as a user runs it."""
+import io
+import json
+import os
+import random
+
+import pytest
+from PIL import Image, ImageEnhance
+
+from pipeline.formats import records
+from pipeline.tools.verify import verify
+from pipeline.testing import imagemaker
+from tests.helpers import IN_PROCESS, read_split, run_cli, write_tree
+
+COPIES = {
+    'resized': lambda im, rng: _jpeg(im.resize((int(im.width * rng.uniform(0.4, 0.9)),
+                                                int(im.height * rng.uniform(0.4, 0.9))),
+                                               Image.Resampling.BICUBIC), rng.randint(60, 90)),
+    'brighter': lambda im, rng: _jpeg(ImageEnhance.Brightness(im).enhance(1.2), 85),
+    'darker': lambda im, rng: _jpeg(ImageEnhance.Brightness(im).enhance(0.8), 85),
+    'greyscale': lambda im, rng: _jpeg(im.convert('L'), 85),
+    'mirrored': lambda im, rng: _jpeg(im.transpose(Image.Transpose.FLIP_LEFT_RIGHT), 85),
+    'exact': None,
+}
+PER_KIND = 20
+
+
+def _jpeg(image: Image.Image, quality: int = 90) -> bytes:
+    out = io.BytesIO()
+    image.save(out, 'JPEG', quality=quality)
+    return out.getvalue()
+
+
+@pytest.fixture(scope='module')
+def planted(tmp_path_factory):
+    """400 distinct photos (200 train, 100 validation, 100 test), 20 copies of train photos of
+    each kind in test, and two blank images in train and validation."""
+    rng = random.Random(3)
+    size = lambda: (rng.randint(160, 320), rng.randint(120, 240))   # noqa: E731
+    photos = [Image.fromarray(imagemaker.photo(*size(), seed=i)) for i in range(400)]
+    files = {f'train/c{i % 4}/p{i}.jpg': _jpeg(photos[i]) for i in range(200)}
+    files.update({f'validation/c{i % 4}/p{i}.jpg': _jpeg(photos[i]) for i in range(200, 300)})
+    files.update({f'test/c{i % 4}/p{i}.jpg': _jpeg(photos[i]) for i in range(300, 400)})
+    expected = {}
+    for k, (kind, copy) in enumerate(COPIES.items()):
+        for n in range(PER_KIND):
+            i = k * PER_KIND + n
+            name = f'test/c{i % 4}/{kind}{n}.jpg'
+            files[name] = copy(photos[i], rng) if copy else files[f'train/c{i % 4}/p{i}.jpg']
+            expected[name] = (f'train/c{i % 4}/p{i}.jpg', kind)
+    for split in ('train', 'validation'):
+        files[f'{split}/c0/blank.png'] = imagemaker.encode(Image.new('RGB', (64, 48), 'white'), 'PNG')
+    return write_tree(tmp_path_factory.mktemp('in'), files), files, expected
+
+
+def _convert(root: str, out: str, *flags: str):
+    return run_cli(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
+                   *flags)
+
+
+def _pairs(root: str, out: str) -> list[dict]:
+    pairs = [json.loads(line) for line in open(f'{out}/leakage.jsonl')]
+    for pair in pairs:
+        for side in ('source_a', 'source_b'):
+            pair[side] = os.path.relpath(pair[side], root)
+    return pairs
+
+
+def test_planted_copies_are_found_and_distinct_images_are_not_paired(planted, tmp_path):
+    root, files, expected = planted
+    out = f'{tmp_path}/out'
+    result = _convert(root, out)
+    assert result.returncode == 0, result.stderr
+    pairs = _pairs(root, out)
+    found = {p['source_b']: p for p in pairs if p['source_b'] in expected}
+    for kind in COPIES:   # Recall >= 0.95 for every kind of copy.
+        planted_kind = [name for name, (_, k) in expected.items() if k == kind]
+        hits = [n for n in planted_kind if n in found and found[n]['source_a'] == expected[n][0]]
+        assert len(hits) >= 0.95 * PER_KIND, (kind, sorted(set(planted_kind) - set(hits)))
+    false = [p for p in pairs if p['source_b'] not in expected]
+    assert len(false) <= 0.001 * 400, false   # None among the 400 distinct photos.
+    assert all(found[n]['mirrored'] for n in expected if n in found and 'mirrored' in n)
+    assert {n for n in found if found[n]['exact']} == {n for n in expected if 'exact' in n}
+    assert all(p['distance'] == 0 for p in pairs if p['exact'])
+    summary = json.load(open(f'{out}/summary.json'))
+    leakage = summary['leakage']
+    assert leakage['pairs'] == len(pairs) and leakage['between'] == {'train/test': len(pairs)}
+    assert leakage['exact'] == PER_KIND and leakage['flat_images'] == {'train': 1, 'validation': 1}
+    assert (f'leakage: {len(pairs)} near-duplicate pair(s) across splits within 8 of 64 bits '
+            f'({PER_KIND} exact, {leakage["mirrored"]} mirrored): train/test {len(pairs)}; see '
+            'leakage.jsonl') in result.stdout.splitlines()
+    assert 'leakage: 2 flat image(s) (blank or constant) were not compared' in result.stdout
+    stored = read_split(out, 'train', {records.PHASH: _int64(), records.PHASH_MIRRORED: _int64()})
+    hashes = [r[records.PHASH] for r in stored]
+    assert hashes.count(0) == 1 and len(set(hashes)) == len(hashes)   # Only the blank is flat.
+    problems = verify(out, processes=1)   # Recomputes the same pairs from the records.
+    assert len(problems) == PER_KIND + 1   # The exact copies and the blank image, as before.
+    assert all(p.endswith('duplicate across splits (leakage)') for p in problems)
+
+
+def _int64():
+    import tensorflow as tf
+    return tf.io.FixedLenFeature([], tf.int64)
+
+
+def test_drop_leaves_the_test_copies_out_and_accounts_for_them(planted, tmp_path):
+    root, files, expected = planted
+    out = f'{tmp_path}/out'
+    result = _convert(root, out, '--leakage=drop')
+    assert result.returncode == 0, result.stderr
+    pairs = _pairs(root, out)
+    dropped = {p['source_b'] for p in pairs}
+    test = {os.path.relpath(r[records.SOURCE], root) for r in read_split(out, 'test')}
+    inputs = {name for name in files if name.startswith('test/')}
+    assert test == inputs - dropped and dropped <= inputs
+    summary = json.load(open(f'{out}/summary.json'))['splits']['test']
+    assert summary['dropped_copies'] == len(dropped) and summary['skipped'] == 0
+    assert summary['records'] + summary['dropped_copies'] == summary['inputs'] == len(inputs)
+    assert f'; {len(dropped)} later-split copies dropped; see leakage.jsonl' in result.stdout
+    assert len(read_split(out, 'train')) == 201
+
+
+def test_fail_commits_nothing(planted, tmp_path):
+    root, _, _ = planted
+    out = f'{tmp_path}/out'
+    result = _convert(root, out, '--leakage=fail')
+    assert result.returncode == 2
+    assert 'have a near-duplicate in another split' in result.stderr
+    assert '--leakage=fail: nothing was committed' in result.stderr
+    assert not os.path.exists(f'{out}/dataset_info.json')
