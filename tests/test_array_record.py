@@ -125,13 +125,13 @@ def test_tfds_as_data_source_gives_random_access_and_as_dataset_reads_tfrecord(o
                 for p in _shards(both, 'train', 'tfrecord') for r in _tfrecords(p)]
     assert len(source) == len(expected) == 36
     for i in (35, 0, 17):
-        image = source[i]['image']   # Nested as the record keys: image/class/label, ...
-        assert image['class']['label'] == expected[i][records.LABEL][0]
-        assert image['encoded'].shape == (expected[i][records.HEIGHT][0],
-                                          expected[i][records.WIDTH][0], 3)
-        assert image['filename'] == expected[i][records.FILENAME][0]
+        example = source[i]   # Keyed as the records: image/class/label, ...
+        assert example[records.LABEL] == expected[i][records.LABEL][0]
+        assert example[records.ENCODED].shape == (expected[i][records.HEIGHT][0],
+                                                  expected[i][records.WIDTH][0], 3)
+        assert example[records.FILENAME] == expected[i][records.FILENAME][0]
     ds = tfds.builder_from_directory(both).as_dataset(split='train')
-    assert [e['image']['filename'] for e in ds.as_numpy_iterator()] == [
+    assert [e[records.FILENAME] for e in ds.as_numpy_iterator()] == [
         e[records.FILENAME][0] for e in expected]
     only = tfds.builder_from_directory(outputs['ar']).as_data_source(split='test')
     assert len(only) == 36

@@ -91,12 +91,17 @@ def test_tfds_loads_decoded_images_and_class_names(mixed):
     builder = tfds.builder_from_directory(out)
     assert builder.info.splits['train'].num_examples == summary['splits']['train']['records'] == 7
     assert builder.info.splits['test'].num_examples == 3
-    label = builder.info.features['image']['class']['label']
+    label = builder.info.features['image/class/label']
     assert label.names == ['bird', 'cat', 'dog']
     for example in tfds.as_numpy(builder.as_dataset(split='test')):
-        image = example['image']
-        assert image['encoded'].shape == (image['height'], image['width'], 3)
-        assert label.int2str(image['class']['label']) == image['class']['text'].decode()
+        assert example['image/encoded'].shape == (example['image/height'],
+                                                  example['image/width'], 3)
+        assert label.int2str(example['image/class/label']) == example['image/class/text'].decode()
+    pairs = tfds.as_numpy(builder.as_dataset(split='test', as_supervised=True))
+    records = tfds.as_numpy(builder.as_dataset(split='test'))
+    for (image, label_id), example in zip(pairs, records, strict=True):
+        assert (image == example['image/encoded']).all() and image.shape[2] == 3
+        assert label_id == example['image/class/label']
     assert open(os.path.join(out, 'labels.txt')).read() == 'bird\ncat\ndog\n'
 
 

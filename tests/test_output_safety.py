@@ -33,10 +33,13 @@ def test_existing_dataset_is_refused_then_fully_replaced_with_overwrite(tmp_path
     assert message.startswith(f'{out} already holds a dataset (')
     assert message.endswith('pass --overwrite to replace it or choose another --output_dir')
     (tmp_path / 'out' / 'notes.md').write_text('not ours')
+    # The class names under the name earlier versions gave them (nested TFDS features).
+    os.rename(f'{out}/image.class.label.labels.txt', f'{out}/image-class-label.labels.txt')
     convert(f'--input_dir={images}', f'--output_dir={out}', '--overwrite', '--dataset_name=new')
     names = sorted(os.listdir(out))
     assert [n for n in names if 'tfrecord' in n] == ['new-train.tfrecord-00000-of-00001']
     assert 'notes.md' in names and not any(n.startswith('.tmp-') for n in names)
+    assert [n for n in names if n.endswith('.labels.txt')] == ['image.class.label.labels.txt']
 
 
 def test_error_ratio_failure_commits_nothing_and_keeps_previous_dataset(tmp_path, images):

@@ -164,7 +164,7 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
     output_folder.release(out, token)
     assert sorted(os.listdir(out)) == [
         'd-train.tfrecord-00000-of-00002', 'd-train.tfrecord-00001-of-00002', 'damaged-train.jsonl',
-        'dataset_info.json', 'errors-train.jsonl', 'features.json', 'image-class-label.labels.txt',
+        'dataset_info.json', 'errors-train.jsonl', 'features.json', 'image.class.label.labels.txt',
         'labels.txt', 'leakage.jsonl', 'summary.json']
     assert json.loads(open(f'{out}/errors-train.jsonl').read())['source'] == f'{root}/train/c0/bad.jpg'
     info = json.load(open(f'{out}/dataset_info.json'))

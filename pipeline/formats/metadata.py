@@ -3,7 +3,9 @@ and the run summary.
 
 `dataset_info.json` and `features.json` follow the TFDS format, so
 `tfds.builder_from_directory(output_dir)` loads the dataset with decoded images and class names;
-they are written as plain JSON so workers need no TFDS import.
+they are written as plain JSON so workers need no TFDS import. TFDS sees the record keys as they
+are (`image/encoded`, `image/class/label`, ...), each a top-level feature, and those two as the
+supervised keys, so `as_supervised=True` gives (image, label) pairs.
 """
 import json
 from typing import Mapping, Sequence
@@ -14,7 +16,8 @@ from pipeline.formats.shard_formats import ShardFormat
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'
 LABELS = 'labels.txt'
-CLASS_NAMES = 'image-class-label.labels.txt'   # Where TFDS looks for the ClassLabel names.
+CLASS_NAMES = 'image.class.label.labels.txt'   # Where TFDS looks for the ClassLabel names.
+OLD_CLASS_NAMES = 'image-class-label.labels.txt'   # The same, from versions with nested features.
 SUMMARY = 'summary.json'
 LEAKAGE = 'leakage.jsonl'   # Near-duplicate pairs across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
@@ -59,29 +62,17 @@ def _feature(name: str, kind: str, num_classes: int) -> dict:
     return _scalar(kind)
 
 
-def _features_dict(tree: dict) -> dict:
-    return {'pythonClassName': _TFDS + 'features_dict.FeaturesDict',
-            'featuresDict': {'features': {
-                k: _features_dict(v) if 'pythonClassName' not in v else v
-                for k, v in sorted(tree.items())}}}
-
-
 def features_json(num_classes: int, extras: Mapping[str, Mapping]) -> dict:
-    """TFDS features.json: nested FeaturesDicts mirroring the '/'-separated record keys."""
-    tree: dict = {}
-    flat = {name: _feature(name, kind, num_classes) for name, kind in records.IMAGE_FEATURES.items()}
+    """TFDS features.json: one top-level feature per record key."""
+    features = {name: _feature(name, kind, num_classes)
+                for name, kind in records.IMAGE_FEATURES.items()}
     for name, info in extras.items():
         scalar = _scalar(info['kind'])
-        flat[name] = ({'pythonClassName': _TFDS + 'sequence_feature.Sequence',
-                       'sequence': {'feature': scalar, 'length': '-1'}}
-                      if info['is_list'] else scalar)
-    for name, feature in flat.items():
-        *parents, leaf = name.split('/')
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = feature
-    return _features_dict(tree)
+        features[name] = ({'pythonClassName': _TFDS + 'sequence_feature.Sequence',
+                           'sequence': {'feature': scalar, 'length': '-1'}}
+                          if info['is_list'] else scalar)
+    return {'pythonClassName': _TFDS + 'features_dict.FeaturesDict',
+            'featuresDict': {'features': dict(sorted(features.items()))}}
 
 
 def dataset_info_json(dataset: str, version: str, description: str,
@@ -95,6 +86,8 @@ def dataset_info_json(dataset: str, version: str, description: str,
         'description': description,
         'fileFormat': file_formats[0].tfds_name,
         'moduleName': 'image_tfrecords',
+        'supervisedKeys': {'tuple': {'items': [{'featureKey': records.ENCODED},
+                                               {'featureKey': records.LABEL}]}},
         'splits': [{'name': name, 'filepathTemplate': SHARD_TEMPLATE,
                     'numBytes': str(info['num_bytes']),
                     'shardLengths': [str(n) for n in info['shard_lengths']]}

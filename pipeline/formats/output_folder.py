@@ -65,7 +65,7 @@ RUNNING, COMMITTED = 'running', 'committed'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
 METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
-                  metadata.CLASS_NAMES, metadata.SUMMARY,
+                  metadata.CLASS_NAMES, metadata.OLD_CLASS_NAMES, metadata.SUMMARY,
                   *(metadata.error_report_name(s) for s in metadata.SPLITS),
                   metadata.LEAKAGE, *(metadata.damaged_report_name(s) for s in metadata.SPLITS))
 _GLOB = re.compile(r'[*?\[]')
@@ -543,7 +543,7 @@ def _named_files(info: dict) -> list[str]:
         raise ValueError(f'dataset name {name!r}')
     formats = shard_formats.declared(info)
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
-             metadata.SUMMARY, metadata.LEAKAGE]
+             metadata.OLD_CLASS_NAMES, metadata.SUMMARY, metadata.LEAKAGE]
     for split in info['splits']:
         if split.get('filepathTemplate', metadata.SHARD_TEMPLATE) != metadata.SHARD_TEMPLATE:
             raise ValueError('shard names other than this tool\'s')
