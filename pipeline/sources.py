@@ -8,7 +8,7 @@ import dataclasses
 import importlib
 
 from pipeline.classic.config import ImageClassificationConfig
-from pipeline.formats import fileio
+from pipeline.formats import fileio, folders
 from pipeline.formats.errors import DatasetError
 from pipeline.options import ConverterOptions
 from transforms.listing import ConfigPartition, CsvFile, FolderSplit, Partition
@@ -49,12 +49,18 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
 
 
 def _folder_source(root: str, labels: LabelSettings) -> Source:
-    present = {fileio.basename(d) for d in fileio.list_subdirs(root)}
-    splits = tuple(s for s in SPLITS if s in present)
+    place = folders.place_of(root)
+    found = [p for p in folders.children(place)[0] if p.name in SPLITS]
+    for split in SPLITS:
+        twins = [p.path for p in found if p.name == split]
+        if len(twins) > 1:
+            raise DatasetError(f'{" and ".join(twins)} both stand for split {split}; keep one')
+    splits = tuple(s for s in SPLITS if s in {p.name for p in found})
     if not splits:
         raise DatasetError(f'{root} has no split folders; expected {root}/train/<class>/<image> '
-                           '(and/or validation/, test/)')
-    return Source([FolderSplit(s, fileio.join(root, s)) for s in splits], splits, labels,
+                           '(and/or validation/, test/; each may be a .tar, .tar.gz or .zip)')
+    by_name = {p.name: p for p in found}
+    return Source([FolderSplit(s, by_name[s]) for s in splits], splits, labels,
                   identity=f'folder {root}')
 
 

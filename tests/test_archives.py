@@ -1,0 +1,189 @@
+"""Tar and zip archives as folders of the input layout, against the same images unpacked."""
+import json
+import os
+import shutil
+import signal
+import zipfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from pipeline.formats import records
+from tests import archivemaker, imagemaker
+from tests.helpers import IN_PROCESS, convert, output_files, pixels, read_split, run_cli, write_tree
+
+CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
+PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
+IMAGES = {f'{split}/n0{c}/{split}_{c}_{i}.JPEG': imagemaker.jpeg(48, 32, seed=c * 100 + i + len(split))
+          for split, n in (('train', 8), ('validation', 4), ('test', 3)) for c in range(3)
+          for i in range(n)}
+IMAGES['train/n01/cmyk.JPEG'] = CMYK
+IMAGES['train/n02/png.JPEG'] = PNG_NAMED_JPEG
+
+
+def shards_without_source(out: str, split: str) -> list[list[bytes]]:
+    """Per shard file, its records in order, serialized without image/source."""
+    shards = []
+    for path in sorted(p for p in os.listdir(out) if f'-{split}.tfrecord-' in p):
+        shard = []
+        for raw in tf.data.TFRecordDataset(os.path.join(out, path)):
+            example = tf.train.Example.FromString(raw.numpy())
+            del example.features.feature[records.SOURCE]
+            shard.append(example.SerializeToString(deterministic=True))
+        shards.append(shard)
+    return shards
+
+
+def archived_layout(root, files: dict) -> None:
+    """ImageNet's train.tar (a tar of class tars), a zip of class folders as validation, and a
+    gzip tar of class folders (one class an inner tar) as test."""
+    write_tree(root, {
+        'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train')),
+        'validation.zip': archivemaker.zip_({'n00/': b'', '__MACOSX/n00/._validation_0_0.JPEG': b'',
+                                             **archivemaker.folder(files, 'validation')}),
+        'test.tar.gz': archivemaker.tar(
+            {**{k: v for k, v in archivemaker.folder(files, 'test').items() if k.startswith('n00/')},
+             **{k: v for k, v in archivemaker.class_tars(files, 'test').items() if k != 'n00.tar'}},
+            'gz'),
+    })
+
+
+def swap(root, files: dict, archived: bool) -> str:
+    """Makes `root` hold `files` loose or archived (same logical layout, same keys)."""
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    if archived:
+        archived_layout(root, files)
+    else:
+        write_tree(root, files)
+    return str(root)
+
+
+def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path):
+    root = tmp_path / 'imagenet'
+    flags = [f'--input_dir={root}', '--num_shards=2', *IN_PROCESS]
+    swap(root, IMAGES, archived=False)
+    loose = run_cli(*flags, f'--output_dir={tmp_path}/loose')
+    assert loose.returncode == 0, loose.stderr
+    swap(root, IMAGES, archived=True)
+    plan = run_cli(*flags, '--plan_only')
+    assert plan.returncode == 0, plan.stderr
+    assert (f'1 gzip-compressed archive(s), each read in one pass by one worker (gzip cannot be '
+            f'split; an uncompressed .tar is read by many): {root}/test.tar.gz') in plan.stdout
+    archived = run_cli(*flags, f'--output_dir={tmp_path}/archived')
+    assert archived.returncode == 0, archived.stderr
+    for split in ('train', 'validation', 'test'):
+        assert (shards_without_source(f'{tmp_path}/archived', split)
+                == shards_without_source(f'{tmp_path}/loose', split))
+    train = {r[records.FILENAME]: r for r in read_split(f'{tmp_path}/archived', 'train')}
+    assert len(train) == 26
+    assert train['train_0_3.JPEG'][records.SOURCE] == f'{root}/train.tar/n00.tar/train_0_3.JPEG'
+    assert train['train_0_3.JPEG'][records.TEXT] == 'n00'
+    test = {r[records.FILENAME]: r[records.SOURCE] for r in read_split(f'{tmp_path}/archived', 'test')}
+    assert test['test_0_1.JPEG'] == f'{root}/test.tar.gz/n00/test_0_1.JPEG'
+    assert test['test_2_1.JPEG'] == f'{root}/test.tar.gz/n02.tar/test_2_1.JPEG'
+    # ImageNet's odd files: a PNG and CMYK JPEGs named .JPEG become RGB JPEGs.
+    for name, original in (('cmyk.JPEG', CMYK), ('png.JPEG', PNG_NAMED_JPEG)):
+        record = train[name]
+        assert record[records.ENCODED][:2] == b'\xff\xd8' and record[records.CHANNELS] == 3
+        expected = imagemaker.decode(original).astype(int)
+        assert np.abs(pixels(record).astype(int) - expected).mean() < 8   # JPEG at q95, 4:2:0.
+    summary = json.load(open(f'{tmp_path}/archived/summary.json'))['splits']
+    assert summary['validation']['ignored'] == 2   # The zip's directory entry, __MACOSX/.
+    assert (summary['train']['records'], summary['validation']['records'],
+            summary['test']['records']) == (26, 12, 9)
+
+
+def test_zip_as_the_input_root_with_hidden_and_macos_entries(tmp_path):
+    files = {k: v for k, v in IMAGES.items() if k.startswith(('train/', 'validation/'))}
+    write_tree(tmp_path / 'flowers', files)
+    convert(f'--input_dir={tmp_path}/flowers', f'--output_dir={tmp_path}/loose', '--num_shards=3')
+    shutil.rmtree(tmp_path / 'flowers')
+    extra = {'train/': b'', 'train/n00/': b'', '__MACOSX/train/n00/._train_0_0.JPEG': b'fork',
+             'train/n01/.DS_Store': b'hidden', 'train/.cache/x.JPEG': b'hidden folder'}
+    write_tree(tmp_path, {'flowers.zip': archivemaker.zip_({**extra, **files})})
+    summary = convert(f'--input_dir={tmp_path}/flowers.zip', f'--output_dir={tmp_path}/zipped',
+                      '--num_shards=3')
+    assert summary['splits']['train']['records'] == 26
+    assert summary['splits']['train']['ignored'] == 3   # train/n00/, two hidden files.
+    for split in ('train', 'validation'):
+        assert (shards_without_source(f'{tmp_path}/zipped', split)
+                == shards_without_source(f'{tmp_path}/loose', split))
+    sources = {r[records.SOURCE] for r in read_split(f'{tmp_path}/zipped', 'validation')}
+    assert f'{tmp_path}/flowers.zip/validation/n02/validation_2_3.JPEG' in sources
+
+
+def validation_csv(files: dict, folder: str) -> bytes:
+    return ''.join(f'{folder}/{k.split("/")[-1]},{k.split("/")[1]}\n'
+                   for k in sorted(files) if k.startswith('validation/')).encode()
+
+
+def test_flat_tar_labelled_by_a_csv_of_paths_through_it(tmp_path):
+    flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
+    write_tree(tmp_path / 'in' / 'val', flat)
+    write_tree(tmp_path / 'in', {'val.csv': validation_csv(IMAGES, 'val')})
+    convert(f'--csv_validation={tmp_path}/in/val.csv', f'--output_dir={tmp_path}/loose')
+    shutil.rmtree(tmp_path / 'in' / 'val')
+    write_tree(tmp_path / 'in', {'val.tar': archivemaker.tar(flat), 'val.csv': validation_csv(
+        IMAGES, 'val.tar') + b'val.tar/missing.JPEG,n00\n'})
+    summary = convert(f'--csv_validation={tmp_path}/in/val.csv', f'--output_dir={tmp_path}/tar',
+                      '--max_error_ratio=0.1')
+    assert summary['splits']['validation']['records'] == 12
+    assert (shards_without_source(f'{tmp_path}/tar', 'validation')
+            == shards_without_source(f'{tmp_path}/loose', 'validation'))
+    rows = read_split(f'{tmp_path}/tar', 'validation')
+    assert f'{tmp_path}/in/val.tar/validation_1_2.JPEG' in {r[records.SOURCE] for r in rows}
+    errors = [json.loads(line) for line in open(f'{tmp_path}/tar/errors-validation.jsonl')]
+    assert [(e['source'], e['reason']) for e in errors] == [
+        (f'{tmp_path}/in/val.tar/missing.JPEG', f'no file missing.JPEG in {tmp_path}/in/val.tar')]
+
+
+def _corrupt_header(tar: bytes, name: str) -> bytes:
+    at = tar.index(name.encode())
+    return tar[:at + 148] + b'9999999\0' + tar[at + 156:]   # A wrong header checksum.
+
+
+def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp_path):
+    train = archivemaker.folder(IMAGES, 'train')
+    classes = archivemaker.class_tars(IMAGES, 'train')
+    classes['n00.tar'] = _corrupt_header(classes['n00.tar'], 'train_0_2.JPEG')
+    n01 = archivemaker.tar(archivemaker.folder(train, 'n01'))
+    classes['n01.tar'] = n01[:n01.index(b'train_1_5.JPEG') + 600]   # Inside its data.
+    stored = archivemaker.zip_(archivemaker.folder(IMAGES, 'validation'), zipfile.ZIP_STORED)
+    victim = IMAGES['validation/n01/validation_1_1.JPEG']
+    at = stored.index(victim) + 500
+    stored = stored[:at] + bytes([stored[at] ^ 0xFF]) + stored[at + 1:]
+    root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(classes),
+                                        'validation.zip': stored})
+    summary = convert(f'--input_dir={root}', f'--output_dir={tmp_path}/out', '--max_error_ratio=0.5')
+    errors = {e['source']: e['reason'] for split in ('train', 'validation')
+              for e in map(json.loads, open(f'{tmp_path}/out/errors-{split}.jsonl'))}
+    n00 = f'{root}/train.tar/n00.tar'
+    damaged = [s for s in errors if s.startswith(f'{n00}/@')]
+    assert len(damaged) == 1 and errors[damaged[0]].startswith('damaged tar header at byte ')
+    assert errors[f'{root}/train.tar/n01.tar/train_1_5.JPEG'] == (
+        f'truncated archive: {root}/train.tar/n01.tar ends inside train_1_5.JPEG')
+    assert errors[f'{root}/validation.zip/n01/validation_1_1.JPEG'] == (
+        'cannot read file: damaged zip member n01/validation_1_1.JPEG: CRC-32 does not match')
+    names = {r[records.FILENAME] for r in read_split(f'{tmp_path}/out', 'train')}
+    assert 'train_0_2.JPEG' not in names and {'train_0_1.JPEG', 'train_0_3.JPEG'} <= names
+    assert {'train_1_4.JPEG', 'train_2_7.JPEG'} <= names and 'train_1_6.JPEG' not in names
+    assert summary['splits']['train']['records'] == 26 - 1 - 4   # n01 lost 5, 6, 7 and cmyk.
+    assert summary['splits']['train']['skipped'] == 2
+    assert summary['splits']['validation']['records'] == 11
+
+
+def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_path):
+    files = {f'train/n0{i % 4}/{i}.JPEG': imagemaker.jpeg(24, 16, seed=i) for i in range(600)}
+    root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train'))})
+    flags = [f'--input_dir={root}', '--num_shards=4', *IN_PROCESS]
+    out = str(tmp_path / 'out')
+    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:3').returncode == -signal.SIGKILL
+    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'reused 3 of 5 chunks' in rerun.stdout
+    reference = str(tmp_path / 'reference')
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert output_files(out) == output_files(reference)
