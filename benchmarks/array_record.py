@@ -24,7 +24,7 @@ import time
 
 from benchmarks.benchmark import fastest, measure, steady
 from benchmarks.workload import linked_workload, make_workload
-from pipeline.formats import array_records, metadata
+from pipeline.formats import array_records, metadata, shard_formats
 
 PY = sys.executable
 CANDIDATES = ['group_size:1,uncompressed', 'group_size:1,zstd:3', 'group_size:16,uncompressed',
@@ -114,7 +114,7 @@ def main() -> None:
              '--overwrite'])
     info = metadata.load_json(records_dir, metadata.DATASET_INFO)
     serialized = [r for p in metadata.shard_paths(records_dir, info, 'train')
-                  for r in metadata.shard_records(p, 'tfrecord')]
+                  for r in shard_formats.TFRECORD.read_records(p)]
     options_table(serialized, os.path.join(args.workdir, 'options'), args.reads)
     write_throughput(full, small, n, n_small, args.workdir, args.rounds)
 

@@ -22,14 +22,14 @@ from apache_beam.options.pipeline_options import (
 from pipeline import console, sample_data
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
-from pipeline.formats import fileio, metadata
+from pipeline.formats import fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
 from pipeline.plan import estimate
 from pipeline.progress import Progress
 from pipeline.sources import resolve_source
-from transforms import output_folder, resume
+from transforms import resume
 from transforms.settings import SPLITS, ConversionSettings
 from transforms.write_shards import NAMESPACE
 

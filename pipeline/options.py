@@ -10,7 +10,8 @@ from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.formats.errors import DatasetError
-from pipeline.formats.metadata import FILE_FORMATS
+from pipeline.formats import shard_formats
+from pipeline.formats.shard_formats import ShardFormat
 from transforms.images import ImageOptions
 from transforms.settings import SPLITS, ConversionSettings
 
@@ -69,7 +70,7 @@ class ConverterOptions(PipelineOptions):
              './sample_tfrecords.')
         flag('dataset_name', default=None, help='Shard file prefix, NAME-SPLIT.tfrecord-00000-of-'
              '00016 (lower_snake_case; default: the config name or "dataset").')
-        flag('output_format', default='tfrecord', metavar='FORMAT[,FORMAT]',
+        flag('output_format', default=shard_formats.TFRECORD.name, metavar='FORMAT[,FORMAT]',
              help='Shard file format: tfrecord (tf.data, TFDS as_dataset), array_record (random '
              'access: Grain, TFDS as_data_source), or both, comma-separated, the first declared '
              'in dataset_info.json; same records, same shards (default tfrecord).')
@@ -118,18 +119,9 @@ class ConverterOptions(PipelineOptions):
         switch('verbose', False, 'Print the runner\'s full log and tracebacks (they go to a log '
                'file otherwise)')
 
-    def output_formats(self) -> tuple[str, ...]:
-        """--output_format as a tuple of metadata.FILE_FORMATS, checked."""
-        formats = tuple(f.strip() for f in str(self.output_format).split(','))
-        for name in formats:
-            if name not in FILE_FORMATS:
-                near = difflib.get_close_matches(name, FILE_FORMATS, 1)
-                raise DatasetError(f'--output_format: unknown format {name!r}; choose from '
-                                   f'{", ".join(FILE_FORMATS)}' + (f' (did you mean {near[0]}?)'
-                                                                   if near else ''))
-        if len(set(formats)) < len(formats):
-            raise DatasetError(f'--output_format names a format twice: {self.output_format}')
-        return formats
+    def output_formats(self) -> tuple[ShardFormat, ...]:
+        """--output_format as formats, checked."""
+        return shard_formats.parse(self.output_format)
 
     def image_options(self) -> ImageOptions:
         return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,

@@ -22,10 +22,9 @@ from pipeline.console import (  # noqa: E402
 from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
-from pipeline.formats import fileio  # noqa: E402
+from pipeline.formats import fileio, output_folder, shard_formats  # noqa: E402
 from pipeline.formats.errors import DatasetError  # noqa: E402
 from pipeline.options import ConverterOptions, check_flags, help_text  # noqa: E402
-from transforms import output_folder  # noqa: E402
 from transforms.settings import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
@@ -188,15 +187,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def load_hint(summary: dict) -> str:
     """How to load the dataset just written, for each format it has."""
-    out, formats = summary['output_dir'], summary.get('file_formats', ['tfrecord'])
-    lines = ['  import tensorflow_datasets as tfds']
-    if 'tfrecord' in formats:
-        lines.append(f'  tfds.builder_from_directory({out!r}).as_dataset(split="train")')
-    if 'array_record' in formats:
-        lines += [f'  tfds.builder_from_directory({out!r}).as_data_source(split="train")',
-                  '  # or with Grain: from pipeline.readers.grain_data import dataset',
-                  f'  #   dataset({out!r}, "train", seed=0)']
-    return '\n'.join(lines)
+    out = summary['output_dir']
+    lines = ['import tensorflow_datasets as tfds']
+    for shard_format in shard_formats.parse(','.join(summary['file_formats'])):
+        lines += [line.format(out=out) for line in shard_format.load_lines]
+    return '\n'.join(f'  {line}' for line in lines)
 
 
 def _done(log_file: str) -> int:

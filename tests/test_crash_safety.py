@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from pipeline.formats import records
+from pipeline.formats import output_folder, records
 from pipeline.formats.errors import DatasetError
-from transforms import output_folder, resume
+from transforms import resume
 from tests import imagemaker
 from tests.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, convert, output_files, read_files, write_tree

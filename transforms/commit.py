@@ -7,16 +7,16 @@ accounted for, that the error ratio is acceptable, that the output holds no data
 told to replace, that every shard file has the size its result says, and that no file a new
 name would overwrite belongs to anything but the dataset replaced. Then it writes the new
 metadata into the temporary folder and hands the moves to the journal of the output-folder
-protocol (transforms/output_folder.py), which carries them out and cleans up.
+protocol (pipeline/formats/output_folder.py), which carries them out and cleans up.
 """
 import json
 import logging
 
 import apache_beam as beam
 
-from pipeline.formats import fileio, metadata
+from pipeline.formats import fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
-from transforms import faults, output_folder, resume
+from transforms import faults, resume
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
@@ -84,9 +84,10 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
     folder = fileio.join(settings.temp_dir, 'shards')
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
-        expected = result.format_bytes or {settings.output_formats[0]: result.bytes}
-        for file_format, size in expected.items():
-            name = fileio.basename(resume.in_format(result.temp_path, file_format))
+        expected = result.format_bytes or {settings.output_formats[0].name: result.bytes}
+        for shard_format in (f for f in settings.output_formats if f.name in expected):
+            size = expected[shard_format.name]
+            name = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
             if sizes.get(name) != size:
                 raise DatasetError(f'{fileio.join(folder, name)} holds {sizes.get(name)} bytes, '
                                    f'not the {size} its {result.records} records take; nothing '
@@ -99,14 +100,14 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     name) moves and the summary."""
     moves, splits_info = [], {}
     summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
-               'file_formats': list(settings.output_formats), 'splits': {}}
+               'file_formats': [f.name for f in settings.output_formats], 'splits': {}}
     for split, shard_results in by_split.items():
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
-            for file_format in settings.output_formats:
-                source = fileio.basename(resume.in_format(result.temp_path, file_format))
+            for shard_format in settings.output_formats:
+                source = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
                 moves.append((f'shards/{source}', metadata.shard_name(
-                    settings.dataset_name, split, index, len(kept), file_format)))
+                    settings.dataset_name, split, index, len(kept), shard_format)))
         class_counts = {text: 0 for text, splits in facts.texts.items() if split in splits}
         for result in kept:
             for label_id, n in result.label_counts.items():

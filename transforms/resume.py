@@ -2,16 +2,16 @@
 
 A run's temporary folder is named by its run id, a fingerprint of every option that shapes the
 output bytes (not of --max_error_ratio or the runner), so rerunning the same command finds the
-folder an interrupted attempt left. Inside it, every finished piece of work carries a
-fingerprint in its name and a small JSON sidecar, written after the data it describes (so a
-sidecar means the data is complete):
+folder an interrupted attempt left. Inside it (the layout is output_folder.py's), every finished
+piece of work carries a fingerprint in its name and a small JSON sidecar, written after the data
+it describes (so a sidecar means the data is complete):
 
     parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   a chunk's records in a shard
     shards/SPLIT-SSSSS-<shard fingerprint>.FORMAT                  a shard made from its parts
     shards/SPLIT-SSSSS-<shard fingerprint>.PRIMARY.json             ... in every output format
 
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
-tfrecord and/or array_record; the sidecar, named after the first, is written after them all.)
+named with the format's suffix; the sidecar, named after the first, is written after them all.)
 
 A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
 shards its examples fall in) and, for every input in it, the key, size and modification time (for an archive member, also its
@@ -62,19 +62,6 @@ def chunk_fingerprint(run_id: str, label_map, key: tuple, placement: tuple,
 
 def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
     return fingerprint(sorted(chunk_fingerprints))
-
-
-def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
-    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
-
-
-def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str, file_format: str) -> str:
-    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{file_format}')
-
-
-def in_format(shard_file: str, file_format: str) -> str:
-    """The path of the same temporary shard in another format."""
-    return f'{shard_file.rsplit(".", 1)[0]}.{file_format}'
 
 
 def save_done(path: str, result) -> None:

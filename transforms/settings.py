@@ -3,8 +3,9 @@ import dataclasses
 import functools
 
 from pipeline.formats.metadata import SPLITS
+from pipeline.formats.output_folder import temp_dir
+from pipeline.formats.shard_formats import TFRECORD, ShardFormat
 from transforms.images import ImageOptions
-from transforms.output_folder import temp_dir
 from transforms.resume import LAYOUT_VERSION, fingerprint
 
 
@@ -29,7 +30,7 @@ class ConversionSettings:
     num_shards: int = 0
     target_shard_mb: float = 128.0
     skip_duplicates: bool = False
-    output_formats: tuple[str, ...] = ('tfrecord',)   # metadata.FILE_FORMATS; the first is primary
+    output_formats: tuple[ShardFormat, ...] = (TFRECORD,)   # The first is the primary one.
     description: str = ''
     version: str = '1.0.0'
     # What does not shape the output bytes (and so is not part of the run id):
@@ -45,7 +46,8 @@ class ConversionSettings:
         """Fingerprint of every setting that shapes the output (see resume.py)."""
         return fingerprint(LAYOUT_VERSION, self.source, self.dataset_name, self.splits, self.image,
                            self.labels, self.num_shards, self.target_shard_mb,
-                           self.skip_duplicates, self.output_formats, self.description,
+                           self.skip_duplicates, tuple(f.name for f in self.output_formats),
+                           self.description,
                            self.version)
 
     @property

@@ -12,8 +12,6 @@ DatasetError naming it. Finished parts and shards are marked so that a rerun aft
 import dataclasses
 import hashlib
 import logging
-import os
-import tempfile
 import time
 from concurrent.futures import Future
 from typing import Iterable, Iterator
@@ -21,7 +19,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import array_records, fileio, records
+from pipeline.formats import fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import faults, resume
 from transforms.images import ImageError, convert_image
@@ -171,7 +169,7 @@ class EncodeChunk(beam.DoFn):
         chunk_fp = resume.chunk_fingerprint(settings.run_id, label_map, (split, chunk),
                                             plan.placement(chunk), refs)
         pieces = split_chunk(refs, plan, chunk, settings.skip_duplicates)
-        paths = {shard: resume.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
+        paths = {shard: output_folder.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
                  for shard in pieces}
         reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
         if reused is not None:
@@ -195,7 +193,7 @@ class EncodeChunk(beam.DoFn):
         part either joined into its finished shard already, or complete on its own."""
         results = []
         for shard, path in paths.items():
-            joined = resume.shard_path(self._settings.temp_dir, split, shard,
+            joined = output_folder.shard_path(self._settings.temp_dir, split, shard,
                                        shard_fps[(split, shard)], self._settings.output_formats[0])
             if fileio.exists(f'{joined}.json'):
                 results.append(ShardResult(split, shard, '', chunk))
@@ -263,11 +261,9 @@ class WriteShard(beam.DoFn):
     """((split, shard), part results) -> ShardResult of the temporary shard, with a file per
     output format (`temp_path` is the first format's; `bytes` its size).
 
-    TFRecord: the parts are joined as they are (a compose on Cloud Storage, a kernel copy on
-    disk). ArrayRecord ends in an index, so parts cannot be joined: one writer streams the parts'
-    records in order into a file on the worker's local disk, which is then uploaded and checked
-    (size and CRC32C). A worker thread so needs local disk for one shard (about
-    --target_shard_mb) and memory for one record at a time.
+    Each format writes the shard from the parts (pipeline/formats/shard_formats.py): TFRecord
+    joins them; a format that rewrites the records (ArrayRecord, which ends in an index) needs
+    local disk for one shard (about --target_shard_mb) and memory for one record at a time.
     """
 
     def __init__(self, settings: ConversionSettings):
@@ -279,7 +275,7 @@ class WriteShard(beam.DoFn):
     def process(self, element: tuple, plans: dict, shard_fps: dict) -> Iterator[ShardResult]:
         (split, shard), parts = element
         settings = self._settings
-        path = resume.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
+        path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fps[(split, shard)],
                                  settings.output_formats[0])
         result = resume.load_done(path, ShardResult) if settings.resuming else None
         reused = result is not None
@@ -290,15 +286,11 @@ class WriteShard(beam.DoFn):
                 result.add(part)
             sources = [p.temp_path for p in parts]
             sizes = {}
-            for file_format in settings.output_formats:
-                target = resume.in_format(path, file_format)
+            for shard_format in settings.output_formats:
+                target = output_folder.in_format(path, shard_format)
                 with fileio.output_errors(target):
-                    if file_format == 'array_record':
-                        sizes[file_format] = _write_array_record(sources, target)
-                    else:
-                        fileio.concatenate(sources, target)
-                        sizes[file_format] = result.bytes
-            result.bytes, result.format_bytes = sizes[settings.output_formats[0]], sizes
+                    sizes[shard_format.name] = shard_format.write_shard(sources, target)
+            result.bytes, result.format_bytes = sizes[settings.output_formats[0].name], sizes
             resume.save_done(path, result)
             fileio.delete(sources)
             faults.crash_point('shard', counted=True)
@@ -310,20 +302,3 @@ class WriteShard(beam.DoFn):
                      result.bytes / 1e6, len(result.errors), '' if reused or not result.seconds else
                      f'; converted at {result.records / result.seconds:.0f} images/s per worker')
         yield result
-
-
-def _write_array_record(parts: list[str], path: str) -> int:
-    """Writes the records of the TFRecord `parts`, in order, as the ArrayRecord file `path`;
-    returns its size."""
-    def part_records() -> Iterator[bytes]:
-        for part in parts:
-            with fileio.open_read(part) as stream:
-                yield from records.read_records(stream)
-
-    handle, local = tempfile.mkstemp(prefix='image-tfrecords-shard-', suffix='.array_record')
-    os.close(handle)
-    try:
-        array_records.write_file(part_records(), local)
-        return fileio.upload(local, path)
-    finally:
-        os.remove(local)

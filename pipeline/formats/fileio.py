@@ -18,18 +18,31 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Iterator
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
-from apache_beam.io.filesystems import FileSystems
+from typing import TYPE_CHECKING
 
 from pipeline.formats.errors import DatasetError
+
+if TYPE_CHECKING:
+    from apache_beam.io.filesystem import FileMetadata
 
 
 def is_gcs(path: str) -> bool:
     return path.startswith('gs://')
 
 
+def _filesystems():
+    """Beam's FileSystems, imported when first needed: reading a local dataset (verify, the
+    readers) does not load Apache Beam."""
+    from apache_beam.io.filesystems import FileSystems
+    return FileSystems
+
+
 def join(base: str, *parts: str) -> str:
-    return FileSystems.join(base, *parts) if parts else base
+    if not is_gcs(base):
+        return os.path.join(base, *parts)
+    for part in parts:
+        base = base.rstrip('/') + '/' + part.lstrip('/')
+    return base
 
 
 def basename(path: str) -> str:
@@ -138,15 +151,19 @@ class _ReadWhenTaken:
 
 
 def open_read(path: str):
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if not is_gcs(path):
+        return open(path, 'rb')
+    from apache_beam.io.filesystem import CompressionTypes
+    return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def create(path: str):
     """Opens `path` for writing (parent folders are created as needed)."""
     if not is_gcs(path):
         os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    return FileSystems.create(path, mime_type='application/octet-stream',
-                              compression_type=CompressionTypes.UNCOMPRESSED)
+    from apache_beam.io.filesystem import CompressionTypes
+    return _filesystems().create(path, mime_type='application/octet-stream',
+                                 compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 @contextlib.contextmanager
@@ -298,10 +315,10 @@ def read_if_exists(path: str) -> bytes | None:
         return None
 
 
-def match(pattern: str) -> list[FileMetadata]:
+def match(pattern: str) -> list['FileMetadata']:
     """Files matching a glob (`*`, `**`), with sizes; [] when nothing matches."""
     try:
-        result = FileSystems.match([pattern])[0]
+        result = _filesystems().match([pattern])[0]
     except Exception as exc:  # Beam wraps every backend error in BeamIOError.
         raise DatasetError(f'cannot list {pattern}: {_short(exc)}') from None
     return sorted(result.metadata_list, key=lambda m: m.path)
@@ -309,17 +326,29 @@ def match(pattern: str) -> list[FileMetadata]:
 
 def tree_bytes(path: str) -> int:
     """Bytes of every file below folder `path`."""
-    return sum(m.size_in_bytes for m in match(join(path, '**')))
+    return sum(entry.size or 0 for _, entry in walk_files(path))
+
+
+def size(path: str) -> int:
+    """The size of a file in bytes."""
+    if not is_gcs(path):
+        return os.path.getsize(path)
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    blob = storage_client().bucket(bucket).get_blob(name, retry=DEFAULT_RETRY)
+    if blob is None:
+        raise FileNotFoundError(errno.ENOENT, 'no such object', path)
+    return blob.size
 
 
 def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+    return _filesystems().exists(path) if is_gcs(path) else os.path.exists(path)
 
 
 def delete(paths: Iterable[str]) -> None:
     paths = list(paths)
     if paths:
-        FileSystems.delete(paths)
+        _filesystems().delete(paths)
 
 
 def delete_tree(path: str) -> None:
@@ -339,7 +368,7 @@ def rename(sources: list[str], destinations: list[str]) -> None:
     if not sources:
         return
     if is_gcs(sources[0]):
-        FileSystems.rename(sources, destinations)
+        _filesystems().rename(sources, destinations)
         return
     for source, destination in zip(sources, destinations):
         os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)

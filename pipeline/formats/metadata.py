@@ -1,4 +1,4 @@
-"""Shard file names (either format) and the files beside the shards: TFDS metadata, label names
+"""Shard file names (any format) and the files beside the shards: TFDS metadata, label names
 and the run summary.
 
 `dataset_info.json` and `features.json` follow the TFDS format, so
@@ -6,9 +6,10 @@ and the run summary.
 they are written as plain JSON so workers need no TFDS import.
 """
 import json
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from pipeline.formats import array_records, fileio, records
+from pipeline.formats import fileio, records, shard_formats
+from pipeline.formats.shard_formats import ShardFormat
 
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'
@@ -20,12 +21,8 @@ SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 
 _TFDS = 'tensorflow_datasets.core.features.'
 
-
-FILE_FORMATS = ('tfrecord', 'array_record')   # TFDS's names; also the shard file extensions.
-
-
-def shard_name(dataset: str, split: str, index: int, total: int, file_format: str) -> str:
-    return f'{dataset}-{split}.{file_format}-{index:05d}-of-{total:05d}'
+def shard_name(dataset: str, split: str, index: int, total: int, shard_format: ShardFormat) -> str:
+    return f'{dataset}-{split}.{shard_format.suffix}-{index:05d}-of-{total:05d}'
 
 
 def error_report_name(split: str) -> str:
@@ -82,8 +79,8 @@ def features_json(num_classes: int, extras: Mapping[str, Mapping]) -> dict:
     return _features_dict(tree)
 
 
-def dataset_info_json(dataset: str, version: str, description: str, file_formats: Sequence[str],
-                      splits: Mapping[str, Mapping]) -> dict:
+def dataset_info_json(dataset: str, version: str, description: str,
+                      file_formats: Sequence[ShardFormat], splits: Mapping[str, Mapping]) -> dict:
     """TFDS dataset_info.json; `splits` maps name -> {'shard_lengths': [...], 'num_bytes': n}
     (the bytes of the first of `file_formats`, which TFDS reads by default; the others are
     declared as alternative formats, each with the same shards and records)."""
@@ -91,7 +88,7 @@ def dataset_info_json(dataset: str, version: str, description: str, file_formats
         'name': dataset,
         'version': version,
         'description': description,
-        'fileFormat': file_formats[0],
+        'fileFormat': file_formats[0].tfds_name,
         'moduleName': 'image_tfrecords',
         'splits': [{'name': name, 'filepathTemplate': SHARD_TEMPLATE,
                     'numBytes': str(info['num_bytes']),
@@ -99,7 +96,7 @@ def dataset_info_json(dataset: str, version: str, description: str, file_formats
                    for name, info in splits.items()],
     }
     if len(file_formats) > 1:
-        info['alternativeFileFormats'] = list(file_formats[1:])
+        info['alternativeFileFormats'] = [f.tfds_name for f in file_formats[1:]]
     return info
 
 
@@ -107,29 +104,15 @@ def load_json(output_dir: str, name: str) -> dict:
     return json.loads(fileio.read_bytes(fileio.join(output_dir, name)))
 
 
-def file_formats(info: dict) -> list[str]:
-    """The shard file formats `dataset_info.json` declares, the default one first (TFDS:
-    tfrecord when none is)."""
-    return [info.get('fileFormat', 'tfrecord'), *info.get('alternativeFileFormats', [])]
-
-
-def shard_paths(output_dir: str, info: dict, split: str, file_format: str | None = None) -> list[str]:
+def shard_paths(output_dir: str, info: dict, split: str,
+                file_format: ShardFormat | None = None) -> list[str]:
     """The shard files `dataset_info.json` says a split has, in order, in `file_format`
     (default: the dataset's first format)."""
     entry = next(s for s in info['splits'] if s['name'] == split)
     total = len(entry['shardLengths'])
-    file_format = file_format or file_formats(info)[0]
+    file_format = file_format or shard_formats.declared(info)[0]
     return [fileio.join(output_dir, shard_name(info['name'], split, i, total, file_format))
             for i in range(total)]
-
-
-def shard_records(path: str, shard_format: str) -> Iterator[bytes]:
-    """The serialized records of one shard file, in order, integrity-checked (RecordError)."""
-    if shard_format == 'array_record':
-        yield from array_records.read_records(path)
-        return
-    with fileio.open_read(path) as stream:
-        yield from records.read_records(stream)
 
 
 def dumps(document) -> bytes:

@@ -19,19 +19,20 @@ import grain
 import numpy as np
 import simplejpeg
 
-from pipeline.formats import metadata, records
+from pipeline.formats import metadata, records, shard_formats
 from pipeline.formats.errors import DatasetError
 
 
 def data_source(output_dir: str, split: str) -> grain.sources.ArrayRecordDataSource:
     """Random access to the serialized records of a split: `source[i]`, `len(source)`."""
     info = metadata.load_json(output_dir, metadata.DATASET_INFO)
-    if 'array_record' not in metadata.file_formats(info):
+    formats = shard_formats.declared(info)
+    if shard_formats.ARRAY_RECORD not in formats:
         raise DatasetError(f'{output_dir} has no ArrayRecord shards (formats: '
-                           f'{", ".join(metadata.file_formats(info))}); convert with '
+                           f'{", ".join(f.name for f in formats)}); convert with '
                            '--output_format=array_record or --output_format=tfrecord,array_record')
     return grain.sources.ArrayRecordDataSource(
-        metadata.shard_paths(output_dir, info, split, 'array_record'))
+        metadata.shard_paths(output_dir, info, split, shard_formats.ARRAY_RECORD))
 
 
 def parse(serialized: bytes) -> dict:

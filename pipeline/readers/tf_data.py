@@ -8,7 +8,7 @@ same definitions the writer uses. (For TFDS: `tfds.builder_from_directory(output
 """
 import tensorflow as tf
 
-from pipeline.formats import metadata, records
+from pipeline.formats import metadata, records, shard_formats
 from pipeline.formats.errors import DatasetError
 
 
@@ -19,11 +19,11 @@ def dataset(output_dir: str, split: str, shuffle_files: bool = False, shuffle_bu
     Without shuffling, records come in shard order and the result is deterministic.
     """
     info = metadata.load_json(output_dir, metadata.DATASET_INFO)
-    if 'tfrecord' not in metadata.file_formats(info):
+    if shard_formats.TFRECORD not in shard_formats.declared(info):
         raise DatasetError(f'{output_dir} has ArrayRecord shards only; read them with '
                            'pipeline.readers.grain_data, or convert with '
                            '--output_format=tfrecord,array_record for tf.data as well')
-    files = metadata.shard_paths(output_dir, info, split, 'tfrecord')
+    files = metadata.shard_paths(output_dir, info, split, shard_formats.TFRECORD)
     spec = records.parse_spec()
     shuffled = shuffle_files or shuffle_buffer > 0
     ds = tf.data.Dataset.from_tensor_slices(files)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pipeline.formats import metadata, records
+from pipeline.formats import metadata, records, shard_formats
 
 
 class TFRecordImageDataset(torch.utils.data.IterableDataset):
@@ -25,7 +25,7 @@ class TFRecordImageDataset(torch.utils.data.IterableDataset):
     def __init__(self, output_dir: str, split: str, transform=None, rank: int = 0, world_size: int = 1):
         super().__init__()
         info = metadata.load_json(output_dir, metadata.DATASET_INFO)
-        self.file_format = metadata.file_formats(info)[0]
+        self.shard_format = shard_formats.declared(info)[0]
         self.files = metadata.shard_paths(output_dir, info, split)
         self.transform, self.rank, self.world_size = transform, rank, world_size
 
@@ -42,7 +42,7 @@ class TFRecordImageDataset(torch.utils.data.IterableDataset):
             files, stride = self.files, readers
         position = 0
         for path in files:
-            for data in metadata.shard_records(path, self.file_format):
+            for data in self.shard_format.read_records(path):
                 if stride == 1 or position % stride == reader:
                     yield self._item(data)
                 position += 1

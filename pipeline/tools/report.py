@@ -17,7 +17,8 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, records
+from pipeline.formats import fileio, metadata, records, shard_formats
+from pipeline.formats.shard_formats import ShardFormat
 from pipeline.formats.errors import DatasetError
 
 try:
@@ -32,10 +33,10 @@ _CLASSES_SHOWN = 12
 _PER_CLASS = 6
 
 
-def _sample(paths: list[str], file_format: str, limit: int) -> list[dict]:
+def _sample(paths: list[str], shard_format: ShardFormat, limit: int) -> list[dict]:
     out = []
     for path in paths:
-        for data in metadata.shard_records(path, file_format):
+        for data in shard_format.read_records(path):
             example = records.decode_example(data)
             out.append({'label': example[records.LABEL][0], 'text': example[records.TEXT][0].decode(),
                         'height': example[records.HEIGHT][0], 'width': example[records.WIDTH][0],
@@ -61,14 +62,13 @@ def collect(output_dir: str, sample_records: int) -> dict:
         raise DatasetError(f'{output_dir} has no readable dataset_info.json and summary.json: '
                            f'{str(exc).splitlines()[0]}') from None
     splits = {}
+    sizes = {found.path: found.size for found in fileio.list_dir(output_dir)}
     for entry in info['splits']:
         name = entry['name']
-        file_format = metadata.file_formats(info)[0]
+        shard_format = shard_formats.declared(info)[0]
         paths = metadata.shard_paths(output_dir, info, name)
-        sizes = {m.path: m.size_in_bytes
-                 for m in fileio.match(fileio.join(output_dir, f'*-{name}.{file_format}-*'))}
         splits[name] = {'summary': summary['splits'][name], 'shard_bytes': [sizes.get(p, 0) for p in paths],
-                        'sample': _sample(paths, file_format, sample_records),
+                        'sample': _sample(paths, shard_format, sample_records),
                         'errors': _errors(output_dir, name)}
     return {'name': info['name'], 'output_dir': output_dir, 'splits': splits}
 

@@ -8,9 +8,11 @@ always shows the flags the pipeline really has; labels and parameter types are a
 import json
 import sys
 
+from pipeline.formats import shard_formats
 from pipeline.options import converter_parser
 
 _GCS = r'^gs:\/\/[^\n\r]+$'
+_FORMATS = '|'.join(shard_formats.names())
 # flag: (label, paramType, regexes)
 PARAMETERS = {
     'input_dir': ('Input folder (folder per split and class)', 'GCS_READ_FOLDER', [_GCS]),
@@ -23,7 +25,7 @@ PARAMETERS = {
     'output_dir': ('Output folder for shards and metadata', 'GCS_WRITE_FOLDER', [_GCS]),
     'dataset_name': ('Dataset name (shard file prefix)', 'TEXT', [r'^[a-z][a-z0-9_]*$']),
     'output_format': ('Shard format: tfrecord, array_record, or both (comma-separated)', 'TEXT',
-                      [r'^(tfrecord|array_record)(,(tfrecord|array_record))?$']),
+                      [rf'^({_FORMATS})(,({_FORMATS}))?$']),
     'num_shards': ('Shards per split (0: automatic)', 'NUMBER', []),
     'target_shard_mb': ('Target shard size in MB', 'NUMBER', []),
     'overwrite': ('Replace an existing dataset', 'BOOLEAN', []),

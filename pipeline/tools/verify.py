@@ -20,9 +20,8 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, records
+from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
 from pipeline.formats.errors import DatasetError, printable
-from transforms import output_folder
 
 Image.MAX_IMAGE_PIXELS = None
 
@@ -86,19 +85,19 @@ def _check_image(value: dict) -> list[str]:
 
 def check_shard(task: tuple) -> ShardReport:
     """Reads one shard and checks every record (runs in a worker process)."""
-    file_format, split, index, path, names, sample = task
-    report = ShardReport(file_format, split, index, fileio.basename(path))
+    shard_format, split, index, path, names, sample = task
+    report = ShardReport(shard_format.name, split, index, fileio.basename(path))
     content = hashlib.sha256()
     try:
-        for number, data in enumerate(metadata.shard_records(path, file_format)):
+        for number, data in enumerate(shard_format.read_records(path)):
             content.update(len(data).to_bytes(8, 'little') + data)
             problems, digest = _check_record(data, names, sample)
             report.problems += [f'record {number}: {p}' for p in problems]
             report.digests.append((digest, number))
             report.records += 1
             report.bytes += len(data) + 16
-        if file_format != 'tfrecord':  # The file's own size, index and footer included.
-            report.bytes = fileio.match(path)[0].size_in_bytes
+        if not shard_format.joins_parts:  # The file's own size, index and footer included.
+            report.bytes = fileio.size(path)
         report.content = content.hexdigest()
     except records.RecordError as exc:
         report.problems.append(str(exc))
@@ -108,12 +107,10 @@ def check_shard(task: tuple) -> ShardReport:
 
 
 def _layout_problems(output_dir: str, info: dict) -> list[str]:
-    expected = {fileio.basename(p) for f in metadata.file_formats(info) for s in info['splits']
+    expected = {fileio.basename(p) for f in shard_formats.declared(info) for s in info['splits']
                 for p in metadata.shard_paths(output_dir, info, s['name'], f)}
-    found = {name for f in metadata.FILE_FORMATS
-             for name in (fileio.basename(m.path)
-                          for m in fileio.match(fileio.join(output_dir, f'*.{f}-*')))
-             if output_folder.is_shard_name(name)}
+    found = {entry.name for entry in fileio.list_dir(output_dir)
+             if not entry.is_dir and output_folder.is_shard_name(entry.name)}
     problems = [f'{name}: missing shard' for name in sorted(expected - found)]
     for name in sorted(found - expected):
         problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
@@ -155,15 +152,16 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
                            f'{str(exc).splitlines()[0]}') from None
     output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
     problems = _layout_problems(output_dir, info)
-    formats = metadata.file_formats(info)
+    formats = shard_formats.declared(info)
     # A second format's records must equal the first's, so only the first's images are decoded.
     tasks = [(f, s['name'], i, path, names, sample if f == formats[0] else 0.0)
              for f in formats for s in info['splits']
              for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name'], f))]
     with multiprocessing.get_context('spawn').Pool(processes) as pool:
         reports = sorted(pool.imap_unordered(check_shard, tasks),
-                         key=lambda r: (formats.index(r.file_format), r.split, r.index))
-    primary = {(r.split, r.index): r for r in reports if r.file_format == formats[0]}
+                         key=lambda r: ([f.name for f in formats].index(r.file_format), r.split,
+                                        r.index))
+    primary = {(r.split, r.index): r for r in reports if r.file_format == formats[0].name}
     seen: dict[bytes, tuple] = {}
     for split in info['splits']:
         lengths = [int(n) for n in split['shardLengths']]
@@ -195,7 +193,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
 
 
 def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
-    for file_format in metadata.file_formats(info):
+    for file_format in (f.name for f in shard_formats.declared(info)):
         for split in info['splits']:
             shards = [r for r in reports
                       if r.split == split['name'] and r.file_format == file_format]

@@ -7,6 +7,8 @@ Everything lives directly in OUTPUT:
     .commit.json              the journal of a commit in progress: run id, phase, file names
     .tmp-RUN/                 the temporary folder of run RUN (16 hex digits)
     .tmp-RUN/.image-tfrecords-run.json   its marker: run id and state, running or committed
+    .tmp-RUN/parts/, shards/  its work: a TFRecord part per chunk and shard, a file per shard and
+                              format (part_path, shard_path; resume.py says when it is reused)
 
 **Confinement.** Every path this module touches is derived from OUTPUT and names it validates:
 a run id is 16 hex digits, a dataset file is a shard name or one of the metadata names, a file
@@ -37,6 +39,7 @@ cleanup); the folder holds the complete old dataset or the complete new one.
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import os
@@ -45,7 +48,8 @@ import socket
 import uuid
 from typing import Iterable, Iterator
 
-from pipeline.formats import fileio, metadata
+from pipeline.formats import fileio, metadata, shard_formats
+from pipeline.formats.shard_formats import ShardFormat
 from pipeline.formats.errors import DatasetError, printable
 from transforms import faults
 
@@ -61,9 +65,6 @@ RUNNING, COMMITTED = 'running', 'committed'
 
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
-_FORMAT = '(?:' + '|'.join(metadata.FILE_FORMATS) + ')'
-_SHARD = re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{_FORMAT}-\d{{5,}}-of-\d{{5,}}\Z')
-_TEMP_SHARD = re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{_FORMAT}\Z')
 METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
                   metadata.CLASS_NAMES, metadata.SUMMARY,
                   *(metadata.error_report_name(s) for s in metadata.SPLITS))
@@ -72,14 +73,27 @@ _GLOB = re.compile(r'[*?\[]')
 
 # --- Names and the folder itself ---------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _shard_patterns(suffixes: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
+    """(final shard name, temporary shard path) for the registered formats' suffixes."""
+    suffix = '(?:' + '|'.join(map(re.escape, suffixes)) + ')'
+    return (re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
+            re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
+
+
 def is_shard_name(name: str) -> bool:
     """Whether `name` is a name this tool gives a shard file."""
-    return _SHARD.match(name) is not None
+    return _shard_patterns(tuple(shard_formats.suffixes()))[0].match(name) is not None
+
+
+def _is_temp_shard(path: str) -> bool:
+    """Whether `path` (relative to a temporary folder) names a temporary shard file."""
+    return _shard_patterns(tuple(shard_formats.suffixes()))[1].match(path) is not None
 
 
 def is_dataset_file(name: str) -> bool:
     """Whether `name` is a name this tool gives a file of a dataset (a shard or metadata)."""
-    return name in METADATA_NAMES or _SHARD.match(name) is not None
+    return name in METADATA_NAMES or is_shard_name(name)
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -106,6 +120,20 @@ def check_run_id(run_id: str) -> str:
 
 def temp_dir(output_dir: str, run_id: str) -> str:
     return fileio.join(output_dir.rstrip('/'), TEMP_PREFIX + check_run_id(run_id))
+
+
+def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
+    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
+
+
+def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
+               shard_format: ShardFormat) -> str:
+    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
+
+
+def in_format(shard_file: str, shard_format: ShardFormat) -> str:
+    """The path of the same temporary shard in another format."""
+    return f'{shard_file.rsplit(".", 1)[0]}.{shard_format.suffix}'
 
 
 def _is_link(path: str) -> bool:
@@ -502,9 +530,7 @@ def _named_files(info: dict) -> list[str]:
     name = info['name']
     if not isinstance(name, str) or not re.fullmatch(r'[a-z][a-z0-9_]*', name):
         raise ValueError(f'dataset name {name!r}')
-    formats = metadata.file_formats(info)
-    if any(f not in metadata.FILE_FORMATS for f in formats):
-        raise ValueError(f'file formats {formats!r}')
+    formats = shard_formats.declared(info)
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
              metadata.SUMMARY]
     for split in info['splits']:
@@ -568,7 +594,7 @@ class Journal:
                 raise ValueError(f'{name!r} is not a dataset file name')
         for source, target in self.install:
             staged = source.startswith('final/') and source[len('final/'):] in METADATA_NAMES
-            if not (staged or _TEMP_SHARD.match(source)) or not is_dataset_file(target):
+            if not (staged or _is_temp_shard(source)) or not is_dataset_file(target):
                 raise ValueError(f'{source!r} -> {target!r} is not a move of this tool')
         return self
 

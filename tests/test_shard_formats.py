@@ -1,0 +1,109 @@
+"""A shard format added from outside the product: one module and one `register` call.
+
+The module below is written by the test; the command line and `verify` run with it imported,
+so the format is converted, committed, resumed after a kill and verified without any product
+module knowing its name.
+"""
+import glob
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from pipeline.formats import shard_formats
+from tests import imagemaker
+from tests.helpers import IN_PROCESS, output_files, write_tree
+
+FORMAT_MODULE = '''
+"""Length-prefixed records with a CRC32 each."""
+import struct
+import zlib
+
+from pipeline.formats import fileio, shard_formats
+from pipeline.formats.records import RecordError
+
+
+def write_file(records, local_path):
+    count = 0
+    with open(local_path, 'wb') as out:
+        for record in records:
+            out.write(struct.pack('>II', len(record), zlib.crc32(record)) + record)
+            count += 1
+    return count
+
+
+def read_records(path):
+    data, pos = fileio.read_bytes(path), 0
+    while pos < len(data):
+        length, crc = struct.unpack_from('>II', data, pos)
+        record = data[pos + 8:pos + 8 + length]
+        if len(record) != length or zlib.crc32(record) != crc:
+            raise RecordError(f'record at byte {pos} is damaged')
+        yield record
+        pos += 8 + length
+
+
+LENPREFIX = shard_formats.register(shard_formats.ShardFormat(
+    name='lenprefix', suffix='lenprefix', tfds_name='lenprefix', write_file=write_file,
+    read_records=read_records))
+'''
+WITH_FORMAT = 'import sys, lenprefix_format; from {module} import main; sys.exit(main(sys.argv[1:]))'
+
+
+def _run(tmp_path, module: str, *argv, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    """`module`'s main(argv) in a subprocess that imported the format module first."""
+    (tmp_path / 'lenprefix_format.py').write_text(FORMAT_MODULE)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root]))
+    if kill_at:
+        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
+    return subprocess.run([sys.executable, '-c', WITH_FORMAT.format(module=module), *argv],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_format_registered_outside_the_product_converts_resumes_and_verifies(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i)
+                                          for i in range(300)})
+    flags = [f'--input_dir={inputs}', '--num_shards=3', '--output_format=tfrecord,lenprefix',
+             *IN_PROCESS]
+    out, reference = tmp_path / 'out', tmp_path / 'reference'
+    killed = _run(tmp_path, 'pipeline.run', *flags, f'--output_dir={out}', kill_at='shard:2')
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(glob.glob(f'{out}/.tmp-*/shards/*.lenprefix')) == 2
+    rerun = _run(tmp_path, 'pipeline.run', *flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'an earlier attempt finished' in rerun.stderr and '2 shards' in rerun.stderr
+    whole = _run(tmp_path, 'pipeline.run', *flags, f'--output_dir={reference}')
+    assert whole.returncode == 0, whole.stderr
+    assert output_files(out) == output_files(reference)
+
+    info = json.loads((out / 'dataset_info.json').read_text())
+    assert (info['fileFormat'], info['alternativeFileFormats']) == ('tfrecord', ['lenprefix'])
+    tfrecords = sorted(glob.glob(f'{out}/dataset-train.tfrecord-*'))
+    twins = sorted(glob.glob(f'{out}/dataset-train.lenprefix-*'))
+    assert [os.path.basename(p) for p in twins] == [
+        f'dataset-train.lenprefix-0000{i}-of-00003' for i in range(3)]
+    (tmp_path / 'reader.py').write_text(
+        'import hashlib, sys, lenprefix_format\n'
+        'records = list(lenprefix_format.LENPREFIX.read_records(sys.argv[1]))\n'
+        'print(len(records), hashlib.sha256(b"".join(records)).hexdigest())\n')
+    for tfrecord, twin in zip(tfrecords, twins):   # The same records, read by the format.
+        written = list(shard_formats.TFRECORD.read_records(tfrecord))
+        read = subprocess.run([sys.executable, str(tmp_path / 'reader.py'), twin],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert read == [str(len(written)), hashlib.sha256(b''.join(written)).hexdigest()]
+
+    verified = _run(tmp_path, 'pipeline.tools.verify', str(out))
+    assert verified.returncode == 0, verified.stderr
+    assert 'lenprefix shards' in verified.stdout
+    with open(twins[1], 'r+b') as stream:   # One byte of a record's image.
+        stream.seek(500)
+        byte = stream.read(1)
+        stream.seek(500)
+        stream.write(bytes([byte[0] ^ 0xFF]))
+    damaged = _run(tmp_path, 'pipeline.tools.verify', str(out))
+    assert damaged.returncode == 1
+    assert ('train shard 1 (dataset-train.lenprefix-00001-of-00003) record at byte '
+            in damaged.stderr) and 'is damaged' in damaged.stderr
