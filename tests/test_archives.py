@@ -12,7 +12,9 @@ from PIL import Image
 
 from pipeline.formats import records
 from tests import archivemaker, imagemaker
-from tests.helpers import IN_PROCESS, convert, output_files, pixels, read_split, run_cli, write_tree
+from tests.gcs_servers import BUCKET, upload
+from tests.helpers import (
+    IN_PROCESS, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
 
 CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
 PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
@@ -187,3 +189,57 @@ def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_
     reference = str(tmp_path / 'reference')
     assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
+
+
+def _convert_through_counting_proxy(gcs, *argv) -> dict:
+    """Runs the command line against the emulator through a proxy; its operations by kind."""
+    from tests.gcs_servers import FlakyProxy
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
+    try:
+        process = start_cli(*argv, env={'STORAGE_EMULATOR_HOST': f'http://127.0.0.1:{proxy.port}'})
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        proxy.stop()
+    assert process.returncode == 0, stderr[-3000:]
+    return dict(proxy.operations)
+
+
+def _replace_on_gcs(prefix: str, files: dict) -> str:
+    from google.cloud import storage
+    bucket = storage.Client().bucket(BUCKET)
+    for blob in list(bucket.list_blobs(prefix=f'{prefix}/')):
+        blob.delete()
+    return upload(files, prefix)
+
+
+def test_archives_on_cloud_storage_give_the_loose_images_records_in_one_read_each(gcs, tmp_path):
+    source = upload(IMAGES, 'imagenet')
+    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    loose = _convert_through_counting_proxy(gcs, *flags, f'--output_dir={tmp_path}/loose')
+    archived_layout(tmp_path / 'archives', IMAGES)
+    _replace_on_gcs('imagenet', {name: open(tmp_path / 'archives' / name, 'rb').read()
+                                 for name in os.listdir(tmp_path / 'archives')})
+    archived = _convert_through_counting_proxy(gcs, *flags, f'--output_dir={tmp_path}/archived')
+    for split in ('train', 'validation', 'test'):
+        assert (shards_without_source(f'{tmp_path}/archived', split)
+                == shards_without_source(f'{tmp_path}/loose', split))
+    sources = {r[records.SOURCE] for r in read_split(f'{tmp_path}/archived', 'train')}
+    assert f'{source}/train.tar/n02.tar/png.JPEG' in sources
+    # A ranged read per member of the tar and the zip, one each to index train.tar, its 3 class
+    # tars and the zip (its end), and one to read the gzip tar whole.
+    assert loose['read'] == len(IMAGES)
+    assert archived['read'] == len([k for k in IMAGES if not k.startswith('test/')]) + 6
+
+
+def test_csv_through_a_tar_on_cloud_storage(gcs, tmp_path):
+    flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
+    upload({**{f'val/{k}': v for k, v in flat.items()}, 'val.csv': validation_csv(IMAGES, 'val')},
+           'csvdata')
+    convert(f'--csv_validation=gs://{BUCKET}/csvdata/val.csv', f'--output_dir={tmp_path}/loose')
+    _replace_on_gcs('csvdata', {'val.tar': archivemaker.tar(flat),
+                                'val.csv': validation_csv(IMAGES, 'val.tar')})
+    convert(f'--csv_validation=gs://{BUCKET}/csvdata/val.csv', f'--output_dir={tmp_path}/tar')
+    assert (shards_without_source(f'{tmp_path}/tar', 'validation')
+            == shards_without_source(f'{tmp_path}/loose', 'validation'))
+    rows = read_split(f'{tmp_path}/tar', 'validation')
+    assert f'gs://{BUCKET}/csvdata/val.tar/validation_2_0.JPEG' in {r[records.SOURCE] for r in rows}

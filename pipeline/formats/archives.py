@@ -7,7 +7,8 @@ unpacked to disk and nothing reads more than it needs:
 - a tar is indexed by hopping from header to header (a member's data is skipped, never read);
   reads go through a window of READ_BLOCK bytes, so small members cost one read per window and
   large ones one read per header;
-- a zip is indexed from its central directory (a few reads at its end);
+- a zip is indexed from its central directory (one read at its end, and one more if the
+  central directory is longer than ZIP_TAIL);
 - a member is read with one ranged read (a zip member may need a second for a long local
   header), so the members of one archive can be read by any number of workers at once.
 
@@ -28,6 +29,7 @@ from pipeline.formats import fileio
 
 SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')
 READ_BLOCK = 1 << 20                    # Bytes per read while indexing a tar.
+ZIP_TAIL = 1 << 16                      # Bytes read at a zip's end: its end record and more.
 _BLOCK = 512
 _TAR_FILES = (b'0', b'\0', b'7')
 _TAR_DIRS = (b'5',)
@@ -144,6 +146,11 @@ class _Window:
         self.size = (archive.size if archive.size is not None
                      else archive.file_size - archive.start)
         self._at, self._block = 0, b''
+
+    def read_tail(self, length: int) -> None:
+        """Reads the last `length` bytes ahead, in one read (a zip's index is at its end)."""
+        self._at = max(0, self.size - length)
+        self._block = fileio.read_range(self.file, self.start + self._at, self.size - self._at)
 
     def read_at(self, offset: int, length: int) -> bytes:
         """Up to `length` bytes at `offset` (relative to the archive's start)."""
@@ -274,8 +281,10 @@ def _pax_records(text: bytes) -> dict:
 
 
 def _zip_members(archive: Archive) -> Iterator[Member]:
+    window = _Window(archive)
+    window.read_tail(ZIP_TAIL)
     try:
-        with zipfile.ZipFile(_WindowFile(_Window(archive))) as index:
+        with zipfile.ZipFile(_WindowFile(window)) as index:
             infos = index.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         yield Member(archive, '@0', archive.start, 0,

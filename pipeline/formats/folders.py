@@ -23,6 +23,7 @@ class Place:
     key: str                        # With archives named as the folders they stand for.
     archive: Archive | None = None  # The innermost archive holding it; None: a real folder.
     prefix: str = ''                # Its folder inside that archive: '' or 'a/b/'.
+    members: tuple[Member, ...] | None = None   # Those below it, if its archive was indexed.
 
     @property
     def name(self) -> str:
@@ -83,18 +84,16 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
                 files.append(File(entry.path, f'{place.key}/{entry.name}', entry.name,
                                   entry.size, entry.mtime, error=entry.error))
         return folders, files
-    folders, files, seen = [], [], set()
+    folders, files, below = [], [], {}
     for file in _archive_files(place, expand=False):
         relative = file.path[len(place.path) + 1:]
         first, _, rest = relative.partition('/')
         if file.is_dir and not rest:
             files.append(file)   # Its own entry; the members below it make the folder.
         if rest or file.is_dir:
-            if first not in seen:
-                seen.add(first)
-                prefix = f'{place.prefix}{first}/'
-                folders.append(Place(f'{place.path}/{first}', f'{place.key}/{first}',
-                                     place.archive, prefix))
+            below.setdefault(first, [])
+            if rest:
+                below[first].append(file.member)
         elif file.member is not None and archives.suffix(first) and file.error is None:
             nested = file.member.nested()
             if isinstance(nested, str):
@@ -103,6 +102,9 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
                 folders.append(Place(file.path, _key(file.key), nested))
         else:
             files.append(file)
+    folders += [Place(f'{place.path}/{name}', f'{place.key}/{name}', place.archive,
+                      f'{place.prefix}{name}/', tuple(members))
+                for name, members in below.items()]
     return folders, files
 
 
@@ -136,7 +138,7 @@ def _archive_files(place: Place, expand: bool) -> Iterator[File]:
             if member.name.startswith(place.prefix) or member.name.startswith('@'):
                 yield _member_file(place, member, data)
         return
-    for member in archives.members(archive):
+    for member in place.members if place.members is not None else archives.members(archive):
         if not (member.name.startswith(place.prefix) or member.name.startswith('@')):
             continue
         file = _member_file(place, member, None)
