@@ -23,6 +23,7 @@ IMAGES = {f'{split}/n0{c}/{split}_{c}_{i}.JPEG': imagemaker.jpeg(48, 32, seed=c 
           for i in range(n)}
 IMAGES['train/n01/cmyk.JPEG'] = CMYK
 IMAGES['train/n02/png.JPEG'] = PNG_NAMED_JPEG
+IMAGES[f'train/n00/{"long" * 40}.JPEG'] = imagemaker.jpeg(20, 20, seed=9)   # A pax header in a tar.
 
 
 def shards_without_source(out: str, split: str) -> list[list[bytes]]:
@@ -80,7 +81,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
         assert (shards_without_source(f'{tmp_path}/archived', split)
                 == shards_without_source(f'{tmp_path}/loose', split))
     train = {r[records.FILENAME]: r for r in read_split(f'{tmp_path}/archived', 'train')}
-    assert len(train) == 26
+    assert len(train) == 27
     assert train['train_0_3.JPEG'][records.SOURCE] == f'{root}/train.tar/n00.tar/train_0_3.JPEG'
     assert train['train_0_3.JPEG'][records.TEXT] == 'n00'
     test = {r[records.FILENAME]: r[records.SOURCE] for r in read_split(f'{tmp_path}/archived', 'test')}
@@ -95,7 +96,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
     summary = json.load(open(f'{tmp_path}/archived/summary.json'))['splits']
     assert summary['validation']['ignored'] == 2   # The zip's directory entry, __MACOSX/.
     assert (summary['train']['records'], summary['validation']['records'],
-            summary['test']['records']) == (26, 12, 9)
+            summary['test']['records']) == (27, 12, 9)
 
 
 def test_zip_as_the_input_root_with_hidden_and_macos_entries(tmp_path):
@@ -108,7 +109,7 @@ def test_zip_as_the_input_root_with_hidden_and_macos_entries(tmp_path):
     write_tree(tmp_path, {'flowers.zip': archivemaker.zip_({**extra, **files})})
     summary = convert(f'--input_dir={tmp_path}/flowers.zip', f'--output_dir={tmp_path}/zipped',
                       '--num_shards=3')
-    assert summary['splits']['train']['records'] == 26
+    assert summary['splits']['train']['records'] == 27
     assert summary['splits']['train']['ignored'] == 3   # train/n00/, two hidden files.
     for split in ('train', 'validation'):
         assert (shards_without_source(f'{tmp_path}/zipped', split)
@@ -172,7 +173,7 @@ def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp
     names = {r[records.FILENAME] for r in read_split(f'{tmp_path}/out', 'train')}
     assert 'train_0_2.JPEG' not in names and {'train_0_1.JPEG', 'train_0_3.JPEG'} <= names
     assert {'train_1_4.JPEG', 'train_2_7.JPEG'} <= names and 'train_1_6.JPEG' not in names
-    assert summary['splits']['train']['records'] == 26 - 1 - 4   # n01 lost 5, 6, 7 and cmyk.
+    assert summary['splits']['train']['records'] == 27 - 1 - 4   # n01 lost 5, 6, 7 and cmyk.
     assert summary['splits']['train']['skipped'] == 2
     assert summary['splits']['validation']['records'] == 11
 

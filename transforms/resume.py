@@ -14,10 +14,10 @@ it describes (so a sidecar means the data is complete):
 named with the format's suffix; the sidecar, named after the first, is written after them all.)
 
 A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
-shards its examples fall in) and, for every input in it, the key, size and modification time (for an archive member, also its
-archive's and its offset in it; local files are stat'ed when listing
-gave no size or time; Cloud Storage inputs from CSVs or configs are identified by key and any
-size the listing gave). A shard's fingerprint covers the fingerprints of its chunks. Work is
+shards its examples fall in) and, for every input in it, the key, size and modification time
+(local files are stat'ed when listing gave no size or time; Cloud Storage inputs from CSVs or
+configs are identified by key and any size the listing gave; an archive member also by its
+archive's file, size and modification time and its offset in it). A shard's fingerprint covers the fingerprints of its chunks. Work is
 reused only under an identical fingerprint, so a changed input or option redoes exactly the
 chunks and shards it affects, and a resumed run writes the same bytes as an uninterrupted one.
 """

@@ -61,6 +61,10 @@ class Archive:
     start: int = 0
     size: int | None = None     # None: to the end of the file.
 
+    def __reduce__(self):
+        # Every member's ref carries its archive: pickle the values only, not the field names.
+        return Archive, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
     @classmethod
     def of_file(cls, path: str, size: int, mtime: float | None) -> 'Archive':
         return cls(path, path, size, mtime, 0, size)
@@ -93,6 +97,9 @@ class Member:
     is_dir: bool = False
     error: str | None = None
     zip_info: tuple | None = None   # (method, compressed size, CRC-32, local name length).
+
+    def __reduce__(self):
+        return Member, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
     @property
     def path(self) -> str:
