@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from pipeline.config import ImageClassificationConfig
 from pipeline.formats import records
 from tests import archivemaker, imagemaker
 from tests.gcs_servers import BUCKET, upload
@@ -141,6 +142,18 @@ def test_flat_tar_labelled_by_a_csv_of_paths_through_it(tmp_path):
     errors = [json.loads(line) for line in open(f'{tmp_path}/tar/errors-validation.jsonl')]
     assert [(e['source'], e['reason']) for e in errors] == [
         (f'{tmp_path}/in/val.tar/missing.JPEG', f'no file missing.JPEG in {tmp_path}/in/val.tar')]
+
+    class ThroughTar(ImageClassificationConfig):   # A config's image_path through the tar.
+        num_labels, supported_modes = 3, ['validation']
+
+        def example_generator(self, mode):
+            for line in validation_csv(IMAGES, f'{tmp_path}/in/val.tar').decode().split():
+                path, label = line.split(',')
+                yield {'image_path': path, 'label': label}
+
+    convert(f'--output_dir={tmp_path}/config', config=ThroughTar())
+    assert (shards_without_source(f'{tmp_path}/config', 'validation')
+            == shards_without_source(f'{tmp_path}/loose', 'validation'))
 
 
 def _corrupt_header(tar: bytes, name: str) -> bytes:
