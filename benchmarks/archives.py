@@ -9,7 +9,7 @@ interleaved, the fastest of --rounds; prints images/s in steady state and for th
 command, and archive / loose.
 
 Reads: --members small images as a tar of 10 class tars and as loose files on the Cloud Storage
-emulator (tests/gcs_servers.py), each converted gs:// to local disk through a proxy that counts
+emulator (pipeline/testing/gcs_servers.py), each converted gs:// to local disk through a proxy that counts
 the operations; prints object reads (ranged reads, for archives) per 1,000 images.
 """
 import argparse
@@ -23,7 +23,7 @@ import zipfile
 
 from benchmarks.benchmark import fastest, measure, steady
 from benchmarks.workload import linked_workload, make_workload
-from tests import gcs_servers, imagemaker
+from pipeline.testing import gcs_servers, imagemaker
 
 PY = sys.executable
 

@@ -3,7 +3,7 @@
     python -m benchmarks.latency [--n 3000] [--latencies 0,20,50,100] [--workers 1,2]
 
 Uploads the benchmark workload (benchmarks/workload.py) to the Cloud Storage emulator
-(tests/gcs_servers.py), then converts it gs:// -> gs:// through a proxy that delays every read
+(pipeline/testing/gcs_servers.py), then converts it gs:// -> gs:// through a proxy that delays every read
 request (object reads, metadata gets, lists) by the given latency, and separately one that
 delays every write request (uploads, composes, copies, deletes), with 1 and 2 DirectRunner
 worker processes (one work item each, as a Dataflow worker runs one per vCPU). Each run is made
@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 
 from benchmarks.workload import list_images, make_workload
-from tests import gcs_servers
+from pipeline.testing import gcs_servers
 
 
 def upload_workload(root: str, prefix: str, every: int = 1) -> tuple[str, int]:

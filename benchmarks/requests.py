@@ -2,7 +2,7 @@
 
     python -m benchmarks.requests [--n 1000]
 
-Uploads n small images to the emulator (tests/gcs_servers.py), then converts them gs:// to
+Uploads n small images to the emulator (pipeline/testing/gcs_servers.py), then converts them gs:// to
 gs:// through a proxy that counts every operation it forwards (a batch request counts as the
 operations in it): from a folder layout, a CSV, and a config class yielding gs:// paths, each
 with automatic sharding and with --num_shards. Prints reads (object reads, metadata gets,
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from tests import gcs_servers, imagemaker
+from pipeline.testing import gcs_servers, imagemaker
 
 CONFIG = '''
 from pipeline.config import ImageClassificationConfig

@@ -91,7 +91,7 @@ def planner_alone(n: int) -> tuple[float, float, int]:
 
 def many_shards(n: int) -> None:
     """Converts n tiny images into n shards and checks that every shard holds one record."""
-    from tests import imagemaker
+    from pipeline.testing import imagemaker
     root = tempfile.mkdtemp()
     image = imagemaker.jpeg(16, 16)
     for i in range(n):

@@ -14,7 +14,7 @@ import tempfile
 import time
 
 from benchmarks.workload import make_workload
-from tests import gcs_servers
+from pipeline.testing import gcs_servers
 
 
 def timed(argv: list[str]) -> float:

@@ -18,10 +18,15 @@ from typing import Iterator
 
 from google.protobuf import text_encoding
 
+import pipeline
+import transforms
+
 _WORKER_LOGGER = 'apache_beam.runners.portability.local_job_service'
 _ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(?P<where>[^"]*)"',
                     re.S)
-_OURS = re.compile(r'/(transforms|pipeline)/[a-z_]+\.py')
+# Where our modules are, sub-packages included: a worker record logged from there is ours.
+_OURS = tuple(os.path.dirname(os.path.abspath(package.__file__)) + os.sep
+              for package in (pipeline, transforms))
 TRACE = 'image_tfrecords.trace'   # For the log file; the console shows it with --verbose only.
 
 
@@ -50,7 +55,7 @@ def _worker_message(record: logging.LogRecord) -> tuple[str, bool] | None:
     if match is None:
         return None
     message = text_encoding.CUnescape(match['message']).decode('utf-8', 'replace')
-    ours = bool(_OURS.search(match['where'])) and 'Traceback (most recent' not in message
+    ours = match['where'].startswith(_OURS) and 'Traceback (most recent' not in message
     return message, ours
 
 

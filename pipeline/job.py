@@ -1,6 +1,7 @@
-"""The job API: `prepare` checks the options, takes the output lock and builds the pipeline;
-`convert` runs it to the end and returns the run's summary. The command line
-(pipeline/run.py) and the classic builder (pipeline/classic/builder.py) both call it.
+"""The job API: `prepare` resolves the options into ConversionSettings, takes the output lock
+and builds the pipeline; `convert` runs it to the end and returns the run's summary. The command
+line (pipeline/run.py), the Flex Template launcher through it, and the classic builder
+(pipeline/classic/builder.py) all call it with flags parsed once (pipeline/options.py).
 """
 import dataclasses
 import json
@@ -25,12 +26,13 @@ from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.formats import fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
-from pipeline.options import ConverterOptions, check_flags, check_names, given_flags
+from pipeline.options import ConverterOptions, Options, parse
 from pipeline.plan import estimate
 from pipeline.progress import Progress
 from pipeline.sources import resolve_source
 from transforms import resume
-from transforms.settings import SPLITS, ConversionSettings
+from pipeline.formats.metadata import SPLITS
+from transforms.settings import ConversionSettings
 from transforms.write_shards import NAMESPACE
 
 LOG = logging.getLogger('image_tfrecords')
@@ -44,27 +46,26 @@ class Job:
     completed its own interrupted commit)."""
     pipeline: beam.Pipeline | None
     settings: ConversionSettings
-    options: PipelineOptions
+    options: PipelineOptions        # Every option, for the runner.
     sample_dir: str | None = None   # A generated sample input, removed after the run.
     plan_path: str | None = None    # Where a plan-only job writes its plan.
 
 
-def prepare(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
+def _parsed(flags: 'Sequence[str] | Options', values: dict) -> Options:
+    return flags if isinstance(flags, Options) else parse(flags, **values)
+
+
+def prepare(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
             waits: bool = True, **values) -> Job:
-    """Checks the options, takes the output lock and builds the pipeline without running it.
+    """Resolves the options, takes the output lock and builds the pipeline without running it.
 
     Options are command-line `flags` (ours, Beam's, the runners') and keyword `values` by option
-    name, which take precedence. `waits`: the caller runs the job to its end (and then releases
-    the lock); otherwise the job's commit step releases it. Dry runs and template files take no
-    lock.
+    name, which take precedence, or an Options that `options.parse` made of them. `waits`: the
+    caller runs the job to its end (and then releases the lock); otherwise the job's commit step
+    releases it. Dry runs and template files take no lock.
     """
-    flags = list(flags)
-    check_flags(flags)
-    check_names(values)
-    options = PipelineOptions(flags, **values)
-    given = given_flags(flags) | set(values)
-    opts = options.view_as(ConverterOptions)
-    _check_numbers(opts)
+    parsed = _parsed(flags, values)
+    options, given, opts = parsed.beam, parsed.given, parsed.converter
     sample_dir = None
     if not (opts.output_dir or opts.input_dir or opts.config or config
             or any(getattr(opts, f'csv_{s}') for s in SPLITS)):
@@ -102,8 +103,8 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         output_dir=output_dir, dataset_name=name, splits=source.splits, source=source.identity,
         image=opts.image_options(), labels=source.labels, num_shards=opts.num_shards,
         target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
-        output_formats=opts.output_formats(), description=opts.description or source.description,
-        version=source.version,
+        output_formats=opts.output_formats(), version=source.version,
+        description=opts.description or source.description,
         max_error_ratio=opts.max_error_ratio, reads_in_flight=opts.reads_in_flight,
         overwrite=opts.overwrite, release_lock=not waits)
     if is_dataflow(options):
@@ -156,11 +157,11 @@ def _nothing_to_do(settings: ConversionSettings) -> bool:
         LOG.warning('%s', line)
     if settings.run_id in finished:
         return True
-    try:
-        summary = fileio.read_if_exists(fileio.join(out, metadata.SUMMARY))
-        ours = summary is not None and json.loads(summary).get('run_id') == settings.run_id
-    except (ValueError, AttributeError, RecursionError, IsADirectoryError):
-        ours = False
+    summary = output_folder.read_metadata(out, metadata.SUMMARY) or {}
+    info = output_folder.read_metadata(out, metadata.DATASET_INFO) or {}
+    ours = (summary.get('run_id') == settings.run_id
+            and (info.get('description'), info.get('version')) == (settings.description,
+                                                                  settings.version))
     if ours and not settings.overwrite and output_folder.dataset_files(out):
         LOG.warning('%s already holds the dataset of this command (run %s); nothing to do. Pass '
                     '--overwrite to convert again (e.g. after the input changed)', out,
@@ -227,19 +228,6 @@ def _sizes(folders: list[output_folder.TempFolder]) -> str:
                      for f in folders)
 
 
-def _check_numbers(opts: ConverterOptions) -> None:
-    checks = [(1 <= opts.jpeg_quality <= 100, '--jpeg_quality must be 1..100'),
-              (opts.num_shards >= 0, '--num_shards must be >= 0 (0: automatic)'),
-              (opts.target_shard_mb > 0, '--target_shard_mb must be > 0'),
-              (0 <= opts.max_error_ratio <= 1, '--max_error_ratio must be in 0..1'),
-              (opts.label_offset >= 0, '--label_offset must be >= 0'),
-              (opts.max_pixels >= 0 and opts.max_side >= 0, '--max_pixels/--max_side must be >= 0')]
-    for ok, message in checks:
-        if not ok:
-            raise DatasetError(message)
-    opts.output_formats()   # Raises on an unknown or repeated format.
-
-
 def is_direct(options: PipelineOptions) -> bool:
     runner = options.view_as(StandardOptions).runner
     return runner is None or str(runner).lower() in ('directrunner', 'direct')
@@ -252,7 +240,7 @@ def _default_to_all_cores(options: PipelineOptions, given: set[str]) -> None:
         direct.direct_num_workers, direct.direct_running_mode = 0, 'multi_processing'
 
 
-def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
+def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
             **values) -> dict:
     """Runs a conversion to the end and returns its summary (see summary.json), with the
     seconds it took and the chunks it converted and reused (and the inputs in the chunks it
@@ -283,12 +271,15 @@ def convert(flags: Sequence[str] = (), config: ImageClassificationConfig | None 
     return summary
 
 
-def plan(flags: Sequence[str] = (), config: ImageClassificationConfig | None = None,
+def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
          **values) -> dict:
     """Lists the input and plans the conversion without converting anything: per split the
     inputs, ignored files, labels, shards and estimated sizes, with the time and worker
-    estimate of pipeline/plan.py. Options as for `prepare`."""
-    job = prepare(flags, config, **dict(values, plan_only=True))
+    estimate of pipeline/plan.py. Options as for `prepare` (with --plan_only)."""
+    parsed = _parsed(flags, dict(values, plan_only=True))
+    if not parsed.converter.plan_only:
+        raise ValueError('plan() needs options with plan_only set')
+    job = prepare(parsed, config)
     try:
         job.pipeline.run().wait_until_finish()
         document = json.loads(fileio.read_bytes(job.plan_path))

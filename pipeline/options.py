@@ -1,10 +1,15 @@
-"""The product's flags, defined once as a Beam PipelineOptions subclass.
+"""The product's flags, defined once as a Beam PipelineOptions subclass, and parsed once.
 
 Beam, Dataflow and Flex Templates all read this definition; every other flag goes to Beam.
 Booleans take `--flag`, `--flag=true` or `--flag=false`, as a template launcher passes them.
+`parse` reads the flags of a run (the command line, the Python API's keywords, the classic
+builder's options, a Flex Template's parameters) into an Options object and checks every value
+in one place; the job then resolves them into ConversionSettings.
 """
 import argparse
+import dataclasses
 import difflib
+from typing import Sequence
 
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -13,7 +18,8 @@ from pipeline.formats.errors import DatasetError
 from pipeline.formats import shard_formats
 from pipeline.formats.shard_formats import ShardFormat
 from transforms.images import ImageOptions
-from transforms.settings import SPLITS, ConversionSettings
+from pipeline.formats.metadata import SPLITS
+from transforms.settings import ConversionSettings
 
 DEFAULT_TARGET_SHARD_MB = 128
 DEFAULT_MAX_ERROR_RATIO = 0.01
@@ -130,6 +136,42 @@ class ConverterOptions(PipelineOptions):
                             max_image_pixels=self.max_image_pixels)
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The flags of one run, parsed and checked: every option (ours, Beam's, the runners') and
+    the names the caller set explicitly, also where set to their default."""
+    beam: PipelineOptions
+    given: frozenset[str]
+
+    @property
+    def converter(self) -> ConverterOptions:
+        return self.beam.view_as(ConverterOptions)
+
+
+def parse(flags: Sequence[str] = (), **values) -> Options:
+    """Command-line `flags` and keyword `values` by option name (which take precedence), checked:
+    an unknown name, a bad value or a number out of range is a DatasetError naming the flag."""
+    flags = list(flags)
+    given = _given_flags(flags)
+    check_names(values)
+    beam = PipelineOptions(flags, **values)
+    _check_values(beam.view_as(ConverterOptions))
+    return Options(beam, frozenset(given | set(values)))
+
+
+def _check_values(opts: ConverterOptions) -> None:
+    checks = [(1 <= opts.jpeg_quality <= 100, '--jpeg_quality must be 1..100'),
+              (opts.num_shards >= 0, '--num_shards must be >= 0 (0: automatic)'),
+              (opts.target_shard_mb > 0, '--target_shard_mb must be > 0'),
+              (0 <= opts.max_error_ratio <= 1, '--max_error_ratio must be in 0..1'),
+              (opts.label_offset >= 0, '--label_offset must be >= 0'),
+              (opts.max_pixels >= 0 and opts.max_side >= 0, '--max_pixels/--max_side must be >= 0')]
+    for ok, message in checks:
+        if not ok:
+            raise DatasetError(message)
+    opts.output_formats()   # Raises on an unknown or repeated format.
+
+
 def converter_parser() -> argparse.ArgumentParser:
     """A parser of the converter's own flags (for --help and the Flex Template metadata)."""
     parser = argparse.ArgumentParser(
@@ -159,12 +201,23 @@ def _all_options_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def given_flags(argv: list[str]) -> set[str]:
-    """The option names `argv` sets, also where it sets them to their default value."""
+def _given_flags(argv: list[str]) -> set[str]:
+    """The option names `argv` sets, also where it sets them to their default value; an unknown
+    flag or a bad value is a DatasetError naming it, with the nearest valid flag."""
     parser = _all_options_parser()
     for action in parser._actions:
         action.default = argparse.SUPPRESS
-    return set(vars(parser.parse_known_args(argv)[0]))
+    given, unknown = parser.parse_known_args(argv)
+    for arg in unknown:
+        name = arg.split('=', 1)[0]
+        if not name.startswith('-'):
+            raise DatasetError(f'unexpected argument {arg!r}: flags look like --name=value')
+        known = [option for action in parser._actions for option in action.option_strings]
+        near = difflib.get_close_matches(name.replace('-', '_').replace('__', '--', 1), known, 1)
+        hint = f'; did you mean {near[0]}?' if near else ''
+        raise DatasetError(f'unknown flag {name}{hint} (python -m pipeline.run --help lists the '
+                           'flags; Beam and runner flags are accepted as well)')
+    return set(vars(given))
 
 
 def check_names(values: dict) -> None:
@@ -175,22 +228,6 @@ def check_names(values: dict) -> None:
         if name not in known:
             near = difflib.get_close_matches(name, known, 1)
             raise DatasetError(f'unknown option {name!r}' + (f'; did you mean {near[0]!r}?' if near else ''))
-
-
-def check_flags(argv: list[str]) -> None:
-    """Raises a DatasetError naming the first flag that no Beam options class defines, with the
-    nearest valid one."""
-    parser = _all_options_parser()
-    known = [option for action in parser._actions for option in action.option_strings]
-    _, unknown = parser.parse_known_args(argv)
-    for arg in unknown:
-        name = arg.split('=', 1)[0]
-        if not name.startswith('-'):
-            raise DatasetError(f'unexpected argument {arg!r}: flags look like --name=value')
-        near = difflib.get_close_matches(name.replace('-', '_').replace('__', '--', 1), known, 1)
-        hint = f'; did you mean {near[0]}?' if near else ''
-        raise DatasetError(f'unknown flag {name}{hint} (python -m pipeline.run --help lists the '
-                           'flags; Beam and runner flags are accepted as well)')
 
 
 def help_text() -> str:

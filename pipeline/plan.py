@@ -19,7 +19,7 @@ import json
 import math
 
 from pipeline.formats import fileio
-from transforms.settings import SPLITS
+from pipeline.formats.metadata import SPLITS
 
 # Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
 # Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,

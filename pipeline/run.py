@@ -24,8 +24,8 @@ from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
 from pipeline.formats import fileio, output_folder, shard_formats  # noqa: E402
 from pipeline.formats.errors import DatasetError  # noqa: E402
-from pipeline.options import ConverterOptions, check_flags, help_text  # noqa: E402
-from transforms.settings import SPLITS  # noqa: E402
+from pipeline.options import Options, help_text, parse  # noqa: E402
+from pipeline.formats.metadata import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
 
@@ -69,10 +69,10 @@ def format_summary(summary: dict) -> str:
     return '\n'.join(lines)
 
 
-def _submit(argv: list[str]) -> int:
+def _submit(options: Options) -> int:
     """Hands the job to a service that runs it without this process (see job.is_remote); its
     commit step releases the output lock."""
-    prepared = job.prepare(argv, waits=False)
+    prepared = job.prepare(options, waits=False)
     settings = prepared.settings
     if prepared.pipeline is None:
         output_folder.release(settings.output_dir, settings.lock_token)
@@ -88,21 +88,13 @@ def _submit(argv: list[str]) -> int:
     return 0
 
 
-def parse_flags(argv: list[str]) -> PipelineOptions:
-    """The options of `argv`, checked first (check_flags): an unknown flag or a bad value is one
-    line naming it, not argparse's usage block."""
-    check_flags(argv)
-    return PipelineOptions(argv)
-
-
-def _dry_run(argv: list[str]) -> int:
+def _dry_run(options: Options) -> int:
     """Builds a Dataflow job as a submission would, without submitting it, and says what was
     checked."""
-    options = PipelineOptions(argv)
-    if not is_dataflow(options):
+    if not is_dataflow(options.beam):
         raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
                            'use --plan_only to see what it would write')
-    prepared = job.prepare(argv)   # A dry run takes no lock and writes nothing.
+    prepared = job.prepare(options)   # A dry run takes no lock and writes nothing.
     result = prepared.pipeline.run()
     steps = len(result.job.proto_pipeline.components.transforms)
     workers = prepared.options.view_as(WorkerOptions)
@@ -145,24 +137,24 @@ def main(argv: list[str] | None = None) -> int:
         send_stderr_to(log_file)
     setup_console_logging(verbose, log_file)
     try:
-        beam_options = parse_flags(argv)
-        options = beam_options.view_as(ConverterOptions)
+        options = parse(argv)   # The only parse: every step below reads this object.
+        beam_options, flags = options.beam, options.converter
         if is_dataflow(beam_options) and not beam_options.view_as(
                 GoogleCloudOptions).template_location:
             check_locations(beam_options)   # Before anything touches the network.
-        check_credentials([options.input_dir, options.output_dir, options.labels_file,
-                           *(getattr(options, f'csv_{split}') for split in SPLITS),
+        check_credentials([flags.input_dir, flags.output_dir, flags.labels_file,
+                           *(getattr(flags, f'csv_{split}') for split in SPLITS),
                            beam_options.view_as(GoogleCloudOptions).temp_location])
-        if options.plan_only:
-            document = job.plan(argv)
-            print(plan.dumps(document) if options.plan_format == 'json'
+        if flags.plan_only:
+            document = job.plan(options)
+            print(plan.dumps(document) if flags.plan_format == 'json'
                   else plan.format_plan(document))
             return _done(log_file)
         if beam_options.view_as(TestOptions).dry_run:
-            return _dry_run(argv)
+            return _dry_run(options)
         if job.is_remote(beam_options):
-            return _submit(argv)
-        summary = job.convert(argv)
+            return _submit(options)
+        summary = job.convert(options)
         summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
     except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

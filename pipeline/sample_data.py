@@ -5,7 +5,7 @@ import random
 import numpy as np
 from PIL import Image
 
-from transforms.settings import SPLITS
+from pipeline.formats.metadata import SPLITS
 
 
 def write_sample_dataset(root: str, num_classes: int = 5, per_class: tuple[int, int] = (10, 20),

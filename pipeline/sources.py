@@ -12,7 +12,8 @@ from pipeline.formats import fileio, folders
 from pipeline.formats.errors import DatasetError
 from pipeline.options import ConverterOptions
 from transforms.listing import ConfigPartition, CsvFile, FolderSplit, Partition
-from transforms.settings import SPLITS, LabelSettings
+from pipeline.formats.metadata import SPLITS
+from transforms.settings import LabelSettings
 
 
 @dataclasses.dataclass

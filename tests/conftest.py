@@ -1,11 +1,15 @@
 import logging
 import os
+import signal
 
 import pytest
 
-from tests import gcs_servers
+from pipeline.testing import gcs_servers
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# A suite started in the background by a script (`pytest &`) inherits SIGINT ignored, and so
+# would every command line it starts; the Ctrl-C tests need what a terminal's foreground job has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 # Before any Google library reads them (some read at import time), and for worker processes.
 _PORTS = gcs_servers.free_port(), gcs_servers.free_port()
 gcs_servers.hermetic_environment(*_PORTS)

@@ -27,17 +27,26 @@ def convert(*argv, config=None, runner_flags=IN_PROCESS) -> dict:
     return job.convert([*argv, *runner_flags], config=config)
 
 
-def start_cli(*argv, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    """`python -m pipeline.run ARGV` in its own process group; `env` adds to the environment."""
-    return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv],
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+def start_cli(*argv, env: dict | None = None, cwd=None) -> subprocess.Popen:
+    """`python -m pipeline.run ARGV` in its own process group, as a shell starts a job; `env` is
+    the whole environment (default: this process's)."""
+    return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv], env=env, cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
-def run_cli(*argv, kill_at: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Runs the command line to its end; `kill_at` names a crash point (transforms/faults.py)."""
-    process = start_cli(*argv, env={'IMAGE_TFRECORDS_KILL_AT': kill_at} if kill_at else None)
-    stdout, stderr = process.communicate(timeout=timeout)
+def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs the command line to its end; `kill_at` names a crash point (pipeline/formats/faults.py)."""
+    env = dict(os.environ if env is None else env)
+    if kill_at:
+        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
+    process = start_cli(*argv, env=env, cwd=cwd)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from pipeline.formats import records
-from tests import imagemaker
-from tests.helpers import convert, read_split, write_tree
+from pipeline.testing import imagemaker
+from tests.helpers import convert, read_split, run_cli, write_tree
 
 
 def _reasons(out: str, split: str) -> dict:
@@ -82,11 +82,6 @@ def test_csv_header_columns_become_features_and_sizes(tmp_path):
         ('a.jpg', 'Ann'), ('c.jpg', 'Bo, Jr.')]
 
 
-def _cli(*argv, cwd=None, env=None):
-    return subprocess.run([sys.executable, '-m', 'pipeline.run', *argv], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=300)
-
-
 @pytest.mark.parametrize('typo,expected', [
     ('--num_shard=4', 'error: unknown flag --num_shard; did you mean --num_shards?'),
     ('--input-dir={inputs}', 'error: unknown flag --input-dir; did you mean --input_dir?'),
@@ -94,7 +89,7 @@ def _cli(*argv, cwd=None, env=None):
 def test_typod_flags_are_an_error_naming_the_nearest_flag(tmp_path, typo, expected):
     inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
     out = tmp_path / 'out'
-    result = _cli(typo.format(inputs=inputs), f'--output_dir={out}', cwd=tmp_path)
+    result = run_cli(typo.format(inputs=inputs), f'--output_dir={out}', cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f'{expected} (python -m pipeline.run --help lists the flags; Beam and runner flags are '
@@ -103,7 +98,7 @@ def test_typod_flags_are_an_error_naming_the_nearest_flag(tmp_path, typo, expect
 
 
 def test_output_without_input_is_an_error_not_the_sample(tmp_path):
-    result = _cli(f'--output_dir={tmp_path}/out')
+    result = run_cli(f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
         'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
         '--csv_<split> or --config (got none)']
@@ -146,7 +141,7 @@ def test_a_failing_run_prints_one_line_and_no_traceback(tmp_path, case):
 def test_more_shards_than_inputs_is_said_in_one_line(tmp_path):
     inputs = write_tree(tmp_path / 'in', {f'train/c/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
                                           for i in range(7)})
-    result = _cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=100')
+    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=100')
     assert result.returncode == 0, result.stderr
     assert 'train: --num_shards 100 is more than its 7 inputs; writing 7 shards' \
         in result.stderr.splitlines()
@@ -156,7 +151,7 @@ def test_more_shards_than_inputs_is_said_in_one_line(tmp_path):
 def test_default_run_leaves_nothing_in_the_temp_folder(tmp_path):
     temp = tmp_path / 'tmp'
     temp.mkdir()
-    result = _cli(cwd=tmp_path, env=dict(os.environ, TMPDIR=str(temp)))
+    result = run_cli(cwd=tmp_path, env=dict(os.environ, TMPDIR=str(temp)))
     assert result.returncode == 0, result.stderr
     assert '242 inputs in ' in result.stdout and ', start-up included (' in result.stdout
     left = [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names]

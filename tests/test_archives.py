@@ -12,8 +12,8 @@ from PIL import Image
 
 from pipeline.config import ImageClassificationConfig
 from pipeline.formats import records
-from tests import archivemaker, imagemaker
-from tests.gcs_servers import BUCKET, upload
+from pipeline.testing import archivemaker, imagemaker
+from pipeline.testing.gcs_servers import BUCKET, upload
 from tests.helpers import (
     IN_PROCESS, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
 
@@ -207,10 +207,11 @@ def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_
 
 def _convert_through_counting_proxy(gcs, *argv) -> dict:
     """Runs the command line against the emulator through a proxy; its operations by kind."""
-    from tests.gcs_servers import FlakyProxy
+    from pipeline.testing.gcs_servers import FlakyProxy
     proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
     try:
-        process = start_cli(*argv, env={'STORAGE_EMULATOR_HOST': f'http://127.0.0.1:{proxy.port}'})
+        process = start_cli(*argv, env=dict(os.environ,
+                                             STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}'))
         stdout, stderr = process.communicate(timeout=300)
     finally:
         proxy.stop()

@@ -12,10 +12,9 @@ from pipeline.formats import array_records, records
 from pipeline.formats.errors import DatasetError
 from pipeline.readers import grain_data
 from pipeline.tools.verify import verify
-from tests import imagemaker
-from tests.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, convert, output_files, write_tree
-from tests.test_crash_safety import _run
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
+from tests.helpers import IN_PROCESS, convert, output_files, run_cli, write_tree
 
 IMAGES = {f'{split}/c{c}/{i}.jpg': imagemaker.jpeg(40 + i, 30, seed=100 * c + i + len(split))
           for split in ('train', 'test') for c in range(3) for i in range(12)}
@@ -189,12 +188,12 @@ def test_readers_say_which_format_a_dataset_lacks(outputs):
 def test_kill_after_writing_shards_then_rerun_gives_identical_files(outputs, tmp_path):
     flags = [f'--input_dir={outputs["inputs"]}', *FLAGS, '--output_format=array_record',
              *IN_PROCESS, f'--output_dir={tmp_path}/out']
-    killed = _run(*flags, kill_at='shard:2')
+    killed = run_cli(*flags, kill_at='shard:2')
     assert killed.returncode == -signal.SIGKILL
     temp = [n for n in os.listdir(tmp_path / 'out') if n.startswith('.tmp-')][0]
     assert len([n for n in os.listdir(tmp_path / 'out' / temp / 'shards')
                 if n.endswith('.array_record.json')]) == 2
-    rerun = _run(*flags)
+    rerun = run_cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished' in rerun.stderr and ' and 2 shards' in rerun.stderr
     assert output_files(f'{tmp_path}/out') == output_files(outputs['ar'])

@@ -6,10 +6,9 @@ import sys
 
 import pytest
 
-from tests import imagemaker
-from tests.cli import run_cli
-from tests.gcs_servers import free_port
-from tests.helpers import read_split, write_tree
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import free_port
+from tests.helpers import read_split, run_cli, write_tree
 
 
 @pytest.mark.parametrize('flag,expected', [
@@ -89,3 +88,23 @@ def test_missing_credentials_for_a_cloud_storage_path_is_one_line_with_the_fix(t
         'error: no Google Cloud credentials to access gs://my-bucket/out: run `gcloud auth '
         'application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account '
         'key file']
+
+
+def test_worker_lines_of_any_module_of_ours_show_and_the_runners_do_not():
+    """Worker records come to the launcher as protobuf text naming the file that logged them; a
+    module in a sub-package (pipeline/formats/) counts as ours like one at the top."""
+    import logging
+
+    from pipeline import console
+    from pipeline.formats import output_folder
+
+    def record(where: str) -> logging.LogRecord:
+        entry = (f'severity: INFO\nmessage: "dataset committed to /tmp/caf\\303\\251"\n'
+                 f'log_location: "{where}:76"\n')
+        return logging.LogRecord(console._WORKER_LOGGER, logging.INFO, '', 0, 'Worker: %s',
+                                 (entry,), None)
+
+    assert console._worker_message(record(output_folder.__file__)) == (
+        'dataset committed to /tmp/café', True)
+    beam_worker = logging.__file__.replace('logging/__init__.py', 'apache_beam/sdk_worker.py')
+    assert console._worker_message(record(beam_worker)) == ('dataset committed to /tmp/café', False)

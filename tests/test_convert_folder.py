@@ -8,7 +8,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from pipeline.formats import records
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import (
     convert, output_files, pixels, read_files, read_split, shard_paths, write_tree)
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import convert, read_split, write_tree
 
 

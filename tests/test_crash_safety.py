@@ -1,15 +1,13 @@
 """Never lose a dataset: kills at chosen instants, the output lock, and resume after a crash.
 
 Conversions run as real subprocesses; a kill is a real SIGKILL, either from outside (the whole
-process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (transforms/faults.py).
+process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (pipeline/formats/faults.py).
 """
 import glob
 import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,30 +15,16 @@ import pytest
 from pipeline.formats import output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import resume
-from tests import imagemaker
-from tests.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, convert, output_files, read_files, write_tree
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
+from tests.helpers import (
+    IN_PROCESS, convert, output_files, read_files, run_cli, start_cli, write_tree)
 
 MULTI = ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
 
 
 def _images(n: int, classes: int = 3) -> dict:
     return {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(n)}
-
-
-def _start(*argv, env=None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kwargs)
-
-
-def _run(*argv, kill_at=None, timeout=300) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    if kill_at:
-        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
-    process = _start(*argv, env=env)
-    stdout, stderr = process.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def _info(out) -> dict:
@@ -60,11 +44,11 @@ def inputs(tmp_path):
 def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs, kill_at, left):
     flags = [f'--input_dir={inputs}', '--num_shards=3', *IN_PROCESS]
     reference = str(tmp_path / 'reference')
-    assert _run(*flags, f'--output_dir={reference}').returncode == 0
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
     out = str(tmp_path / 'out')
-    assert _run(*flags[:1], '--num_shards=2', '--dataset_name=old', f'--output_dir={out}',
+    assert run_cli(*flags[:1], '--num_shards=2', '--dataset_name=old', f'--output_dir={out}',
                 *IN_PROCESS).returncode == 0
-    killed = _run(*flags, f'--output_dir={out}', '--overwrite', kill_at=kill_at)
+    killed = run_cli(*flags, f'--output_dir={out}', '--overwrite', kill_at=kill_at)
     assert killed.returncode == -signal.SIGKILL
     names = os.listdir(out)
     assert '.commit.json' in names and '.lock' in names
@@ -77,7 +61,7 @@ def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs,
     from pipeline.tools.verify import main as verify_main
     assert verify_main([out]) == 2   # "interrupted commit": rerun to complete it.
 
-    rerun = _run(*flags, f'--output_dir={out}', '--overwrite')
+    rerun = run_cli(*flags, f'--output_dir={out}', '--overwrite')
     assert rerun.returncode == 0, rerun.stderr
     assert 'taking over (its process is gone)' in rerun.stderr
     assert 'completed the interrupted commit of run ' in rerun.stderr
@@ -90,10 +74,10 @@ def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
     inputs = write_tree(tmp_path / 'in', _images(900))
     flags = [f'--input_dir={inputs}', '--num_shards=4', *MULTI]
     reference = str(tmp_path / 'reference')
-    full = _run(*flags, f'--output_dir={reference}')
+    full = run_cli(*flags, f'--output_dir={reference}')
     assert full.returncode == 0, full.stderr
     out = str(tmp_path / 'out')
-    process = _start(*flags, f'--output_dir={out}')
+    process = start_cli(*flags, f'--output_dir={out}')
     deadline = time.monotonic() + 120
     # A chunk that falls in two shards writes two parts, so one part does not mean one finished
     # chunk. Parts of three chunks do: two worker processes convert at most two at a time.
@@ -103,7 +87,7 @@ def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert not [n for n in os.listdir(out) if 'tfrecord' in n]   # Nothing final-named.
-    rerun = _run(*flags, f'--output_dir={out}')
+    rerun = run_cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'resuming run ' in rerun.stderr
     reused = int(rerun.stdout.split('reused ')[1].split(' of ')[0])
@@ -120,32 +104,49 @@ def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path):
     inputs = write_tree(tmp_path / 'in', _images(600))   # 5 chunks of about 128, 4 shards.
     flags = [f'--input_dir={inputs}', '--num_shards=4', *IN_PROCESS]
     out = str(tmp_path / 'out')
-    assert _run(*flags, f'--output_dir={out}', kill_at='chunk:3').returncode == -signal.SIGKILL
+    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:3').returncode == -signal.SIGKILL
     parts = glob.glob(f'{out}/.tmp-*/parts/*.json')
     assert len({resume.chunk_of_part(p) for p in parts}) == 3
     changed = _first_source_of_a_part(out)   # Replace one input of a finished chunk.
     with open(changed, 'wb') as stream:
         stream.write(imagemaker.jpeg(24, 16, seed=9999))
-    rerun = _run(*flags, f'--output_dir={out}')
+    rerun = run_cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished 3 chunks and 0 shards' in rerun.stderr
     assert 'reused 2 of 5 chunks' in rerun.stdout
     reference = str(tmp_path / 'reference')
-    assert _run(*flags, f'--output_dir={reference}').returncode == 0
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
+
+
+def test_per_run_settings_keep_the_run_so_a_rerun_with_them_changed_resumes(tmp_path):
+    """The run id fingerprints what shapes the bytes; the description (dataset_info.json's
+    text), the error threshold and the read-ahead do not, so changing them keeps the work."""
+    inputs = write_tree(tmp_path / 'in', _images(600))
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', '--num_shards=4',
+             *IN_PROCESS]
+    killed = run_cli(*flags, '--description=first', kill_at='chunk:3')
+    assert killed.returncode == -signal.SIGKILL
+    rerun = run_cli(*flags, '--description=second', '--max_error_ratio=0.5', '--reads_in_flight=4')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'an earlier attempt finished 3 chunks and 0 shards' in rerun.stderr
+    assert 'reused 3 of 5 chunks' in rerun.stdout
+    assert _info(tmp_path / 'out')['description'] == 'second'
+    again = run_cli(*flags, '--description=third')   # Finished: only --overwrite replaces it.
+    assert again.returncode == 2 and 'already holds a dataset' in again.stderr
 
 
 def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS]
-    assert _run(*flags, '--num_shards=2', kill_at='chunk:1').returncode == -signal.SIGKILL
+    assert run_cli(*flags, '--num_shards=2', kill_at='chunk:1').returncode == -signal.SIGKILL
     other = glob.glob(f'{out}/.tmp-*')[0]
-    rerun = _run(*flags, '--num_shards=2', '--jpeg_quality=80')
+    rerun = run_cli(*flags, '--num_shards=2', '--jpeg_quality=80')
     assert rerun.returncode == 0 and 'reused' not in rerun.stdout
     assert f'holds temporary folders of runs with other options: {os.path.basename(other)} (' \
         in rerun.stderr and '--clean_temp removes them' in rerun.stderr
     assert os.path.isdir(other)
-    cleaned = _run(*flags, '--num_shards=2', '--jpeg_quality=70', '--overwrite')
+    cleaned = run_cli(*flags, '--num_shards=2', '--jpeg_quality=70', '--overwrite')
     assert cleaned.returncode == 0
     assert f'removed temporary folders of unfinished runs: {os.path.basename(other)} (' \
         in cleaned.stderr
@@ -155,9 +156,9 @@ def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path,
 def test_clean_temp_discards_this_runs_own_earlier_work(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS]
-    assert _run(*flags, kill_at='chunk:1').returncode == -signal.SIGKILL
+    assert run_cli(*flags, kill_at='chunk:1').returncode == -signal.SIGKILL
     own = os.path.basename(glob.glob(f'{out}/.tmp-*')[0])
-    rerun = _run(*flags, '--clean_temp')
+    rerun = run_cli(*flags, '--clean_temp')
     assert rerun.returncode == 0, rerun.stderr
     assert f'removed temporary folders of unfinished runs: {own} (' in rerun.stderr
     assert 'resuming' not in rerun.stderr and 'reused' not in rerun.stdout
@@ -166,11 +167,11 @@ def test_clean_temp_discards_this_runs_own_earlier_work(tmp_path, inputs):
 def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
     inputs = write_tree(tmp_path / 'in', _images(900))
     out = str(tmp_path / 'out')
-    first = _start(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=4', *MULTI)
+    first = start_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=4', *MULTI)
     deadline = time.monotonic() + 60
     while not os.path.exists(f'{out}/.lock') and time.monotonic() < deadline:
         time.sleep(0.01)
-    second = _run(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3', *MULTI)
+    second = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3', *MULTI)
     stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert second.returncode == 2
@@ -224,15 +225,15 @@ def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
 def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
     source = upload(_images(40), 'raw')
     flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
-    assert _run(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    assert run_cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
     out = f'gs://{BUCKET}/out'
-    assert _run(*flags[:1], '--num_shards=3', '--dataset_name=old', f'--output_dir={out}',
+    assert run_cli(*flags[:1], '--num_shards=3', '--dataset_name=old', f'--output_dir={out}',
                 *IN_PROCESS).returncode == 0
-    killed = _run(*flags, f'--output_dir={out}', '--overwrite', kill_at='commit:replace:1')
+    killed = run_cli(*flags, f'--output_dir={out}', '--overwrite', kill_at='commit:replace:1')
     assert killed.returncode == -signal.SIGKILL
     remote = download('out')
     assert '.commit.json' in remote and 'dataset_info.json' not in remote
-    rerun = _run(*flags, f'--output_dir={out}', '--overwrite')
+    rerun = run_cli(*flags, f'--output_dir={out}', '--overwrite')
     assert rerun.returncode == 0, rerun.stderr
     assert 'completed the interrupted commit' in rerun.stderr
     assert download('out') == output_files(f'{tmp_path}/local')

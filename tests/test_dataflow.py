@@ -17,8 +17,8 @@ from pipeline import job as jobs
 from pipeline.dataflow import WORKER_DEFAULTS
 from pipeline.options import converter_flag_names, converter_parser
 from pipeline.tools.template_metadata import template_metadata
-from tests import imagemaker
-from tests.gcs_servers import BUCKET, download, upload
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
@@ -27,9 +27,9 @@ STAGES = {
     'Resolve Labels': ['Combine Facts', 'Fix Label Ids'],
     'Drop Ignored': [],
     'Plan Shards': ['Hash Keys', 'Count Per Split', 'Bucket', 'Combine Buckets', 'Cut Into Shards'],
-    'Write Shards': ['Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks', 'Group Fingerprints',
-                     'Fingerprint Shards', 'Encode Chunks', 'Key By Shard', 'Group By Shard',
-                     'Write Shards'],
+    'Write Shards': ['Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks', 'Chunks Of Shards',
+                     'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks', 'Key By Shard',
+                     'Group By Shard', 'Write Shards'],
     'Commit Dataset': ['Collect Results', 'Put In Place'],
 }
 STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]
@@ -84,11 +84,11 @@ def test_job_json_has_worker_defaults_and_overrides(tmp_path, raw):
 
 def test_default_worker_settings_pass_beams_validator(gcs):
     argv = [*CLOUD, f'--temp_location=gs://{BUCKET}/tmp']
-    options = PipelineOptions(argv)
     from pipeline.dataflow import apply_dataflow_defaults
-    from pipeline.options import given_flags
-    apply_dataflow_defaults(options, given_flags(argv))
-    assert PipelineOptionsValidator(options, DataflowRunner()).validate() == []
+    from pipeline.options import parse
+    options = parse(argv)
+    apply_dataflow_defaults(options.beam, options.given)
+    assert PipelineOptionsValidator(options.beam, DataflowRunner()).validate() == []
     bad = PipelineOptions([*argv, '--max_num_workers=-2'])
     assert PipelineOptionsValidator(bad, DataflowRunner()).validate() == [
         'Invalid value (-2) for option: max_num_workers. Value needs to be positive.']

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from tests import imagemaker
-from tests.cli import run_cli
-from tests.gcs_servers import BUCKET, download, upload
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
+from tests.helpers import run_cli
 
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 

@@ -6,8 +6,8 @@ import tensorflow as tf
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
-from tests import imagemaker
-from tests.gcs_servers import BUCKET, download, upload
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import convert, output_files, read_files
 
 IMAGES = {f'{split}/c{c}/{split}{i}.jpg': imagemaker.jpeg(60, 40, seed=c * 50 + i)
@@ -125,7 +125,7 @@ def test_transient_503s_are_retried(gcs, tmp_path):
     import subprocess
     import sys
 
-    from tests.gcs_servers import FlakyProxy
+    from pipeline.testing.gcs_servers import FlakyProxy
     source = upload({k: v for k, v in IMAGES.items() if 'broken' not in k}, 'raw')
     proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=4)
     env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from pipeline.formats import output_folder
-from tests import imagemaker
-from tests.gcs_servers import BUCKET, download, upload
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, output_files, run_cli, start_cli, write_tree
 
 RUN_ID = '0123456789abcdef'

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from tests import archivemaker, imagemaker
+from pipeline.testing import archivemaker, imagemaker
 
 SYNSETS = [(1, 'n02119789', 0), (2, 'n01440764', 0), (3, 'n01443537', 0), (1001, 'n00001740', 3)]
 VALIDATION_IDS = [2, 1, 3, 3, 2, 1, 2]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from transforms.images import ImageError, ImageOptions, convert_image, target_size
 
 DEFAULT = ImageOptions()

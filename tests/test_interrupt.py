@@ -6,16 +6,15 @@ import os
 import signal
 import time
 
-from tests import imagemaker
-from tests.cli import run_cli, start_cli
-from tests.helpers import read_split, write_tree
+from pipeline.testing import imagemaker
+from tests.helpers import read_split, run_cli, start_cli, write_tree
 
 INTERRUPTED = 'interrupted; rerun the same command to resume'
 
 
 def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path):
     inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
-                                          imagemaker.jpeg(256, 192, seed=i) for i in range(1000)})
+                                          imagemaker.jpeg(256, 192, seed=i) for i in range(3000)})
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
     process = start_cli(*flags)
@@ -24,7 +23,7 @@ def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
+    assert process.returncode == 130, stderr
     assert [line for line in stderr.splitlines() if not line.startswith('converting: ')] == [
         INTERRUPTED]
     assert stdout == ''
@@ -34,4 +33,4 @@ def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path
     rerun = run_cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert 'resuming run' in rerun.stderr
-    assert len(read_split(out, 'train')) == 1000
+    assert len(read_split(out, 'train')) == 3000

@@ -7,7 +7,7 @@ import struct
 import pytest
 from PIL import Image
 
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from transforms.images import ImageOptions, convert_image, jpeg_header
 
 

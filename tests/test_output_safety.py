@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from pipeline.formats.errors import DatasetError
-from tests import imagemaker
-from tests.helpers import convert, read_split, shard_paths, write_tree
+from pipeline.testing import imagemaker
+from tests.helpers import convert, read_split, run_cli, shard_paths, write_tree
 
 
 def _error(*argv, **kwargs) -> str:
@@ -90,11 +90,6 @@ def test_empty_split_is_an_error(tmp_path, images):
     assert message == "split 'test' has no examples; add images for it or leave the split out of the input"
 
 
-def _cli(*argv, cwd=None):
-    return subprocess.run([sys.executable, '-m', 'pipeline.run', *argv], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-
-
 @pytest.mark.parametrize('argv,expected', [
     (['--input_dir=/no/such/folder', '--output_dir=/tmp/x'],
      'error: cannot list folder /no/such/folder: No such file or directory'),
@@ -108,21 +103,21 @@ def _cli(*argv, cwd=None):
     (['--input_dir=/tmp', '--output_dir=/tmp/x', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),
 ])
 def test_cli_errors_are_one_line(argv, expected):
-    result = _cli(*argv)
+    result = run_cli(*argv)
     assert result.returncode == 2
     assert result.stderr.strip() == expected
 
 
 def test_cli_help_documents_every_flag():
     from pipeline.options import converter_flag_names
-    result = _cli('--help')
+    result = run_cli('--help')
     assert result.returncode == 0
     for name in converter_flag_names():
         assert f'--{name}' in result.stdout, name
 
 
 def test_default_run_converts_a_generated_sample(tmp_path):
-    result = _cli(cwd=tmp_path)
+    result = run_cli(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / 'sample_tfrecords'
     assert 'shard 1/1 written' in result.stderr
@@ -131,7 +126,7 @@ def test_default_run_converts_a_generated_sample(tmp_path):
     assert sorted(n for n in os.listdir(out) if 'tfrecord' in n) == [
         'dataset-test.tfrecord-00000-of-00001', 'dataset-train.tfrecord-00000-of-00001',
         'dataset-validation.tfrecord-00000-of-00001']
-    assert _cli(cwd=tmp_path).returncode == 0  # Running it again replaces the sample output.
+    assert run_cli(cwd=tmp_path).returncode == 0  # Running it again replaces the sample output.
 
 
 def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import write_tree
 
 

@@ -7,9 +7,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import job
-from tests import imagemaker
-from tests.cli import run_cli
-from tests.helpers import output_files, read_split, write_tree
+from pipeline.testing import imagemaker
+from tests.helpers import output_files, read_split, run_cli, write_tree
 
 PORTABLE = ['--runner=PortableRunner', '--job_endpoint=embed', '--environment_type=LOOPBACK']
 

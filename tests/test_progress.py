@@ -9,9 +9,8 @@ import sys
 import pytest
 
 from pipeline.progress import status_text
-from tests import imagemaker
-from tests.cli import run_cli
-from tests.helpers import IN_PROCESS, write_tree
+from pipeline.testing import imagemaker
+from tests.helpers import IN_PROCESS, run_cli, write_tree
 
 PROGRESS = re.compile(r'converting: ([\d,]+) of 1,000 inputs \(\d+%\), [\d,]+ inputs/s, '
                       r'about \d+ (s|min) left')

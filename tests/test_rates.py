@@ -2,13 +2,11 @@
 work reused from an interrupted attempt is not counted as converted."""
 import glob
 import json
-import os
 import re
 import signal
 
-from tests import imagemaker
-from tests.cli import run_cli
-from tests.helpers import IN_PROCESS, write_tree
+from pipeline.testing import imagemaker
+from tests.helpers import IN_PROCESS, run_cli, write_tree
 
 TOTAL = re.compile(r'(\d+) inputs in [\d.]+ s of wall time, start-up included '
                    r'\(((\d+) converted now: )?\d+ inputs/s\)')
@@ -26,7 +24,7 @@ def _flags(tmp_path) -> list[str]:
 
 
 def _killed_at(point: str, flags: list[str]) -> None:
-    result = run_cli(*flags, env=dict(os.environ, IMAGE_TFRECORDS_KILL_AT=point))
+    result = run_cli(*flags, kill_at=point)
     assert result.returncode == -signal.SIGKILL
 
 

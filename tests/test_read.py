@@ -9,7 +9,7 @@ import torch
 from pipeline.formats import records
 from pipeline.readers.tf_data import dataset
 from pipeline.readers.torch_data import TFRecordImageDataset
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import convert, pixels, read_split, write_tree
 
 

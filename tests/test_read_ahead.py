@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from tests import imagemaker
-from tests.gcs_servers import BUCKET, FlakyProxy, download, upload
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, FlakyProxy, download, upload
 from tests.helpers import convert, output_files
 
 IMAGES = {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(48 + i % 5, 32, seed=i) for i in range(60)}

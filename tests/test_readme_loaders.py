@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from tests.cli import run_cli
-from tests.helpers import IN_PROCESS
+from tests.helpers import IN_PROCESS, run_cli
 
 README = __file__.rsplit('/tests/', 1)[0] + '/README.md'
 SECTIONS = ('## Verify, inspect and load', '## ArrayRecord for JAX and Grain')

@@ -6,7 +6,7 @@ import sys
 from PIL import Image
 
 from pipeline.tools.report import write_report
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import convert, write_tree
 
 

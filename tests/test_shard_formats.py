@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from pipeline.formats import shard_formats
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, output_files, write_tree
 
 FORMAT_MODULE = '''

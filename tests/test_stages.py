@@ -1,6 +1,9 @@
 """Each stage of the pipeline alone, on Beam's in-process runner (TestPipeline + assert_that):
 what the end-to-end tests only imply, pinned where it is decided."""
 import collections
+import dataclasses
+import json
+import os
 
 import apache_beam as beam
 import numpy as np
@@ -8,9 +11,10 @@ import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.formats import records
-from tests import imagemaker
+from pipeline.formats import output_folder, records
+from pipeline.testing import imagemaker
 from tests.helpers import write_tree
+from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples
 from transforms.refs import ExampleRef
@@ -122,7 +126,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
             ExampleRef('train', f'{root}/text.jpg', f'{root}/text.jpg', 'text.jpg', 'a'),
             ExampleRef('train', f'{root}/gone.jpg', f'{root}/gone.jpg', 'gone.jpg', 'a'),
             ExampleRef('train', f'{root}/link', '', 'link', 'a', problem='broken link')]
-    settings = ConversionSettings(str(tmp_path / 'out'), 'd', ('train',), num_shards=1)
+    settings = ConversionSettings('d', ('train',), num_shards=1, output_dir=str(tmp_path / 'out'))
     with test_pipeline.TestPipeline() as p:
         inputs = p | 'Refs' >> beam.Create(refs)
         plans = inputs | PlanShards(1, 128)
@@ -135,3 +139,39 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
     shard = next((tmp_path / 'out').glob('.tmp-*/shards/*.tfrecord'))
     with open(shard, 'rb') as stream:
         assert [records.decode_example(r)[records.FILENAME] for r in records.read_records(stream)] == [[b'ok.jpg']]
+
+
+def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summary(tmp_path):
+    """The stage after WriteShards, as the launcher runs it: lock held, temporary folder marked."""
+    images = {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i) for i in range(6)}
+    root = write_tree(tmp_path / 'in', {**images, 'train/c0/bad.jpg': b'text'})
+    refs = [ExampleRef('train', f'{root}/{path}', f'{root}/{path}', path.rsplit('/', 1)[1],
+                       path.split('/')[1]) for path in [*images, 'train/c0/bad.jpg']]
+    out = str(tmp_path / 'out')
+    settings = ConversionSettings('d', ('train',), num_shards=2, output_dir=out,
+                                  max_error_ratio=0.2)
+    token = output_folder.acquire(out, settings.run_id, 'DirectRunner', waits=True)
+    settings = dataclasses.replace(settings, lock_token=token)
+    output_folder.start_temp(out, settings.run_id)
+    with test_pipeline.TestPipeline() as p:
+        inputs = p | 'Refs' >> beam.Create(refs)
+        facts, label_map = inputs | ResolveLabels(('train',), LabelSettings())
+        summary = (inputs
+                   | WriteShards(settings, inputs | PlanShards(2, 128), label_map)
+                   | CommitDataset(settings, label_map, facts))
+        assert_that(summary | beam.Map(lambda s: (s['run_id'], s['splits']['train']['records'],
+                                                  s['splits']['train']['skipped'],
+                                                  s['splits']['train']['classes'])),
+                    equal_to([(settings.run_id, 6, 1, {'c0': 3, 'c1': 3})]))
+    output_folder.release(out, token)
+    assert sorted(os.listdir(out)) == [
+        'd-train.tfrecord-00000-of-00002', 'd-train.tfrecord-00001-of-00002', 'dataset_info.json',
+        'errors-train.jsonl', 'features.json', 'image-class-label.labels.txt', 'labels.txt',
+        'summary.json']
+    assert json.loads(open(f'{out}/errors-train.jsonl').read())['source'] == f'{root}/train/c0/bad.jpg'
+    info = json.load(open(f'{out}/dataset_info.json'))
+    counts = []
+    for index in range(2):
+        with open(f'{out}/d-train.tfrecord-0000{index}-of-00002', 'rb') as stream:
+            counts.append(str(sum(1 for _ in records.read_records(stream))))
+    assert [s['shardLengths'] for s in info['splits']] == [counts] and sum(map(int, counts)) == 6

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.formats import records
 from pipeline.tools.verify import verify
-from tests import imagemaker
+from pipeline.testing import imagemaker
 from tests.helpers import convert, shard_paths, write_tree
 
 SHARED = imagemaker.jpeg(50, 50, seed=99)

@@ -14,9 +14,8 @@ import logging
 
 import apache_beam as beam
 
-from pipeline.formats import fileio, metadata, output_folder
+from pipeline.formats import faults, fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
-from transforms import faults, resume
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
@@ -137,54 +136,6 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
         fileio.write_bytes(fileio.join(staged, name), data)
         moves.append((f'final/{name}', name))
     return moves, summary
-
-
-def _batches(pairs: list, last_alone: str) -> list[list]:
-    """Pairs in batches of MOVE_BATCH, with the pair whose target is `last_alone` by itself."""
-    alone = [p for p in pairs if last_alone in p]
-    rest = [p for p in pairs if last_alone not in p]
-    return [rest[i:i + MOVE_BATCH] for i in range(0, len(rest), MOVE_BATCH)], alone
-
-
-def _move(pairs: list, recovering: bool) -> None:
-    if recovering:  # Some moves may have happened before the crash.
-        pairs = [(s, d) for s, d in pairs if fileio.exists(s)]
-    fileio.rename([s for s, _ in pairs], [d for _, d in pairs])
-
-
-def _roll_forward(out: str, journal: dict, recovering: bool) -> None:
-    info = fileio.join(out, metadata.DATASET_INFO)
-    with fileio.output_errors(out):
-        if journal['phase'] == 'replace':
-            rest, first = _batches(journal['replace'], info)
-            for number, batch in enumerate([first, *rest] if first else rest, 1):
-                _move(batch, recovering)
-                faults.crash_point(f'commit:replace:{number}')
-            journal = dict(journal, phase='install')
-            fileio.write_bytes_atomic(journal_path(out), json.dumps(journal, indent=1).encode())
-        rest, last = _batches(journal['install'], info)
-        for number, batch in enumerate(rest + ([last] if last else []), 1):
-            _move(batch, recovering)
-            faults.crash_point(f'commit:install:{number}')
-        fileio.delete([journal_path(out)])
-        fileio.delete_tree(temp_dir(out, journal['run_id']))
-
-
-def interrupted_commit(output_dir: str) -> dict | None:
-    """The journal of a commit that was interrupted in `output_dir`, if there is one."""
-    data = fileio.read_if_exists(journal_path(output_dir))
-    return json.loads(data) if data is not None else None
-
-
-def finish_commit(output_dir: str) -> str | None:
-    """Completes a commit that was interrupted (call with the output lock held); returns a line
-    saying what was done, or None when there was nothing to do."""
-    journal = interrupted_commit(output_dir)
-    if journal is None:
-        return None
-    _roll_forward(output_dir.rstrip('/'), journal, recovering=True)
-    return (f'completed the interrupted commit of run {journal["run_id"]} in {output_dir}: it '
-            'holds that run\'s dataset now')
 
 
 def _error_lines(split: str, entries: list) -> bytes:

@@ -25,7 +25,7 @@ class ExampleRef:
 
     def __reduce__(self):
         # Refs cross process boundaries often: pickle the values only, not the field names.
-        return ExampleRef, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        return ExampleRef, tuple(getattr(self, name) for name in _FIELDS)
 
     @property
     def location(self) -> Any:
@@ -35,6 +35,9 @@ class ExampleRef:
     @property
     def key_hash(self) -> int:
         return key_hash(self.key)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(ExampleRef))
 
 
 def key_hash(key: str) -> int:

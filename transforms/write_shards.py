@@ -19,9 +19,9 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import fileio, output_folder, records
+from pipeline.formats import faults, fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
-from transforms import faults, resume
+from transforms import resume
 from transforms.images import ImageError, convert_image
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
@@ -98,11 +98,12 @@ class WriteShards(beam.PTransform):
         label_map = beam.pvalue.AsSingleton(self._label_map)
         chunks = (refs
                   | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=plans)
-                  | 'Group By Chunk' >> beam.GroupByKey())
+                  | 'Group By Chunk' >> beam.GroupByKey()
+                  | 'Fingerprint Chunks' >> beam.Map(_fingerprint_chunk, self._settings.run_id,
+                                                     label_map=label_map, plans=plans))
         shard_fps = beam.pvalue.AsDict(
             chunks
-            | 'Fingerprint Chunks' >> beam.FlatMap(_chunk_fingerprint, self._settings.run_id,
-                                                   label_map=label_map, plans=plans)
+            | 'Chunks Of Shards' >> beam.FlatMap(_chunk_of_shards, plans=plans)
             | 'Group Fingerprints' >> beam.GroupByKey()
             | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
         return (chunks
@@ -118,12 +119,19 @@ class WriteShards(beam.PTransform):
 ShardKey = tuple[str, int]   # (split, shard)
 
 
-def _chunk_fingerprint(chunk: tuple, run_id: str, label_map: LabelMap,
-                       plans: dict) -> Iterator[tuple[ShardKey, tuple[int, str]]]:
-    """((split, chunk), refs) -> ((split, shard), (chunk, fingerprint)) for each of its shards."""
+def _fingerprint_chunk(chunk: tuple, run_id: str, label_map: LabelMap,
+                       plans: dict) -> tuple[tuple[str, int], str, list[ExampleRef]]:
+    """((split, chunk), lists of refs) -> ((split, chunk), fingerprint, refs)."""
     (split, index), groups = chunk
     refs = [r for group in groups for r in group]
     fp = resume.chunk_fingerprint(run_id, label_map, chunk[0], plans[split].placement(index), refs)
+    return chunk[0], fp, refs
+
+
+def _chunk_of_shards(chunk: tuple, plans: dict) -> Iterator[tuple[ShardKey, tuple[int, str]]]:
+    """((split, chunk), fingerprint, refs) -> ((split, shard), (chunk, fingerprint)) for each
+    shard the chunk's examples fall in."""
+    (split, index), fp, _ = chunk
     for shard in plans[split].shards_of_chunk(index):
         yield (split, shard), (index, fp)
 
@@ -138,8 +146,8 @@ def _shard_key(result: ShardResult) -> tuple[ShardKey, ShardResult]:
 
 
 class EncodeChunk(beam.DoFn):
-    """((split, chunk), lists of refs) -> a ShardResult per part file: one for each shard the
-    chunk's examples fall in.
+    """((split, chunk), fingerprint, refs) -> a ShardResult per part file: one for each shard
+    the chunk's examples fall in.
 
     Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
     Up to `reads_in_flight` images are read ahead of the one being converted.
@@ -162,13 +170,9 @@ class EncodeChunk(beam.DoFn):
 
     def process(self, element: tuple, label_map: LabelMap, plans: dict,
                 shard_fps: dict) -> Iterator[ShardResult]:
-        (split, chunk), groups = element
-        refs = [r for group in groups for r in group]
+        (split, chunk), chunk_fp, refs = element
         settings = self._settings
-        plan = plans[split]
-        chunk_fp = resume.chunk_fingerprint(settings.run_id, label_map, (split, chunk),
-                                            plan.placement(chunk), refs)
-        pieces = split_chunk(refs, plan, chunk, settings.skip_duplicates)
+        pieces = split_chunk(refs, plans[split], chunk, settings.skip_duplicates)
         paths = {shard: output_folder.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
                  for shard in pieces}
         reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None

@@ -63,7 +63,7 @@ class Archive:
 
     def __reduce__(self):
         # Every member's ref carries its archive: pickle the values only, not the field names.
-        return Archive, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        return Archive, tuple(getattr(self, name) for name in _ARCHIVE_FIELDS)
 
     @classmethod
     def of_file(cls, path: str, size: int, mtime: float | None) -> 'Archive':
@@ -99,7 +99,7 @@ class Member:
     zip_info: tuple | None = None   # (method, compressed size, CRC-32, local name length).
 
     def __reduce__(self):
-        return Member, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        return Member, tuple(getattr(self, name) for name in _MEMBER_FIELDS)
 
     @property
     def path(self) -> str:
@@ -135,6 +135,10 @@ class Member:
                                      f'{self.name}')
             return data
         return _read_zip_member(self)
+
+
+_ARCHIVE_FIELDS = tuple(f.name for f in dataclasses.fields(Archive))
+_MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
 
 
 def members(archive: Archive) -> Iterator[Member]:

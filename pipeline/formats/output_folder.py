@@ -48,10 +48,9 @@ import socket
 import uuid
 from typing import Iterable, Iterator
 
-from pipeline.formats import fileio, metadata, shard_formats
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline.formats import faults, fileio, metadata, shard_formats
 from pipeline.formats.errors import DatasetError, printable
-from transforms import faults
+from pipeline.formats.shard_formats import ShardFormat
 
 LOG = logging.getLogger('image_tfrecords')
 
@@ -156,6 +155,17 @@ def _json(data: bytes):
         return json.loads(data)
     except (ValueError, RecursionError):
         return None
+
+
+def read_metadata(output_dir: str, name: str) -> dict | None:
+    """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder, or
+    not a JSON object this tool could have written."""
+    try:
+        data = fileio.read_if_exists(fileio.join(output_dir, name))
+    except IsADirectoryError:
+        return None
+    document = _json(data) if data is not None else None
+    return document if isinstance(document, dict) else None
 
 
 def _refuse_links(folder: str) -> None:

@@ -1,7 +1,7 @@
 """A real GCS-API emulator on 127.0.0.1, and a local metadata endpoint for credentials.
 
 `gcp-storage-emulator` (pure Python, from PyPI) serves the JSON API including the batch
-copy/delete requests Beam uses to move temporary files into place; tests/gcs_emulator.py starts
+copy/delete requests Beam uses to move temporary files into place; pipeline/testing/gcs_emulator.py starts
 it with the upload precondition (ifGenerationMatch) that the output lock relies on.
 
 Beam asks google.auth for Application Default Credentials and, when none are found, retries
@@ -85,10 +85,10 @@ class LocalGcs:
         self._metadata = ThreadingHTTPServer(('127.0.0.1', metadata_port), _MetadataHandler)
         threading.Thread(target=self._metadata.serve_forever, daemon=True).start()
         self._process = subprocess.Popen(
-            [sys.executable, '-m', 'tests.gcs_servers', 'start', '--host', '127.0.0.1',
+            [sys.executable, '-m', 'pipeline.testing.gcs_servers', 'start', '--host', '127.0.0.1',
              '--port', str(emulator_port), '--in-memory', '--default-bucket', BUCKET, '-q'],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -245,8 +245,8 @@ class FlakyProxy:
 
 
 def serve_emulator() -> None:
-    """`python -m tests.gcs_servers start ...`: the emulator of tests/gcs_emulator.py, made fit
-    for thousands of objects and many clients. In memory it keeps its catalogue in memory only
+    """`python -m pipeline.testing.gcs_servers start ...`: the emulator of gcs_emulator.py, made
+    fit for thousands of objects and many clients. In memory it keeps its catalogue in memory only
     (it would rewrite all of it as a JSON file after every write, work that grows with
     the number of objects), and it queues 256 connections instead of 5, so that clients opening
     connections at once are not dropped and retried a second later."""
@@ -254,7 +254,7 @@ def serve_emulator() -> None:
 
     from gcp_storage_emulator.storage import Storage
 
-    from tests import gcs_emulator
+    from pipeline.testing import gcs_emulator
     socketserver.TCPServer.request_queue_size = 256
     write_catalogue = Storage._write_config_to_file
 

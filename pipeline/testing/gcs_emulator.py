@@ -1,4 +1,4 @@
-"""`python -m tests.gcs_emulator start ...`: gcp-storage-emulator with generation preconditions.
+"""`python -m pipeline.testing.gcs_emulator start ...`: gcp-storage-emulator with generation preconditions.
 
 The emulator ignores `ifGenerationMatch`, which Cloud Storage honours and the output lock relies
 on (create only if absent: ifGenerationMatch=0; take over or release only the generation read).

@@ -1,0 +1,2 @@
+"""What the tests and the benchmarks share: generated images, and a Cloud Storage emulator with a
+metadata endpoint on 127.0.0.1. Imported by tests/ and benchmarks/ only, never by the product."""
