@@ -99,7 +99,8 @@ def format_plan(document: dict) -> str:
         lines.append(f'{split:<12}{s["inputs"]:>10}{s["ignored"]:>9}{s["labels"]:>8}'
                      f'{s["shards"]:>8}{s["chunks"]:>8}{s["input_bytes"] / 1e9:>10.2f}'
                      f'{s["shard_bytes"] / 1e6:>10.1f}')
-    streamed = sorted(a for s in document['splits'].values() for a in s.get('streamed_archives', ()))
+    streamed = sorted(archive for s in document['splits'].values()
+                      for archive in s.get('streamed_archives', ()))
     if streamed:
         lines += ['', f'{len(streamed)} gzip-compressed archive(s), each read in one pass by one '
                   'worker (gzip cannot be split; an uncompressed .tar is read by many): '

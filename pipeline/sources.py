@@ -33,8 +33,9 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
     given = [name for name, value in (('--input_dir', opts.input_dir), ('--csv_*', csvs),
                                       ('--config', opts.config or config)) if value]
     if len(given) != 1 and given != ['--input_dir', '--csv_*']:
-        raise DatasetError(f'give one input: --input_dir (with --csv_<split> for splits it does '
-                           f'not hold), --csv_<split> or --config (got {", ".join(given) or "none"})')
+        raise DatasetError(f'give one input: --input_dir (with --csv_<split> for splits it '
+                           f'does not hold), --csv_<split> or --config '
+                           f'(got {", ".join(given) or "none"})')
     names = _read_labels_file(opts.labels_file) if opts.labels_file else None
     labels = LabelSettings(label_names=names, names_origin=f'--labels_file {opts.labels_file}',
                            num_labels=opts.num_labels, label_offset=opts.label_offset)
@@ -55,8 +56,8 @@ def _with_csvs(folder: Source, csvs: Source) -> Source:
     validation labels)."""
     both = [s for s in csvs.splits if s in folder.splits]
     if both:
-        raise DatasetError(f'split {both[0]} is given twice: by --input_dir and by --csv_{both[0]}; '
-                           'give each split once')
+        raise DatasetError(f'split {both[0]} is given twice: by --input_dir and by '
+                           f'--csv_{both[0]}; give each split once')
     return dataclasses.replace(
         folder, partitions=folder.partitions + csvs.partitions,
         splits=tuple(s for s in SPLITS if s in folder.splits + csvs.splits),

@@ -6,7 +6,6 @@ import signal
 import zipfile
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from PIL import Image
 

@@ -153,10 +153,10 @@ def _archive_files(place: Place, expand: bool) -> Iterator[File]:
 
 
 def _member_file(place: Place, member: Member, data: bytes | None) -> File:
-    relative = member.name[len(place.prefix):] if member.name.startswith(place.prefix) else member.name
-    logical = '/'.join(archives.folder_name(p) for p in relative.split('/')[:-1]) if '/' in relative else ''
-    leaf = relative.rsplit('/', 1)[-1]
-    key = f'{place.key}/{logical + "/" if logical else ""}{leaf}'
+    """The File of a member below `place`: its key names the archives on its way as folders."""
+    relative = member.name.removeprefix(place.prefix)
+    *inner, leaf = relative.split('/')
+    key = '/'.join([place.key, *map(archives.folder_name, inner), leaf])
     return File(f'{place.path}/{relative}', key, leaf, member.size,
                 member.archive.file_mtime, member, data, member.error, member.is_dir)
 
