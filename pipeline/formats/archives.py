@@ -14,6 +14,13 @@ unpacked to disk and nothing reads more than it needs:
 
 A gzip-compressed tar (`.tar.gz`, `.tgz`) has no byte offsets to jump to: it is read in one
 pass, members and their data in order (`stream`).
+
+Damage is reported, never raised: a member that cannot be read carries an `error`, and a
+stretch of an archive that holds no readable name (a damaged header, a truncated end) or a
+member whose name is unsafe (absolute, empty, with a `..` part) is an `unnamed` member named
+after the byte its header starts at, `/@BYTE`; no member's name has an empty part, so none can
+be that.
+Archives nest at most MAX_DEPTH deep (an archive can hold itself).
 """
 import bz2
 import dataclasses
@@ -29,10 +36,13 @@ from pipeline.formats import fileio
 
 SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')
 READ_BLOCK = 1 << 20                    # Bytes per read while indexing a tar.
+EXTENDED_MAX = 1 << 20                  # Bytes of a tar long-name or pax header, at most.
+MAX_DEPTH = 16                          # Archive files hold archives this deep at most.
 ZIP_TAIL = 1 << 16                      # Bytes read at a zip's end: its end record and more.
 _BLOCK = 512
 _TAR_FILES = (b'0', b'\0', b'7')
 _TAR_DIRS = (b'5',)
+_TAR_EXTENDED = (b'L', b'K', b'x', b'g')
 
 
 def suffix(name: str) -> str | None:
@@ -60,6 +70,7 @@ class Archive:
     file_mtime: float | None
     start: int = 0
     size: int | None = None     # None: to the end of the file.
+    depth: int = 1              # 1: an archive file; 2: an archive inside one; and so on.
 
     def __reduce__(self):
         # Every member's ref carries its archive: pickle the values only, not the field names.
@@ -106,6 +117,11 @@ class Member:
         return f'{self.archive.path}/{self.name}'
 
     @property
+    def unnamed(self) -> bool:
+        """Whether it is an error about bytes of the archive (`/@BYTE`), not a named member."""
+        return '//' in f'/{self.name}'
+
+    @property
     def file(self) -> str:
         return self.archive.file
 
@@ -115,14 +131,20 @@ class Member:
 
     def nested(self) -> 'Archive | str':
         """The archive this member is, or why it cannot be read as one in place."""
+        if self.archive.depth >= MAX_DEPTH:
+            return (f'{self.path} is an archive nested more than {MAX_DEPTH} deep; archives '
+                    'that deep are not read')
         if self.zip_info is not None and self.zip_info[0] != zipfile.ZIP_STORED:
             return (f'{self.path} is a compressed archive inside a zip; store it uncompressed '
                     '(zip -0) to read it in place')
         start = self.offset
         if self.zip_info is not None:
-            start += _zip_data_start(self)
+            try:
+                start += _zip_data_start(self)
+            except DamagedArchive as exc:
+                return str(exc)
         return Archive(self.path, self.archive.file, self.archive.file_size,
-                       self.archive.file_mtime, start, self.size)
+                       self.archive.file_mtime, start, self.size, self.archive.depth + 1)
 
     def read(self) -> bytes:
         """The member's bytes (ranged reads of its archive's file)."""
@@ -206,52 +228,78 @@ class _WindowFile(io.RawIOBase):
 
 
 def _tar_members(archive: Archive) -> Iterator[Member]:
-    """Hops from header to header. A damaged header is reported as a member named after its
-    byte offset, and the index resumes at the next valid header (as GNU tar does)."""
+    """Hops from header to header. A header that does not parse (its checksum, a size that is
+    not a number, an extended header over EXTENDED_MAX) starts a damaged stretch, reported as
+    an unnamed member; the index resumes at the next valid header (as GNU tar does). Extended
+    headers (long names, pax records) that do not parse make the member they describe an
+    error."""
     window = _Window(archive)
-    position, names, pax = 0, None, {}
+    # `start`: where the headers of the next member begin (extended headers come first).
+    position, start, extended, damage = 0, 0, {}, None
     while position + _BLOCK <= window.size:
         header = window.read_at(position, _BLOCK)
-        if header == bytes(_BLOCK):
+        if header == bytes(_BLOCK) and position == start:
             return
-        if not _valid_header(header):
+        kind = header[156:157]
+        size = _number(header[124:136]) if _valid_header(header) else None
+        if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
             resumed = _next_header(window, position + _BLOCK)
-            yield Member(archive, f'@{position}', archive.start + position, 0,
-                         error=f'damaged tar header at byte {position} of {archive.path}: the '
-                               f'members in bytes {position}-{resumed} cannot be read')
-            position, names, pax = resumed, None, {}
+            yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                           f'{archive.path}: the members in bytes '
+                                           f'{start}-{resumed} cannot be read')
+            position = start = resumed
+            extended, damage = {}, None
             continue
-        kind, size = header[156:157], _number(header[124:136])
-        size = int(pax.get('size', size))
         data = position + _BLOCK
-        following = data + (size + _BLOCK - 1) // _BLOCK * _BLOCK
-        if kind in (b'L', b'x', b'K', b'g'):
-            text = window.read_at(data, size)
-            if kind == b'L':
-                names = text.rstrip(b'\0').decode('utf-8', 'surrogateescape')
-            elif kind == b'x':
-                pax = _pax_records(text)
-            position = following
+        if kind in _TAR_EXTENDED:
+            try:
+                extended.update(_extended(kind, window.read_at(data, size)))
+            except ValueError as exc:
+                damage = f'damaged pax header at byte {position} of {archive.path}: {exc}'
+            position = data + _padded(size)
             continue
-        name = pax.get('path') or names or _header_name(header)
-        name = name.lstrip('/').removeprefix('./')
-        names, pax = None, {}
-        member = Member(archive, name.rstrip('/'), archive.start + data, size,
-                        is_dir=kind in _TAR_DIRS or name.endswith('/'))
-        if data + size > window.size:
-            member = dataclasses.replace(member, error=f'truncated archive: {archive.path} ends '
-                                                       f'inside {member.name}')
-        elif kind not in _TAR_FILES and not member.is_dir:
-            what = {b'1': 'hard link', b'2': 'symbolic link'}.get(kind, 'special file')
-            member = dataclasses.replace(member, error=f'a {what} inside an archive is not '
-                                                       'followed')
-        if member.name:
-            yield member
-        position = following
-    if position < window.size and window.read_at(position, _BLOCK) != bytes(window.size - position):
-        yield Member(archive, f'@{position}', archive.start + position, 0,
-                     error=f'truncated archive: {archive.path} ends inside the header at byte '
-                           f'{position}')
+        size = extended.get('size', size)
+        raw = extended.get('path') or _header_name(header)
+        name = _safe_name(raw)
+        is_dir = kind in _TAR_DIRS or raw.endswith('/')
+        if name is None or not (name or is_dir):
+            yield _unnamed(archive, start, _unsafe(raw, start, archive))
+        elif name:
+            error = damage
+            if error is None and data + size > window.size:
+                error = f'truncated archive: {archive.path} ends inside {name}'
+            elif error is None and kind not in _TAR_FILES and not is_dir:
+                what = {b'1': 'hard link', b'2': 'symbolic link'}.get(kind, 'special file')
+                error = f'a {what} inside an archive is not followed'
+            yield Member(archive, name, archive.start + data, size, is_dir, error)
+        position = start = data + _padded(size)
+        extended, damage = {}, None
+    if position != start or window.read_at(position, _BLOCK).strip(b'\0'):
+        yield _unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
+                                       f'header at byte {start}')
+
+
+def _unnamed(archive: Archive, position: int, error: str) -> Member:
+    """An error about the bytes of `archive` at `position` rather than a named member."""
+    return Member(archive, f'/@{position}', archive.start + position, 0, error=error)
+
+
+def _safe_name(raw: str) -> str | None:
+    """A member's name without `.` and empty parts (`./a//b.jpg` is `a/b.jpg`; '' for the
+    archive's root), or None when it is unsafe: absolute, or with a `..` part."""
+    parts = raw.split('/')
+    if raw.startswith('/') or '..' in parts:
+        return None
+    return '/'.join(part for part in parts if part not in ('', '.'))
+
+
+def _unsafe(raw: str, position: int, archive: 'Archive | Member') -> str:
+    return (f'unsafe member name {raw!r} at byte {position} of {archive.path}: a name that is '
+            'absolute, empty or has a .. part is not read')
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
 
 
 def _valid_header(header: bytes) -> bool:
@@ -268,10 +316,14 @@ def _next_header(window: _Window, position: int) -> int:
     return min(position, window.size)
 
 
-def _number(field: bytes) -> int:
-    if field[0] & 0x80:   # Base-256, for sizes of 8 GiB and more.
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], 'big')
-    return int(field.split(b'\0', 1)[0].strip() or b'0', 8)
+def _number(field: bytes) -> int | None:
+    """A header's number field (octal, or base-256 for 8 GiB and more); None if it is not one."""
+    if field[0] == 0x80:
+        return int.from_bytes(field[1:], 'big')
+    digits = field.split(b'\0', 1)[0].strip()
+    if digits.strip(b'01234567'):
+        return None
+    return int(digits or b'0', 8)
 
 
 def _header_name(header: bytes) -> str:
@@ -281,12 +333,34 @@ def _header_name(header: bytes) -> str:
     return name.decode('utf-8', 'surrogateescape')
 
 
-def _pax_records(text: bytes) -> dict:
+def _extended(kind: bytes, text: bytes) -> dict:
+    """What an extended header says of the member after it: its `path` and `size`, if it says
+    them. ValueError if its records do not parse."""
+    if kind == b'L':
+        return {'path': text.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')}
+    if kind != b'x':
+        return {}   # A long link name, or global pax records: nothing a member needs.
+    records = _pax_records(text)
+    found = {'path': records['path']} if 'path' in records else {}
+    if 'size' in records:
+        if not (records['size'].isascii() and records['size'].isdigit()):
+            raise ValueError(f'its size {records["size"]!r} is not a number of bytes')
+        found['size'] = int(records['size'])
+    return found
+
+
+def _pax_records(text: bytes) -> dict[str, str]:
+    """The `LENGTH KEY=VALUE\\n` records of a pax header; ValueError if one does not parse."""
     records, position = {}, 0
-    while position < len(text) and text[position:position + 1].isdigit():
-        length = int(text[position:text.index(b' ', position)])
-        key, _, value = text[text.index(b' ', position) + 1:position + length - 1].partition(b'=')
-        records[key.decode()] = value.decode('utf-8', 'surrogateescape')
+    while position < len(text) and text[position] != 0:
+        digits, space, _ = text[position:position + 24].partition(b' ')
+        length = int(digits) if space and digits.isdigit() else 0
+        record = text[position:position + length]
+        key, equals, value = record[len(digits) + 1:-1].partition(b'=')
+        if length <= len(digits) + 1 or len(record) < length or not record.endswith(b'\n') \
+                or not equals:
+            raise ValueError(f'its record at byte {position} does not parse')
+        records[key.decode('utf-8', 'surrogateescape')] = value.decode('utf-8', 'surrogateescape')
         position += length
     return records
 
@@ -301,19 +375,39 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         yield Member(archive, '@0', archive.start, 0,
                      error=f'damaged zip {archive.path}: {exc}; none of its members can be read')
         return
+    overlapping = _overlapping(infos)
     for info in infos:
+        name = _safe_name(info.filename)
+        if name is None or not (name or info.is_dir()):
+            yield _unnamed(archive, info.header_offset, _unsafe(info.filename,
+                                                                info.header_offset, archive))
+            continue
+        if not name:
+            continue   # The archive's root.
         encoding = 'utf-8' if info.flag_bits & 0x800 else 'cp437'
-        member = Member(archive, info.filename.rstrip('/'), archive.start + info.header_offset,
-                        info.file_size, is_dir=info.is_dir(),
-                        zip_info=(info.compress_type, info.compress_size, info.CRC,
-                                  len(info.filename.encode(encoding, 'replace'))))
-        if info.flag_bits & 0x1:
-            member = dataclasses.replace(member, error='encrypted zip member')
-        elif info.compress_type not in _ZIP_METHODS:
-            member = dataclasses.replace(
-                member, error=f'zip compression method {info.compress_type} is not supported '
-                              '(stored, deflate and bzip2 are)')
-        yield member
+        error = _zip_problem(info) or (f'damaged zip {archive.path}: {name} overlaps the '
+                                       'member after it' if info in overlapping else None)
+        yield Member(archive, name, archive.start + info.header_offset, info.file_size,
+                     info.is_dir(), error, (info.compress_type, info.compress_size, info.CRC,
+                                            len(info.filename.encode(encoding, 'replace'))))
+
+
+def _zip_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member cannot be read, if its central directory entry says so."""
+    if info.flag_bits & 0x1:
+        return 'encrypted zip member'
+    if info.compress_type not in _ZIP_METHODS:
+        return (f'zip compression method {info.compress_type} is not supported (stored, '
+                'deflate and bzip2 are)')
+    return None
+
+
+def _overlapping(infos: list[zipfile.ZipInfo]) -> set[zipfile.ZipInfo]:
+    """The members whose data runs into the next member's local header: a damaged zip, or one
+    made to hold the same bytes (itself, say) many times over."""
+    ordered = sorted(infos, key=lambda info: info.header_offset)
+    return {info for info, after in zip(ordered, ordered[1:])
+            if info.header_offset + _LOCAL_HEADER.size + info.compress_size > after.header_offset}
 
 
 _ZIP_METHODS = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: lambda: zlib.decompressobj(-15),
@@ -345,13 +439,13 @@ def _read_zip_member(member: Member) -> bytes:
     if len(data) < compressed:
         raise DamagedArchive(f'truncated zip: it ends inside {member.name}')
     if method != zipfile.ZIP_STORED:
-        try:
-            decompressor = _ZIP_METHODS[method]()
-            data = decompressor.decompress(data)
-            if hasattr(decompressor, 'flush'):
-                data += decompressor.flush()
-        except (zlib.error, OSError, ValueError) as exc:
+        try:   # At most one byte more than the member's size: a false size is not inflated.
+            data = _ZIP_METHODS[method]().decompress(data, member.size + 1)
+        except (zlib.error, OSError, ValueError, EOFError) as exc:
             raise DamagedArchive(f'damaged zip member {member.name}: {exc}') from None
+        if len(data) > member.size:
+            raise DamagedArchive(f'damaged zip member {member.name}: it inflates to more than '
+                                 f'its size, {member.size} bytes')
     if zlib.crc32(data) != crc or len(data) != member.size:
         raise DamagedArchive(f'damaged zip member {member.name}: CRC-32 does not match')
     return data
@@ -362,34 +456,69 @@ def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
     the same pass (their members named by their path below `archive`). A directory or a member
     that cannot be read has no bytes; damage ends the pass with a member saying where."""
     source = gzip.GzipFile(fileobj=io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
-    yield from _stream_tar(archive, source, '')
+    yield from _stream_tar(archive, source, '', archive.depth)
 
 
-def _stream_tar(archive: Archive, source, prefix: str) -> Iterator[tuple[Member, bytes | None]]:
+class _StrictTarInfo(tarfile.TarInfo):
+    """tarfile's header, stricter for a one-pass read: a damaged or cut header and a negative
+    size are errors (tarfile takes them for the archive's end), and an extended header over
+    EXTENDED_MAX is refused before it is read into memory."""
+
+    @classmethod
+    def fromtarfile(cls, tar):
+        try:
+            info = super().fromtarfile(tar)
+        except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError) as exc:
+            raise tarfile.ReadError(str(exc)) from None
+        if info.size < 0:
+            raise tarfile.ReadError(f'{info.name} has a negative size')
+        return info
+
+    def _proc_member(self, tar):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > EXTENDED_MAX:
+            raise tarfile.HeaderError(f'an extended header of {self.size} bytes')
+        return super()._proc_member(tar)
+
+
+def _stream_tar(archive: Archive, source, prefix: str,
+                depth: int) -> Iterator[tuple[Member, bytes | None]]:
     position = 0
     try:
-        with tarfile.open(fileobj=source, mode='r|') as tar:
+        with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
             for info in tar:
                 position = info.offset_data
-                member = Member(archive, prefix + info.name.lstrip('/').removeprefix('./'),
-                                info.offset_data, info.size, is_dir=info.isdir())
+                name = _safe_name(info.name)
+                if name is None or not (name or info.isdir()):
+                    yield Member(archive, f'{prefix}/@{info.offset}', info.offset, 0,
+                                 error=_unsafe(info.name, info.offset, archive)), None
+                    continue
+                if not name:
+                    continue   # The archive's root.
+                member = Member(archive, prefix + name, info.offset_data, info.size,
+                                is_dir=info.isdir())
+                kind = suffix(name)
                 if member.is_dir:
                     yield member, None
                 elif not info.isfile():
                     yield dataclasses.replace(
                         member, error='a link or special file inside an archive is not '
                                       'followed'), None
-                elif suffix(info.name) in ('.tar', '.tar.gz', '.tgz'):
+                elif kind and depth >= MAX_DEPTH:
+                    yield dataclasses.replace(
+                        member, error=f'{member.path} is an archive nested more than '
+                                      f'{MAX_DEPTH} deep; archives that deep are not read'), None
+                elif kind in ('.tar', '.tar.gz', '.tgz'):
                     inner = tar.extractfile(info)
-                    if suffix(info.name) != '.tar':
+                    if kind != '.tar':
                         inner = gzip.GzipFile(fileobj=inner)
-                    yield from _stream_tar(archive, inner, member.name + '/')
-                elif suffix(info.name) == '.zip':
+                    yield from _stream_tar(archive, inner, member.name + '/', depth + 1)
+                elif kind == '.zip':
                     yield from _zip_in_stream(member, tar.extractfile(info).read())
                 else:
                     yield member, tar.extractfile(info).read()
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        yield Member(archive, f'{prefix}@{position}', position, 0,
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
+        yield Member(archive, f'{prefix}/@{position}', position, 0,
                      error=f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: '
                            f'{exc}; the members after byte {position} of its uncompressed '
                            'data cannot be read'), None
@@ -399,17 +528,26 @@ def _zip_in_stream(member: Member, data: bytes) -> Iterator[tuple[Member, bytes 
     """A zip inside a streamed tar, from its bytes in memory (one member's worth)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as inner:
-            for info in inner.infolist():
-                entry = Member(member.archive, f'{member.name}/{info.filename.rstrip("/")}',
-                               member.offset + info.header_offset, info.file_size,
+            infos = inner.infolist()
+            overlapping = _overlapping(infos)
+            for info in infos:
+                name = _safe_name(info.filename)
+                at = member.offset + info.header_offset
+                if name is None or not (name or info.is_dir()):
+                    yield Member(member.archive, f'{member.name}//@{at}', at, 0,
+                                 error=_unsafe(info.filename, info.header_offset, member)), None
+                    continue
+                entry = Member(member.archive, f'{member.name}/{name}', at, info.file_size,
                                is_dir=info.is_dir())
-                if entry.is_dir:
-                    yield entry, None
+                error = _zip_problem(info) or ('damaged zip member: it overlaps the member '
+                                               'after it' if info in overlapping else None)
+                if entry.is_dir or error:
+                    yield dataclasses.replace(entry, error=error), None
                     continue
                 try:
                     yield entry, inner.read(info)
-                except (zipfile.BadZipFile, OSError, zlib.error, NotImplementedError) as exc:
+                except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
                     yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
-    except zipfile.BadZipFile as exc:
-        yield dataclasses.replace(member, name=f'{member.name}/@0',
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        yield dataclasses.replace(member, name=f'{member.name}//@0',
                                   error=f'damaged zip {member.path}: {exc}'), None

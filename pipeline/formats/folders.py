@@ -10,6 +10,7 @@ shards, loose or archived.
 """
 import dataclasses
 import functools
+import os
 import posixpath
 from typing import Iterator
 
@@ -63,9 +64,10 @@ def _key(path: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _archive_file(path: str) -> Archive | None:
-    """The archive at `path` if it is a file, else None."""
+    """The archive at `path` if it is a file, else None (a folder named like an archive is a
+    folder)."""
     found = [m for m in fileio.match(path) if m.path == path]
-    if not found:
+    if not found or (not fileio.is_gcs(path) and not os.path.isfile(path)):
         return None
     return Archive.of_file(path, found[0].size_in_bytes, found[0].last_updated_in_seconds)
 
@@ -86,8 +88,10 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
         return folders, files
     folders, files, below = [], [], {}
     for file in _archive_files(place, expand=False):
-        relative = file.path[len(place.path) + 1:]
-        first, _, rest = relative.partition('/')
+        if file.member.unnamed:   # An error about the archive's bytes: reported here.
+            files.append(file)
+            continue
+        first, _, rest = file.member.name[len(place.prefix):].partition('/')
         if file.is_dir and not rest:
             files.append(file)   # Its own entry; the members below it make the folder.
         if rest or file.is_dir:
@@ -135,11 +139,11 @@ def _archive_files(place: Place, expand: bool) -> Iterator[File]:
     archive = place.archive
     if archive.streamed:
         for member, data in archives.stream(archive):
-            if member.name.startswith(place.prefix) or member.name.startswith('@'):
+            if member.name.startswith(place.prefix) or member.unnamed:
                 yield _member_file(place, member, data)
         return
     for member in place.members if place.members is not None else archives.members(archive):
-        if not (member.name.startswith(place.prefix) or member.name.startswith('@')):
+        if not (member.name.startswith(place.prefix) or member.unnamed):
             continue
         file = _member_file(place, member, None)
         if expand and archives.suffix(member.name) and member.error is None and not member.is_dir:
@@ -157,7 +161,7 @@ def _member_file(place: Place, member: Member, data: bytes | None) -> File:
     relative = member.name.removeprefix(place.prefix)
     *inner, leaf = relative.split('/')
     key = '/'.join([place.key, *map(archives.folder_name, inner), leaf])
-    return File(f'{place.path}/{relative}', key, leaf, member.size,
+    return File(member.path, key, leaf, member.size,
                 member.archive.file_mtime, member, data, member.error, member.is_dir)
 
 
@@ -196,6 +200,6 @@ def _find(place: Place, rest: list[str], path: str) -> File:
 
 @functools.lru_cache(maxsize=4)
 def _index(archive: Archive) -> dict[str, Member]:
-    """Name -> member of an archive, built once per worker process (damaged stretches of
-    the archive hold no names: paths into them are not found)."""
-    return {m.name: m for m in archives.members(archive) if not m.name.startswith('@')}
+    """Name -> member of an archive, built once per worker process (its unnamed errors,
+    damaged stretches and unsafe names, are no paths to find)."""
+    return {m.name: m for m in archives.members(archive) if not m.unnamed}
