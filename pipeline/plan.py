@@ -52,6 +52,8 @@ def plan_document(facts, label_map, plans: dict) -> dict:
                          'labels': len(labels), 'shards': plan.num_shards,
                          'chunks': plan.num_chunks, 'input_bytes': plan.input_bytes,
                          'shard_bytes': plan.input_bytes // plan.num_shards}
+        if facts.streamed.get(split):   # Gzip archives: each read in one pass by one worker.
+            splits[split]['streamed_archives'] = sorted(facts.streamed[split])
     return {'labels': len(label_map.names), 'splits': splits}
 
 
@@ -97,6 +99,12 @@ def format_plan(document: dict) -> str:
         lines.append(f'{split:<12}{s["inputs"]:>10}{s["ignored"]:>9}{s["labels"]:>8}'
                      f'{s["shards"]:>8}{s["chunks"]:>8}{s["input_bytes"] / 1e9:>10.2f}'
                      f'{s["shard_bytes"] / 1e6:>10.1f}')
+    streamed = sorted(archive for s in document['splits'].values()
+                      for archive in s.get('streamed_archives', ()))
+    if streamed:
+        lines += ['', f'{len(streamed)} gzip-compressed archive(s), each read in one pass by one '
+                  'worker (gzip cannot be split; an uncompressed .tar is read by many): '
+                  + ', '.join(streamed[:3]) + (' ...' if len(streamed) > 3 else '')]
     e = document['estimate']
     lines += ['', f'{e["images"]} images, about {e["input_bytes"] / 1e9:.1f} GB in and out '
               f'(pass-through keeps the bytes); {document["labels"]} label ids.',

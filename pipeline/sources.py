@@ -8,7 +8,7 @@ import dataclasses
 import importlib
 
 from pipeline.classic.config import ImageClassificationConfig
-from pipeline.formats import fileio
+from pipeline.formats import fileio, folders
 from pipeline.formats.errors import DatasetError
 from pipeline.options import ConverterOptions
 from transforms.listing import ConfigPartition, CsvFile, FolderSplit, Partition
@@ -32,14 +32,16 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
     csvs = {split: getattr(opts, f'csv_{split}') for split in SPLITS if getattr(opts, f'csv_{split}')}
     given = [name for name, value in (('--input_dir', opts.input_dir), ('--csv_*', csvs),
                                       ('--config', opts.config or config)) if value]
-    if len(given) != 1:
-        raise DatasetError(f'give exactly one input: --input_dir, --csv_<split> or --config '
+    if len(given) != 1 and given != ['--input_dir', '--csv_*']:
+        raise DatasetError(f'give one input: --input_dir (with --csv_<split> for splits it '
+                           f'does not hold), --csv_<split> or --config '
                            f'(got {", ".join(given) or "none"})')
     names = _read_labels_file(opts.labels_file) if opts.labels_file else None
     labels = LabelSettings(label_names=names, names_origin=f'--labels_file {opts.labels_file}',
                            num_labels=opts.num_labels, label_offset=opts.label_offset)
     if opts.input_dir:
-        return _folder_source(opts.input_dir.rstrip('/'), labels)
+        folder = _folder_source(opts.input_dir.rstrip('/'), labels, bool(csvs))
+        return _with_csvs(folder, _csv_source(csvs, labels)) if csvs else folder
     if csvs:
         return _csv_source(csvs, labels)
     if config is None:
@@ -49,13 +51,32 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
     return config_source(config, labels)
 
 
-def _folder_source(root: str, labels: LabelSettings) -> Source:
-    present = {fileio.basename(d) for d in fileio.list_subdirs(root)}
-    splits = tuple(s for s in SPLITS if s in present)
-    if not splits:
+def _with_csvs(folder: Source, csvs: Source) -> Source:
+    """A folder layout whose other splits come from CSVs (ImageNet: train.tar and a CSV of
+    validation labels)."""
+    both = [s for s in csvs.splits if s in folder.splits]
+    if both:
+        raise DatasetError(f'split {both[0]} is given twice: by --input_dir and by '
+                           f'--csv_{both[0]}; give each split once')
+    return dataclasses.replace(
+        folder, partitions=folder.partitions + csvs.partitions,
+        splits=tuple(s for s in SPLITS if s in folder.splits + csvs.splits),
+        identity=f'{folder.identity} {csvs.identity}')
+
+
+def _folder_source(root: str, labels: LabelSettings, optional: bool = False) -> Source:
+    place = folders.place_of(root)
+    found = [p for p in folders.children(place)[0] if p.name in SPLITS]
+    for split in SPLITS:
+        twins = [p.path for p in found if p.name == split]
+        if len(twins) > 1:
+            raise DatasetError(f'{" and ".join(twins)} both stand for split {split}; keep one')
+    splits = tuple(s for s in SPLITS if s in {p.name for p in found})
+    if not splits and not optional:
         raise DatasetError(f'{root} has no split folders; expected {root}/train/<class>/<image> '
-                           '(and/or validation/, test/)')
-    return Source([FolderSplit(s, fileio.join(root, s)) for s in splits], splits, labels,
+                           '(and/or validation/, test/; each may be a .tar, .tar.gz or .zip)')
+    by_name = {p.name: p for p in found}
+    return Source([FolderSplit(s, by_name[s]) for s in splits], splits, labels,
                   identity=f'folder {root}')
 
 

@@ -100,7 +100,8 @@ def test_typod_flags_are_an_error_naming_the_nearest_flag(tmp_path, typo, expect
 def test_output_without_input_is_an_error_not_the_sample(tmp_path):
     result = run_cli(f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
-        'error: give exactly one input: --input_dir, --csv_<split> or --config (got none)']
+        'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
+        '--csv_<split> or --config (got none)']
     assert not (tmp_path / 'out').exists()
 
 

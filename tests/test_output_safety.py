@@ -98,8 +98,9 @@ def test_empty_split_is_an_error(tmp_path, images):
      'error: cannot list folder /no/such/folder: No such file or directory'),
     (['--csv_train=/no/such.csv', '--output_dir=/tmp/x'],
      'error: --csv_train /no/such.csv does not exist; give the path of a CSV file with uri,label lines'),
-    (['--input_dir=/tmp', '--csv_train=/x.csv', '--output_dir=/tmp/x'],
-     'error: give exactly one input: --input_dir, --csv_<split> or --config (got --input_dir, --csv_*)'),
+    (['--csv_train=/x.csv', '--config=x:Y', '--output_dir=/tmp/x'],
+     'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
+     '--csv_<split> or --config (got --csv_*, --config)'),
     (['--config=nosuchmodule:Cfg', '--output_dir=/tmp/x'],
      "error: --config nosuchmodule:Cfg: cannot import it (No module named 'nosuchmodule'); is the module on PYTHONPATH?"),
     (['--input_dir=/tmp', '--output_dir=/tmp/x', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),

@@ -97,11 +97,12 @@ def test_planner_honours_any_shard_count_up_to_a_million_with_even_chunks(count,
 
 
 def test_list_examples_accounts_for_every_file(tmp_path):
+    from pipeline.formats.folders import place_of
     from transforms.listing import FolderSplit
     root = write_tree(tmp_path, {'train/a/1.jpg': b'x', 'train/a/.hidden': b'x',
                                  'train/loose.jpg': b'x', 'train/b/sub/2.jpg': b'x'})
     with test_pipeline.TestPipeline() as p:
-        refs = p | ListExamples([FolderSplit('train', f'{root}/train')], measure_sizes=False)
+        refs = p | ListExamples([FolderSplit('train', place_of(f'{root}/train'))], measure_sizes=False)
         assert_that(refs | beam.Map(lambda r: (r.filename, r.label, r.ignored, r.problem is None)),
                     equal_to([('1.jpg', 'a', False, True), ('.hidden', None, True, True),
                               ('loose.jpg', None, False, False), ('2.jpg', 'b', False, True)]))

@@ -23,6 +23,7 @@ _SHOW = 5
 class DatasetFacts:
     split_counts: dict = dataclasses.field(default_factory=dict)       # split -> inputs
     ignored: dict = dataclasses.field(default_factory=dict)            # split -> hidden files
+    streamed: dict = dataclasses.field(default_factory=dict)   # split -> {gzip archive paths}
     known_bad: int = 0                 # Inputs with a problem found by listing (no features).
     texts: dict = dataclasses.field(default_factory=dict)              # label text -> {splits}
     int_labels: set = dataclasses.field(default_factory=set)
@@ -30,6 +31,8 @@ class DatasetFacts:
     problems: list = dataclasses.field(default_factory=list)
 
     def add(self, ref: ExampleRef) -> None:
+        if ref.member is not None and ref.member.archive.streamed:
+            self.streamed.setdefault(ref.split, set()).add(ref.member.archive.path)
         if ref.ignored:
             self.ignored[ref.split] = self.ignored.get(ref.split, 0) + 1
             return
@@ -50,6 +53,8 @@ class DatasetFacts:
             self.split_counts[split] = self.split_counts.get(split, 0) + n
         for split, n in other.ignored.items():
             self.ignored[split] = self.ignored.get(split, 0) + n
+        for split, paths in other.streamed.items():
+            self.streamed.setdefault(split, set()).update(paths)
         for text, splits in other.texts.items():
             self.texts.setdefault(text, set()).update(splits)
         self.int_labels |= other.int_labels

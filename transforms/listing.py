@@ -1,12 +1,14 @@
 """Partitions of the input and how each turns into ExampleRefs, on the workers.
 
 A source is described by a few partitions made on the launcher without listing anything big:
-a folder split splits further into one partition per class folder, a CSV into byte ranges, a
-user config into the partitions it offers. Each partition is listed on a worker.
+a folder split splits further into one partition per class folder or class archive, a CSV into
+byte ranges, a user config into the partitions it offers. Each partition is listed on a worker.
+Archives are folders (pipeline/formats/folders.py): their members are listed like files.
 
 Every input is accounted for: each file below a split folder, each data row of a CSV and each
 dict a generator yields becomes one ref, which is either converted, reported as an error, or
-(hidden files and folders) counted as ignored.
+(hidden files and folders; in archives also directory entries and `__MACOSX/`) counted as
+ignored.
 """
 import csv
 import dataclasses
@@ -17,7 +19,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 import cloudpickle
 
-from pipeline.formats import fileio, records
+from pipeline.formats import archives, fileio, folders, records
 from pipeline.formats.errors import DatasetError
 from transforms.refs import ExampleRef
 
@@ -89,63 +91,103 @@ def _is_hidden(relative: str) -> bool:
     return any(part.startswith('.') for part in relative.split('/'))
 
 
-def _file_ref(split: str, entry: fileio.Entry, label: str | None, hidden: bool) -> ExampleRef:
-    """The ref of a listed file: ignored when hidden, a problem when unreadable."""
+def _ignored_in_archive(relative: str, file: folders.File) -> bool:
+    """Directory entries and macOS resource forks (`__MACOSX/`) of an archive."""
+    return file.member is not None and (file.is_dir or '__MACOSX' in relative.split('/'))
+
+
+def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -> ExampleRef:
+    """The ref of a listed file or archive member: ignored when hidden, a problem when
+    unreadable."""
     if hidden:
-        return ExampleRef(split, entry.path, entry.path, entry.name, None, ignored=True)
-    if entry.error is not None:
-        return ExampleRef(split, entry.path, '', entry.name, label, problem=entry.error)
-    return ExampleRef(split, entry.path, entry.path, entry.name, label, entry.size,
-                      mtime=entry.mtime)
+        return ExampleRef(split, file.key, file.path, file.name, None, ignored=True)
+    if file.error is not None:   # Reported under the path through the archive, if any.
+        return ExampleRef(split, file.key, file.path if file.member else '', file.name, label,
+                          problem=file.error)
+    return ExampleRef(split, file.key, file.path, file.name, label, file.size, file.data,
+                      mtime=file.mtime, member=file.member)
+
+
+def _walked_ref(split: str, relative: str, file: folders.File, label: str | None) -> ExampleRef:
+    hidden = _is_hidden(relative) or _ignored_in_archive(relative, file)
+    return _file_ref(split, file, label, hidden)
 
 
 @dataclasses.dataclass(frozen=True)
 class FolderSplit(Partition):
-    """`ROOT/<split>/`: one partition per class folder below it, and one for anything else."""
+    """`ROOT/<split>/` (a folder or an archive): one partition per class folder or archive
+    below it, and one for anything else. A gzip-compressed split is one partition: it can only
+    be read in one pass."""
     split: str
-    path: str
+    place: folders.Place
     sizes_known = True
 
     def split_further(self) -> list[Partition]:
-        entries = fileio.list_dir(self.path)
-        classes = [e for e in entries if e.is_dir and not e.hidden]
-        others = tuple(e for e in entries if e not in classes)
-        return ([ClassFolder(self.split, e.path) for e in classes]
-                + ([SplitFolderFiles(self.split, self.path, others)] if others else []))
+        if self.place.archive is not None and self.place.archive.streamed:
+            return [StreamedSplit(self.split, self.place)]
+        places, files = folders.children(self.place)
+        classes = [p for p in places if not p.name.startswith('.')
+                   and not (p.archive is not None and p.name == '__MACOSX')]
+        others = tuple(p for p in places if p not in classes)
+        return ([ClassFolder(self.split, p) for p in classes]
+                + ([SplitFolderFiles(self.split, self.place, tuple(files), others)]
+                   if files or others else []))
 
 
 @dataclasses.dataclass(frozen=True)
 class SplitFolderFiles(Partition):
     """What lies directly in `ROOT/<split>/` besides class folders: files there have no class
-    (each is reported), hidden files and folders are ignored (and counted)."""
+    (each is reported); hidden files and folders, and in archives directory entries and
+    `__MACOSX/`, are ignored (and counted)."""
     split: str
-    path: str
-    entries: tuple[fileio.Entry, ...]
+    place: folders.Place
+    files: tuple[folders.File, ...]
+    hidden_folders: tuple[folders.Place, ...] = ()
 
     def examples(self) -> Iterator[ExampleRef]:
-        for entry in self.entries:
-            if entry.is_dir:  # Hidden: everything below it is ignored.
-                for _, inner in fileio.walk_files(entry.path):
-                    yield _file_ref(self.split, inner, None, hidden=True)
-            elif entry.hidden:
-                yield _file_ref(self.split, entry, None, hidden=True)
-            else:
-                yield ExampleRef(self.split, entry.path, '', entry.name, None,
-                                 problem=entry.error or f'not in a class folder: move it to '
-                                 f'{self.path}/<class>/{entry.name}')
+        for folder in self.hidden_folders:  # Everything below it is ignored (__MACOSX too).
+            for _, inner in folders.walk(folder):
+                yield _file_ref(self.split, inner, None, hidden=True)
+        for file in self.files:
+            yield _unclassified(self.split, self.place, file.name, file)
+
+
+def _unclassified(split: str, place: folders.Place, relative: str,
+                  file: folders.File) -> ExampleRef:
+    if _is_hidden(relative) or _ignored_in_archive(relative, file):
+        return _file_ref(split, file, None, hidden=True)
+    return ExampleRef(split, file.key, '', file.name, None,
+                      problem=file.error or f'not in a class folder: move it to '
+                      f'{place.path}/<class>/{file.name}')
 
 
 @dataclasses.dataclass(frozen=True)
 class ClassFolder(Partition):
-    """`ROOT/<split>/<class>/`: every file below it has that label; hidden files and folders
-    are ignored (and counted)."""
+    """`ROOT/<split>/<class>/` (a folder or an archive): every file below it has that label;
+    hidden files and folders are ignored (and counted)."""
     split: str
-    path: str
+    place: folders.Place
 
     def examples(self) -> Iterator[ExampleRef]:
-        label = fileio.basename(self.path)
-        for relative, entry in fileio.walk_files(self.path):
-            yield _file_ref(self.split, entry, label, _is_hidden(relative))
+        label = self.place.name
+        for relative, file in folders.walk(self.place):
+            yield _walked_ref(self.split, relative, file, label)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedSplit(Partition):
+    """A gzip-compressed split, read in one pass: the first folder of each member's path is
+    its class."""
+    split: str
+    place: folders.Place
+
+    def examples(self) -> Iterator[ExampleRef]:
+        for relative, file in folders.walk(self.place):
+            label, _, rest = relative.partition('/')
+            if rest and label and not _is_hidden(label):
+                yield _walked_ref(self.split, rest, file, label)
+            else:
+                yield _unclassified(self.split, self.place, relative, file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,8 +310,7 @@ class CsvChunk(Partition):
                 size = int(value)
             else:
                 extras.append((name, value))
-        return ExampleRef(self.split, uri, uri, fileio.basename(uri), label, size,
-                          extras=tuple(sorted(extras)))
+        return _path_ref(self.split, uri, label, size, tuple(sorted(extras)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,11 +361,25 @@ def example_to_ref(split: str, example: Any, origin: str) -> ExampleRef:
     extras_t = tuple(sorted(extras.items()))
     path, data = _image_location(example, where)
     if path is not None:
-        name = example.get('filename') or fileio.basename(path)
-        return ExampleRef(split, path, path, name, label, extras=extras_t)
+        return _path_ref(split, path, label, None, extras_t, example.get('filename'))
     digest = hashlib.sha256(data).hexdigest()
     name = example.get('filename') or digest[:16]
     return ExampleRef(split, f'{name}#{digest}', '', name, label, len(data), data, extras_t)
+
+
+def _path_ref(split: str, path: str, label: str | int, size: int | None, extras: tuple,
+              name: str | None = None) -> ExampleRef:
+    """The ref of an image a worker reads from `path`, which may pass through archives
+    (`val.tar/a.JPEG`): then its key names the archive as a folder (`val/a.JPEG`)."""
+    member = folders.locate(path) if any(map(archives.suffix, path.split('/')[:-1])) else None
+    if member is None:
+        return ExampleRef(split, path, path, name or fileio.basename(path), label, size,
+                          extras=extras)
+    if member.error is not None:
+        return ExampleRef(split, member.key, path, name or member.name, label, extras=extras,
+                          problem=member.error)
+    return ExampleRef(split, member.key, path, name or member.name, label, member.size,
+                      extras=extras, mtime=member.mtime, member=member.member)
 
 
 def _image_location(example: dict, where: str) -> tuple[str | None, bytes | None]:

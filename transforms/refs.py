@@ -21,10 +21,16 @@ class ExampleRef:
     problem: str | None = None       # Why this input cannot become a record, if known already.
     mtime: float | None = None       # Modification time of the input, when listing gives it.
     ignored: bool = False            # A hidden file: counted, never converted.
+    member: Any = None               # The archive member (archives.Member) the image is in.
 
     def __reduce__(self):
         # Refs cross process boundaries often: pickle the values only, not the field names.
         return ExampleRef, tuple(getattr(self, name) for name in _FIELDS)
+
+    @property
+    def location(self) -> Any:
+        """What the image is read from: its archive member, else its path."""
+        return self.member or self.source
 
     @property
     def key_hash(self) -> int:

@@ -14,9 +14,10 @@ it describes (so a sidecar means the data is complete):
 named with the format's suffix; the sidecar, named after the first, is written after them all.)
 
 A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
-shards its examples fall in) and, for every input in it, the key, size and modification time (local files are stat'ed when listing
-gave no size or time; Cloud Storage inputs from CSVs or configs are identified by key and any
-size the listing gave). A shard's fingerprint covers the fingerprints of its chunks. Work is
+shards its examples fall in) and, for every input in it, the key, size and modification time
+(local files are stat'ed when listing gave no size or time; Cloud Storage inputs from CSVs or
+configs are identified by key and any size the listing gave; an archive member also by its
+archive's file, size and modification time and its offset in it). A shard's fingerprint covers the fingerprints of its chunks. Work is
 reused only under an identical fingerprint, so a changed input or option redoes exactly the
 chunks and shards it affects, and a resumed run writes the same bytes as an uninterrupted one.
 """
@@ -38,15 +39,18 @@ def fingerprint(*parts) -> str:
 
 
 def input_identity(ref: ExampleRef) -> tuple:
-    """What identifies an input's content without reading it: key, size, modification time."""
+    """What identifies an input's content without reading it: key, size, modification time;
+    for an archive member also the archive's file, size, modification time and the member's
+    offset in it."""
     size, mtime = ref.size, ref.mtime
-    if mtime is None and ref.source and not fileio.is_gcs(ref.source):
+    if mtime is None and ref.member is None and ref.source and not fileio.is_gcs(ref.source):
         try:
             stat = os.stat(ref.source)
             size, mtime = stat.st_size, stat.st_mtime
         except OSError:
             pass  # Reported when the chunk is converted.
-    return ref.key, size, mtime, ref.label, ref.extras, ref.problem
+    identity = ref.key, size, mtime, ref.label, ref.extras, ref.problem
+    return identity + (ref.member.identity,) if ref.member is not None else identity
 
 
 def chunk_fingerprint(run_id: str, label_map, key: tuple, placement: tuple,

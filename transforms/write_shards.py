@@ -234,7 +234,7 @@ class EncodeChunk(beam.DoFn):
         """Converts `refs` (in order) into the part file `result.temp_path`."""
         started = time.monotonic()
         reads = self._reader.read_in_order(
-            (r.source if r.data is None and r.problem is None else None, r.size) for r in refs)
+            (r.location if r.data is None and r.problem is None else None, r.size) for r in refs)
         with fileio.writing(result.temp_path) as out:
             for ref, read in zip(refs, reads):
                 try:

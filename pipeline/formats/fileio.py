@@ -16,7 +16,7 @@ import shutil
 import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from typing import TYPE_CHECKING
 
@@ -65,6 +65,28 @@ def read_bytes(path: str) -> bytes:
     return storage_client().bucket(bucket).blob(name).download_as_bytes(retry=DEFAULT_RETRY)
 
 
+def read_range(path: str, start: int, length: int) -> bytes:
+    """Up to `length` bytes of a file from byte `start` (fewer at its end): one ranged read."""
+    if length <= 0:
+        return b''
+    if not is_gcs(path):
+        with open(path, 'rb') as stream:
+            return os.pread(stream.fileno(), length, start)
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    try:
+        return storage_client().bucket(bucket).blob(name).download_as_bytes(
+            start=start, end=start + length - 1, checksum=None, retry=DEFAULT_RETRY)
+    except Exception as exc:
+        if getattr(exc, 'code', None) == 416:   # The range starts at or after the end.
+            return b''
+        raise
+
+
+class DamagedInput(Exception):
+    """An input that cannot be read however often it is retried; the message says why."""
+
+
 class ReadAhead:
     """Reads Cloud Storage objects ahead of their use on a pool of threads, for callers that
     spend the wait on a round trip (~30-50 ms from a worker) converting what was read before.
@@ -83,15 +105,16 @@ class ReadAhead:
         self._pool = ThreadPoolExecutor(reads, thread_name_prefix='read-ahead')
         reserve_connections(reads)
 
-    def read_in_order(self, files: Iterable[tuple[str | None, int | None]]
+    def read_in_order(self, files: Iterable[tuple[Any, int | None]]
                       ) -> Iterator['Future[bytes] | _ReadWhenTaken | None']:
         """For each (path or None, size or None), in order: None for no path, else an object
-        whose result() is the file's bytes."""
+        whose result() is the file's bytes. Instead of a path, an object with a `file` (the path
+        it reads from) and a `read()` (an archive member, say) is read by calling that."""
         pending: collections.deque = collections.deque()   # (read, bytes counted)
         held = 0
         try:
             for path, size in files:
-                remote = path is not None and is_gcs(path)
+                remote = path is not None and is_gcs(getattr(path, 'file', path))
                 cost = 0
                 if remote:
                     cost = size if size is not None else self._max_bytes // self._reads
@@ -99,7 +122,7 @@ class ReadAhead:
                     read, taken = pending.popleft()
                     held -= taken
                     yield read
-                read = (self._pool.submit(read_bytes, path) if remote else
+                read = (self._pool.submit(_read, path) if remote else
                         None if path is None else _ReadWhenTaken(path))
                 pending.append((read, cost))
                 held += cost
@@ -115,12 +138,16 @@ class ReadAhead:
         reserve_connections(-self._reads)
 
 
+def _read(location) -> bytes:
+    return read_bytes(location) if isinstance(location, str) else location.read()
+
+
 @dataclasses.dataclass(frozen=True)
 class _ReadWhenTaken:
-    path: str
+    path: Any
 
     def result(self) -> bytes:
-        return read_bytes(self.path)
+        return _read(self.path)
 
 
 def open_read(path: str):
@@ -430,11 +457,6 @@ def list_dir(path: str) -> list[Entry]:
     return sorted(files + folders, key=lambda e: e.path)
 
 
-def list_subdirs(path: str) -> list[str]:
-    """The immediate, non-hidden sub-folders of `path`, sorted, as full paths."""
-    return [e.path for e in list_dir(path) if e.is_dir and not e.hidden]
-
-
 def walk_files(path: str) -> Iterator[tuple[str, Entry]]:
     """(path relative to `path`, entry) of every file below `path`, hidden ones included.
 
@@ -554,6 +576,8 @@ def unreadable_input(exc: BaseException) -> str | None:
     """Why an input file cannot be read, if retrying cannot help (missing, denied); else None."""
     from google.api_core import exceptions as google
     for cause in _causes(exc):
+        if isinstance(cause, DamagedInput):
+            return str(cause)
         if isinstance(cause, (FileNotFoundError, PermissionError, IsADirectoryError,
                               NotADirectoryError)):
             return cause.strerror or type(cause).__name__

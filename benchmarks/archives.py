@@ -1,0 +1,144 @@
+"""Archives against loose files: conversion speed on local disk, and Cloud Storage reads.
+
+    python -m benchmarks.archives [--n 4000] [--rounds 2] [--members 1000]
+
+Speed: the workload of benchmarks/workload.py (n images), once as loose files and once as
+archives of the same images (ImageNet's shape: train.tar a tar of class tars, validation.zip
+and test.tar of class folders), each converted by the command line at n/10 and n images,
+interleaved, the fastest of --rounds; prints images/s in steady state and for the whole
+command, and archive / loose.
+
+Reads: --members small images as a tar of 10 class tars and as loose files on the Cloud Storage
+emulator (pipeline/testing/gcs_servers.py), each converted gs:// to local disk through a proxy that counts
+the operations; prints object reads (ranged reads, for archives) per 1,000 images.
+"""
+import argparse
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+from benchmarks.benchmark import fastest, measure, steady
+from benchmarks.workload import linked_workload, make_workload
+from pipeline.testing import gcs_servers, imagemaker
+
+PY = sys.executable
+
+
+def _add_folder(add, root: str, prefix: str = '') -> None:
+    for name in sorted(os.listdir(root)):
+        if not name.startswith('.'):
+            path = os.path.join(root, name)
+            if os.path.isdir(path):
+                _add_folder(add, path, f'{prefix}{name}/')
+            else:
+                add(f'{prefix}{name}', path)
+
+
+def _tar_of(root: str) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode='w') as archive:
+        _add_folder(lambda name, path: archive.add(os.path.realpath(path), name), root)
+    return out.getvalue()
+
+
+def archive_workload(loose: str, target: str) -> str:
+    """The loose workload as train.tar (of class tars), validation.zip and test.tar."""
+    os.makedirs(target, exist_ok=True)
+    train = os.path.join(loose, 'train')
+    classes = {f'{c}.tar': _tar_of(os.path.join(train, c)) for c in sorted(os.listdir(train))}
+    with tarfile.open(os.path.join(target, 'train.tar'), 'w') as archive:
+        for name, data in classes.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with zipfile.ZipFile(os.path.join(target, 'validation.zip'), 'w', zipfile.ZIP_STORED) as archive:
+        _add_folder(lambda name, path: archive.write(os.path.realpath(path), name),
+                    os.path.join(loose, 'validation'))
+    with open(os.path.join(target, 'test.tar'), 'wb') as stream:
+        stream.write(_tar_of(os.path.join(loose, 'test')))
+    return target
+
+
+def speed(n: int, rounds: int, workdir: str) -> None:
+    source = make_workload(os.path.join(workdir, 'workload'), n)
+    small = linked_workload(source, os.path.join(workdir, 'small'), every=10)
+    inputs = {('loose', n): source, ('loose', n // 10): small,
+              ('archives', n): archive_workload(source, os.path.join(workdir, 'archives')),
+              ('archives', n // 10): archive_workload(small, os.path.join(workdir, 'archives_small'))}
+    runs = {key: [] for key in inputs}
+    out = os.path.join(workdir, 'out')
+    for _ in range(rounds):
+        for key, folder in inputs.items():
+            runs[key].append(measure([PY, '-m', 'pipeline.run', f'--input_dir={folder}',
+                                      f'--output_dir={out}', '--overwrite']))
+    print(f'Local disk, {n} images (and {n // 10}), fastest of {rounds} interleaved rounds')
+    print('| input | steady images/s | whole command images/s |')
+    print('| --- | ---: | ---: |')
+    rates = {}
+    for kind in ('loose', 'archives'):
+        large, little = fastest(runs[(kind, n)]), fastest(runs[(kind, n // 10)])
+        rate, _ = steady(n // 10, little, n, large)
+        rates[kind] = rate, n / large.seconds
+        print(f'| {kind} | {rate:.0f} | {n / large.seconds:.0f} |')
+    print(f'archives / loose: {rates["archives"][0] / rates["loose"][0]:.2f} steady, '
+          f'{rates["archives"][1] / rates["loose"][1]:.2f} whole command')
+
+
+def reads(members: int, workdir: str) -> None:
+    ports = gcs_servers.free_port(), gcs_servers.free_port()
+    gcs_servers.hermetic_environment(*ports)
+    server = gcs_servers.LocalGcs(*ports)
+    try:
+        images = {f'train/c{i % 10}/{i}.jpg': imagemaker.jpeg(32, 24, seed=i) for i in range(members)}
+        loose = gcs_servers.upload(images, 'loose')
+        classes = {}
+        for name, data in images.items():
+            classes.setdefault(name.split('/')[1], {})[name.split('/')[2]] = data
+        outer = io.BytesIO()
+        with tarfile.open(fileobj=outer, mode='w') as archive:
+            for label, files in sorted(classes.items()):
+                inner = io.BytesIO()
+                with tarfile.open(fileobj=inner, mode='w') as class_tar:
+                    for name, data in files.items():
+                        info = tarfile.TarInfo(name)
+                        info.size = len(data)
+                        class_tar.addfile(info, io.BytesIO(data))
+                info = tarfile.TarInfo(f'{label}.tar')
+                info.size = len(inner.getvalue())
+                archive.addfile(info, io.BytesIO(inner.getvalue()))
+        archived = gcs_servers.upload({'train.tar': outer.getvalue()}, 'archived')
+        print(f'\nCloud Storage object reads per 1,000 images ({members} images, emulator)')
+        print('| input | reads | of which listing and indexing |')
+        print('| --- | ---: | ---: |')
+        for kind, source in (('loose files', loose), ('tar of 10 class tars', archived)):
+            proxy = gcs_servers.FlakyProxy(ports[0], every=0)
+            env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
+            subprocess.run([PY, '-m', 'pipeline.run', f'--input_dir={source}',
+                            f'--output_dir={os.path.join(workdir, kind.split()[0])}',
+                            '--num_shards=2', '--overwrite'],
+                           env=env, check=True, capture_output=True)
+            proxy.stop()
+            count = proxy.operations.get('read', 0)
+            print(f'| {kind} | {count * 1000 / members:.0f} | '
+                  f'{(count - members) * 1000 / members:.0f} |')
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--n', type=int, default=4000)
+    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--members', type=int, default=1000)
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix='archives-benchmark-')
+    speed(args.n, args.rounds, workdir)
+    reads(args.members, workdir)
+
+
+if __name__ == '__main__':
+    main()

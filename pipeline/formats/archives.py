@@ -1,0 +1,553 @@
+"""Tar and zip archives read in place: members indexed from their headers, read by byte range.
+
+An archive is a byte range of a file (the whole file, or a stored member of an outer archive),
+so an archive inside an archive is indexed and read the same way, to any depth. Nothing is
+unpacked to disk and nothing reads more than it needs:
+
+- a tar is indexed by hopping from header to header (a member's data is skipped, never read);
+  reads go through a window of READ_BLOCK bytes, so small members cost one read per window and
+  large ones one read per header;
+- a zip is indexed from its central directory (one read at its end, and one more if the
+  central directory is longer than ZIP_TAIL);
+- a member is read with one ranged read (a zip member may need a second for a long local
+  header), so the members of one archive can be read by any number of workers at once.
+
+A gzip-compressed tar (`.tar.gz`, `.tgz`) has no byte offsets to jump to: it is read in one
+pass, members and their data in order (`stream`).
+
+Damage is reported, never raised: a member that cannot be read carries an `error`, and a
+stretch of an archive that holds no readable name (a damaged header, a truncated end) or a
+member whose name is unsafe (absolute, empty, with a `..` part) is an `unnamed` member named
+after the byte its header starts at, `/@BYTE`; no member's name has an empty part, so none can
+be that.
+Archives nest at most MAX_DEPTH deep (an archive can hold itself).
+"""
+import bz2
+import dataclasses
+import gzip
+import io
+import struct
+import tarfile
+import zipfile
+import zlib
+from typing import Iterator
+
+from pipeline.formats import fileio
+
+SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')
+READ_BLOCK = 1 << 20                    # Bytes per read while indexing a tar.
+EXTENDED_MAX = 1 << 20                  # Bytes of a tar long-name or pax header, at most.
+MAX_DEPTH = 16                          # Archive files hold archives this deep at most.
+ZIP_TAIL = 1 << 16                      # Bytes read at a zip's end: its end record and more.
+_BLOCK = 512
+_TAR_FILES = (b'0', b'\0', b'7')
+_TAR_DIRS = (b'5',)
+_TAR_EXTENDED = (b'L', b'K', b'x', b'g')
+
+
+def suffix(name: str) -> str | None:
+    """The archive suffix of a file name (`.tar`, `.tar.gz`, `.tgz`, `.zip`), or None."""
+    lower = name.lower()
+    return next((s for s in SUFFIXES if lower.endswith(s) and len(name) > len(s)), None)
+
+
+def folder_name(name: str) -> str:
+    """The name of the folder an archive stands for: its name without the suffix."""
+    found = suffix(name)
+    return name[:-len(found)] if found else name
+
+
+class DamagedArchive(fileio.DamagedInput):
+    """A member that cannot be read because its archive is damaged (CRC, truncation)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Archive:
+    """An archive at bytes [start, start + size) of `file`; `path` is how users name it."""
+    path: str
+    file: str
+    file_size: int
+    file_mtime: float | None
+    start: int = 0
+    size: int | None = None     # None: to the end of the file.
+    depth: int = 1              # 1: an archive file; 2: an archive inside one; and so on.
+
+    def __reduce__(self):
+        # Every member's ref carries its archive: pickle the values only, not the field names.
+        return Archive, tuple(getattr(self, name) for name in _ARCHIVE_FIELDS)
+
+    @classmethod
+    def of_file(cls, path: str, size: int, mtime: float | None) -> 'Archive':
+        return cls(path, path, size, mtime, 0, size)
+
+    @property
+    def kind(self) -> str:
+        found = suffix(self.path)
+        return {'.zip': 'zip', '.tar': 'tar'}.get(found, 'tar.gz')
+
+    @property
+    def streamed(self) -> bool:
+        """Whether it can only be read in one pass (gzip)."""
+        return self.kind == 'tar.gz'
+
+    @property
+    def identity(self) -> tuple:
+        """What identifies its bytes without reading them."""
+        return self.file, self.file_size, self.file_mtime, self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One entry of an archive. `offset` is absolute in the archive's file: a tar member's
+    data, a zip member's local header, or (streamed) the data's place in the decompressed
+    stream. `error` says why it cannot be read (a link, a damaged header)."""
+    archive: Archive
+    name: str                    # '/'-separated path inside the archive.
+    offset: int
+    size: int
+    is_dir: bool = False
+    error: str | None = None
+    zip_info: tuple | None = None   # (method, compressed size, CRC-32, local name length).
+
+    def __reduce__(self):
+        return Member, tuple(getattr(self, name) for name in _MEMBER_FIELDS)
+
+    @property
+    def path(self) -> str:
+        return f'{self.archive.path}/{self.name}'
+
+    @property
+    def unnamed(self) -> bool:
+        """Whether it is an error about bytes of the archive (`/@BYTE`), not a named member."""
+        return '//' in f'/{self.name}'
+
+    @property
+    def file(self) -> str:
+        return self.archive.file
+
+    @property
+    def identity(self) -> tuple:
+        return self.archive.identity, self.offset
+
+    def nested(self) -> 'Archive | str':
+        """The archive this member is, or why it cannot be read as one in place."""
+        if self.archive.depth >= MAX_DEPTH:
+            return (f'{self.path} is an archive nested more than {MAX_DEPTH} deep; archives '
+                    'that deep are not read')
+        if self.zip_info is not None and self.zip_info[0] != zipfile.ZIP_STORED:
+            return (f'{self.path} is a compressed archive inside a zip; store it uncompressed '
+                    '(zip -0) to read it in place')
+        start = self.offset
+        if self.zip_info is not None:
+            try:
+                start += _zip_data_start(self)
+            except DamagedArchive as exc:
+                return str(exc)
+        return Archive(self.path, self.archive.file, self.archive.file_size,
+                       self.archive.file_mtime, start, self.size, self.archive.depth + 1)
+
+    def read(self) -> bytes:
+        """The member's bytes (ranged reads of its archive's file)."""
+        if self.archive.streamed:
+            raise DamagedArchive(f'{self.archive.path} is gzip-compressed and read in one pass')
+        if self.zip_info is None:
+            data = fileio.read_range(self.file, self.offset, self.size)
+            if len(data) != self.size:
+                raise DamagedArchive(f'truncated archive: {self.archive.path} ends inside '
+                                     f'{self.name}')
+            return data
+        return _read_zip_member(self)
+
+
+_ARCHIVE_FIELDS = tuple(f.name for f in dataclasses.fields(Archive))
+_MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
+
+
+def members(archive: Archive) -> Iterator[Member]:
+    """Every member of a tar or zip archive, in archive order (not for gzip: see `stream`)."""
+    if archive.kind == 'zip':
+        yield from _zip_members(archive)
+    else:
+        yield from _tar_members(archive)
+
+
+class _Window:
+    """Bytes [start, end) of a file, read through a window of READ_BLOCK bytes."""
+
+    def __init__(self, archive: Archive):
+        self.file, self.start = archive.file, archive.start
+        self.size = (archive.size if archive.size is not None
+                     else archive.file_size - archive.start)
+        self._at, self._block = 0, b''
+
+    def read_tail(self, length: int) -> None:
+        """Reads the last `length` bytes ahead, in one read (a zip's index is at its end)."""
+        self._at = max(0, self.size - length)
+        self._block = fileio.read_range(self.file, self.start + self._at, self.size - self._at)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Up to `length` bytes at `offset` (relative to the archive's start)."""
+        length = max(0, min(length, self.size - offset))
+        inside = offset - self._at
+        if 0 <= inside and inside + length <= len(self._block):
+            return self._block[inside:inside + length]
+        if length > READ_BLOCK:
+            return fileio.read_range(self.file, self.start + offset, length)
+        self._at = offset
+        self._block = fileio.read_range(self.file, self.start + offset,
+                                        min(READ_BLOCK, self.size - offset))
+        return self._block[:length]
+
+
+class _WindowFile(io.RawIOBase):
+    """A seekable file object over a _Window, for zipfile and gzip."""
+
+    def __init__(self, window: _Window):
+        super().__init__()
+        self._window, self._pos = window, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._window.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        data = self._window.read_at(self._pos, len(buffer))
+        buffer[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def _tar_members(archive: Archive) -> Iterator[Member]:
+    """Hops from header to header. A header that does not parse (its checksum, a size that is
+    not a number, an extended header over EXTENDED_MAX) starts a damaged stretch, reported as
+    an unnamed member; the index resumes at the next valid header (as GNU tar does). Extended
+    headers (long names, pax records) that do not parse make the member they describe an
+    error."""
+    window = _Window(archive)
+    # `start`: where the headers of the next member begin (extended headers come first).
+    position, start, extended, damage = 0, 0, {}, None
+    while position + _BLOCK <= window.size:
+        header = window.read_at(position, _BLOCK)
+        if header == bytes(_BLOCK) and position == start:
+            return
+        kind = header[156:157]
+        size = _number(header[124:136]) if _valid_header(header) else None
+        if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
+            resumed = _next_header(window, position + _BLOCK)
+            yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                           f'{archive.path}: the members in bytes '
+                                           f'{start}-{resumed} cannot be read')
+            position = start = resumed
+            extended, damage = {}, None
+            continue
+        data = position + _BLOCK
+        if kind in _TAR_EXTENDED:
+            try:
+                extended.update(_extended(kind, window.read_at(data, size)))
+            except ValueError as exc:
+                damage = f'damaged pax header at byte {position} of {archive.path}: {exc}'
+            position = data + _padded(size)
+            continue
+        size = extended.get('size', size)
+        raw = extended.get('path') or _header_name(header)
+        name = _safe_name(raw)
+        is_dir = kind in _TAR_DIRS or raw.endswith('/')
+        if name is None or not (name or is_dir):
+            yield _unnamed(archive, start, _unsafe(raw, start, archive))
+        elif name:
+            error = damage
+            if error is None and data + size > window.size:
+                error = f'truncated archive: {archive.path} ends inside {name}'
+            elif error is None and kind not in _TAR_FILES and not is_dir:
+                what = {b'1': 'hard link', b'2': 'symbolic link'}.get(kind, 'special file')
+                error = f'a {what} inside an archive is not followed'
+            yield Member(archive, name, archive.start + data, size, is_dir, error)
+        position = start = data + _padded(size)
+        extended, damage = {}, None
+    if position != start or window.read_at(position, _BLOCK).strip(b'\0'):
+        yield _unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
+                                       f'header at byte {start}')
+
+
+def _unnamed(archive: Archive, position: int, error: str) -> Member:
+    """An error about the bytes of `archive` at `position` rather than a named member."""
+    return Member(archive, f'/@{position}', archive.start + position, 0, error=error)
+
+
+def _safe_name(raw: str) -> str | None:
+    """A member's name without `.` and empty parts (`./a//b.jpg` is `a/b.jpg`; '' for the
+    archive's root), or None when it is unsafe: absolute, or with a `..` part."""
+    parts = raw.split('/')
+    if raw.startswith('/') or '..' in parts:
+        return None
+    return '/'.join(part for part in parts if part not in ('', '.'))
+
+
+def _unsafe(raw: str, position: int, archive: 'Archive | Member') -> str:
+    return (f'unsafe member name {raw!r} at byte {position} of {archive.path}: a name that is '
+            'absolute, empty or has a .. part is not read')
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+def _valid_header(header: bytes) -> bool:
+    try:
+        stored = int(header[148:156].split(b'\0', 1)[0].strip() or b'-1', 8)
+    except ValueError:
+        return False
+    return stored == sum(header[:148]) + 8 * 32 + sum(header[156:])
+
+
+def _next_header(window: _Window, position: int) -> int:
+    while position + _BLOCK <= window.size and not _valid_header(window.read_at(position, _BLOCK)):
+        position += _BLOCK
+    return min(position, window.size)
+
+
+def _number(field: bytes) -> int | None:
+    """A header's number field (octal, or base-256 for 8 GiB and more); None if it is not one."""
+    if field[0] == 0x80:
+        return int.from_bytes(field[1:], 'big')
+    digits = field.split(b'\0', 1)[0].strip()
+    if digits.strip(b'01234567'):
+        return None
+    return int(digits or b'0', 8)
+
+
+def _header_name(header: bytes) -> str:
+    name = header[:100].split(b'\0', 1)[0]
+    if header[257:262] == b'ustar' and header[345] != 0:
+        name = header[345:500].split(b'\0', 1)[0] + b'/' + name
+    return name.decode('utf-8', 'surrogateescape')
+
+
+def _extended(kind: bytes, text: bytes) -> dict:
+    """What an extended header says of the member after it: its `path` and `size`, if it says
+    them. ValueError if its records do not parse."""
+    if kind == b'L':
+        return {'path': text.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')}
+    if kind != b'x':
+        return {}   # A long link name, or global pax records: nothing a member needs.
+    records = _pax_records(text)
+    found = {'path': records['path']} if 'path' in records else {}
+    if 'size' in records:
+        if not (records['size'].isascii() and records['size'].isdigit()):
+            raise ValueError(f'its size {records["size"]!r} is not a number of bytes')
+        found['size'] = int(records['size'])
+    return found
+
+
+def _pax_records(text: bytes) -> dict[str, str]:
+    """The `LENGTH KEY=VALUE\\n` records of a pax header; ValueError if one does not parse."""
+    records, position = {}, 0
+    while position < len(text) and text[position] != 0:
+        digits, space, _ = text[position:position + 24].partition(b' ')
+        length = int(digits) if space and digits.isdigit() else 0
+        record = text[position:position + length]
+        key, equals, value = record[len(digits) + 1:-1].partition(b'=')
+        if length <= len(digits) + 1 or len(record) < length or not record.endswith(b'\n') \
+                or not equals:
+            raise ValueError(f'its record at byte {position} does not parse')
+        records[key.decode('utf-8', 'surrogateescape')] = value.decode('utf-8', 'surrogateescape')
+        position += length
+    return records
+
+
+def _zip_members(archive: Archive) -> Iterator[Member]:
+    window = _Window(archive)
+    window.read_tail(ZIP_TAIL)
+    try:
+        with zipfile.ZipFile(_WindowFile(window)) as index:
+            infos = index.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        yield Member(archive, '@0', archive.start, 0,
+                     error=f'damaged zip {archive.path}: {exc}; none of its members can be read')
+        return
+    overlapping = _overlapping(infos)
+    for info in infos:
+        name = _safe_name(info.filename)
+        if name is None or not (name or info.is_dir()):
+            yield _unnamed(archive, info.header_offset, _unsafe(info.filename,
+                                                                info.header_offset, archive))
+            continue
+        if not name:
+            continue   # The archive's root.
+        encoding = 'utf-8' if info.flag_bits & 0x800 else 'cp437'
+        error = _zip_problem(info) or (f'damaged zip {archive.path}: {name} overlaps the '
+                                       'member after it' if info in overlapping else None)
+        yield Member(archive, name, archive.start + info.header_offset, info.file_size,
+                     info.is_dir(), error, (info.compress_type, info.compress_size, info.CRC,
+                                            len(info.filename.encode(encoding, 'replace'))))
+
+
+def _zip_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member cannot be read, if its central directory entry says so."""
+    if info.flag_bits & 0x1:
+        return 'encrypted zip member'
+    if info.compress_type not in _ZIP_METHODS:
+        return (f'zip compression method {info.compress_type} is not supported (stored, '
+                'deflate and bzip2 are)')
+    return None
+
+
+def _overlapping(infos: list[zipfile.ZipInfo]) -> set[zipfile.ZipInfo]:
+    """The members whose data runs into the next member's local header: a damaged zip, or one
+    made to hold the same bytes (itself, say) many times over."""
+    ordered = sorted(infos, key=lambda info: info.header_offset)
+    return {info for info, after in zip(ordered, ordered[1:])
+            if info.header_offset + _LOCAL_HEADER.size + info.compress_size > after.header_offset}
+
+
+_ZIP_METHODS = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: lambda: zlib.decompressobj(-15),
+                zipfile.ZIP_BZIP2: bz2.BZ2Decompressor}
+_LOCAL_HEADER = struct.Struct('<4s22xHH')
+
+
+def _zip_data_start(member: Member) -> int:
+    """Where a zip member's data begins, relative to its local header (one small read)."""
+    header = fileio.read_range(member.file, member.offset, _LOCAL_HEADER.size)
+    if len(header) < _LOCAL_HEADER.size or not header.startswith(b'PK\3\4'):
+        raise DamagedArchive(f'damaged zip: no local header for {member.path}')
+    _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+    return _LOCAL_HEADER.size + name_length + extra_length
+
+
+def _read_zip_member(member: Member) -> bytes:
+    method, compressed, crc, name_length = member.zip_info
+    guess = _LOCAL_HEADER.size + name_length + 256 + compressed
+    raw = fileio.read_range(member.file, member.offset, guess)
+    if len(raw) < _LOCAL_HEADER.size or not raw.startswith(b'PK\3\4'):
+        raise DamagedArchive(f'damaged zip: no local header for {member.name}')
+    _, name_length, extra_length = _LOCAL_HEADER.unpack_from(raw)
+    start = _LOCAL_HEADER.size + name_length + extra_length
+    data = raw[start:start + compressed]
+    if len(data) < compressed:
+        data += fileio.read_range(member.file, member.offset + start + len(data),
+                                  compressed - len(data))
+    if len(data) < compressed:
+        raise DamagedArchive(f'truncated zip: it ends inside {member.name}')
+    if method != zipfile.ZIP_STORED:
+        try:   # At most one byte more than the member's size: a false size is not inflated.
+            data = _ZIP_METHODS[method]().decompress(data, member.size + 1)
+        except (zlib.error, OSError, ValueError, EOFError) as exc:
+            raise DamagedArchive(f'damaged zip member {member.name}: {exc}') from None
+        if len(data) > member.size:
+            raise DamagedArchive(f'damaged zip member {member.name}: it inflates to more than '
+                                 f'its size, {member.size} bytes')
+    if zlib.crc32(data) != crc or len(data) != member.size:
+        raise DamagedArchive(f'damaged zip member {member.name}: CRC-32 does not match')
+    return data
+
+
+def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
+    """(member, its bytes) of a gzip-compressed tar in one pass, archives inside it expanded in
+    the same pass (their members named by their path below `archive`). A directory or a member
+    that cannot be read has no bytes; damage ends the pass with a member saying where."""
+    source = gzip.GzipFile(fileobj=io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
+    yield from _stream_tar(archive, source, '', archive.depth)
+
+
+class _StrictTarInfo(tarfile.TarInfo):
+    """tarfile's header, stricter for a one-pass read: a damaged or cut header and a negative
+    size are errors (tarfile takes them for the archive's end), and an extended header over
+    EXTENDED_MAX is refused before it is read into memory."""
+
+    @classmethod
+    def fromtarfile(cls, tar):
+        try:
+            info = super().fromtarfile(tar)
+        except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError) as exc:
+            raise tarfile.ReadError(str(exc)) from None
+        if info.size < 0:
+            raise tarfile.ReadError(f'{info.name} has a negative size')
+        return info
+
+    def _proc_member(self, tar):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > EXTENDED_MAX:
+            raise tarfile.HeaderError(f'an extended header of {self.size} bytes')
+        return super()._proc_member(tar)
+
+
+def _stream_tar(archive: Archive, source, prefix: str,
+                depth: int) -> Iterator[tuple[Member, bytes | None]]:
+    position = 0
+    try:
+        with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
+            for info in tar:
+                position = info.offset_data
+                name = _safe_name(info.name)
+                if name is None or not (name or info.isdir()):
+                    yield Member(archive, f'{prefix}/@{info.offset}', info.offset, 0,
+                                 error=_unsafe(info.name, info.offset, archive)), None
+                    continue
+                if not name:
+                    continue   # The archive's root.
+                member = Member(archive, prefix + name, info.offset_data, info.size,
+                                is_dir=info.isdir())
+                kind = suffix(name)
+                if member.is_dir:
+                    yield member, None
+                elif not info.isfile():
+                    yield dataclasses.replace(
+                        member, error='a link or special file inside an archive is not '
+                                      'followed'), None
+                elif kind and depth >= MAX_DEPTH:
+                    yield dataclasses.replace(
+                        member, error=f'{member.path} is an archive nested more than '
+                                      f'{MAX_DEPTH} deep; archives that deep are not read'), None
+                elif kind in ('.tar', '.tar.gz', '.tgz'):
+                    inner = tar.extractfile(info)
+                    if kind != '.tar':
+                        inner = gzip.GzipFile(fileobj=inner)
+                    yield from _stream_tar(archive, inner, member.name + '/', depth + 1)
+                elif kind == '.zip':
+                    yield from _zip_in_stream(member, tar.extractfile(info).read())
+                else:
+                    yield member, tar.extractfile(info).read()
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
+        yield Member(archive, f'{prefix}/@{position}', position, 0,
+                     error=f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: '
+                           f'{exc}; the members after byte {position} of its uncompressed '
+                           'data cannot be read'), None
+
+
+def _zip_in_stream(member: Member, data: bytes) -> Iterator[tuple[Member, bytes | None]]:
+    """A zip inside a streamed tar, from its bytes in memory (one member's worth)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            infos = inner.infolist()
+            overlapping = _overlapping(infos)
+            for info in infos:
+                name = _safe_name(info.filename)
+                at = member.offset + info.header_offset
+                if name is None or not (name or info.is_dir()):
+                    yield Member(member.archive, f'{member.name}//@{at}', at, 0,
+                                 error=_unsafe(info.filename, info.header_offset, member)), None
+                    continue
+                entry = Member(member.archive, f'{member.name}/{name}', at, info.file_size,
+                               is_dir=info.is_dir())
+                error = _zip_problem(info) or ('damaged zip member: it overlaps the member '
+                                               'after it' if info in overlapping else None)
+                if entry.is_dir or error:
+                    yield dataclasses.replace(entry, error=error), None
+                    continue
+                try:
+                    yield entry, inner.read(info)
+                except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
+                    yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        yield dataclasses.replace(member, name=f'{member.name}//@0',
+                                  error=f'damaged zip {member.path}: {exc}'), None

@@ -1,0 +1,205 @@
+"""Folders of the input layout, real or inside archives: an archive stands for the folder of
+its name without the suffix (`train.tar` for `train/`), at any level and to any depth.
+
+A `Place` is a folder: a real one (local or gs://), or one inside an archive (its root or a
+folder below it). Every file found has two names: its `path` through the archives
+(`/data/train.tar/n01440764.tar/a.JPEG`, what a user reads and what image/source holds) and its
+`key`, the path with each archive replaced by the folder it stands for
+(`/data/train/n01440764/a.JPEG`), so the same images give the same keys, and so the same
+shards, loose or archived.
+"""
+import dataclasses
+import functools
+import os
+import posixpath
+from typing import Iterator
+
+from pipeline.formats import archives, fileio
+from pipeline.formats.archives import Archive, Member
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    path: str                       # Through the archives, as users write it.
+    key: str                        # With archives named as the folders they stand for.
+    archive: Archive | None = None  # The innermost archive holding it; None: a real folder.
+    prefix: str = ''                # Its folder inside that archive: '' or 'a/b/'.
+    members: tuple[Member, ...] | None = None   # Those below it, if its archive was indexed.
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.key)
+
+
+@dataclasses.dataclass(frozen=True)
+class File:
+    """A file found below a Place: a real file (`entry`) or an archive member (`member`, with
+    `data` when its archive is read in one pass)."""
+    path: str
+    key: str
+    name: str
+    size: int | None
+    mtime: float | None = None
+    member: Member | None = None
+    data: bytes | None = None
+    error: str | None = None
+    is_dir: bool = False         # A directory entry of an archive (counted as ignored).
+
+
+def place_of(path: str) -> Place:
+    """The Place a command-line folder names: a folder, or an archive file."""
+    path = path.rstrip('/')
+    if archives.suffix(fileio.basename(path)):
+        archive = _archive_file(path)
+        if archive is not None:
+            return Place(path, _key(path), archive)
+    return Place(path, path)
+
+
+def _key(path: str) -> str:
+    head, tail = posixpath.split(path) if fileio.is_gcs(path) else (fileio.dirname(path),
+                                                                     fileio.basename(path))
+    return f'{head}/{archives.folder_name(tail)}' if head else archives.folder_name(tail)
+
+
+@functools.lru_cache(maxsize=256)
+def _archive_file(path: str) -> Archive | None:
+    """The archive at `path` if it is a file, else None (a folder named like an archive is a
+    folder)."""
+    found = [m for m in fileio.match(path) if m.path == path]
+    if not found or (not fileio.is_gcs(path) and not os.path.isfile(path)):
+        return None
+    return Archive.of_file(path, found[0].size_in_bytes, found[0].last_updated_in_seconds)
+
+
+def children(place: Place) -> tuple[list[Place], list[File]]:
+    """The folders directly in `place` (real folders and archives), and every other entry."""
+    if place.archive is None:
+        folders, files = [], []
+        for entry in fileio.list_dir(place.path):
+            if entry.is_dir:
+                folders.append(Place(entry.path, f'{place.key}/{entry.name}'))
+            elif archives.suffix(entry.name) and entry.error is None:
+                folders.append(Place(entry.path, f'{place.key}/{archives.folder_name(entry.name)}',
+                                     Archive.of_file(entry.path, entry.size, entry.mtime)))
+            else:
+                files.append(File(entry.path, f'{place.key}/{entry.name}', entry.name,
+                                  entry.size, entry.mtime, error=entry.error))
+        return folders, files
+    folders, files, below = [], [], {}
+    for file in _archive_files(place, expand=False):
+        if file.member.unnamed:   # An error about the archive's bytes: reported here.
+            files.append(file)
+            continue
+        first, _, rest = file.member.name[len(place.prefix):].partition('/')
+        if file.is_dir and not rest:
+            files.append(file)   # Its own entry; the members below it make the folder.
+        if rest or file.is_dir:
+            below.setdefault(first, [])
+            if rest:
+                below[first].append(file.member)
+        elif file.member is not None and archives.suffix(first) and file.error is None:
+            nested = file.member.nested()
+            if isinstance(nested, str):
+                files.append(dataclasses.replace(file, error=nested))
+            else:
+                folders.append(Place(file.path, _key(file.key), nested))
+        else:
+            files.append(file)
+    folders += [Place(f'{place.path}/{name}', f'{place.key}/{name}', place.archive,
+                      f'{place.prefix}{name}/', tuple(members))
+                for name, members in below.items()]
+    return folders, files
+
+
+def walk(place: Place) -> Iterator[tuple[str, File]]:
+    """(key relative to `place`, file) of every file below `place`, archives expanded."""
+    if place.archive is None:
+        for relative, entry in fileio.walk_files(place.path):
+            file = File(entry.path, f'{place.key}/{relative}', entry.name, entry.size,
+                        entry.mtime, error=entry.error)
+            if archives.suffix(entry.name) and entry.error is None:
+                inner = Archive.of_file(entry.path, entry.size, entry.mtime)
+                yield from _below(place, Place(entry.path, _key(file.key), inner))
+            else:
+                yield relative, file
+        return
+    for file in _archive_files(place, expand=True):
+        yield file.key[len(place.key) + 1:], file
+
+
+def _below(outer: Place, inner: Place) -> Iterator[tuple[str, File]]:
+    for _, file in walk(inner):
+        yield file.key[len(outer.key) + 1:], file
+
+
+def _archive_files(place: Place, expand: bool) -> Iterator[File]:
+    """The members below `place` (inside its archive) as Files; with `expand`, archives among
+    them are replaced by their own members, to any depth."""
+    archive = place.archive
+    if archive.streamed:
+        for member, data in archives.stream(archive):
+            if member.name.startswith(place.prefix) or member.unnamed:
+                yield _member_file(place, member, data)
+        return
+    for member in place.members if place.members is not None else archives.members(archive):
+        if not (member.name.startswith(place.prefix) or member.unnamed):
+            continue
+        file = _member_file(place, member, None)
+        if expand and archives.suffix(member.name) and member.error is None and not member.is_dir:
+            nested = member.nested()
+            if isinstance(nested, str):
+                yield dataclasses.replace(file, error=nested)
+            else:
+                yield from _archive_files(Place(file.path, _key(file.key), nested), expand=True)
+        else:
+            yield file
+
+
+def _member_file(place: Place, member: Member, data: bytes | None) -> File:
+    """The File of a member below `place`: its key names the archives on its way as folders."""
+    relative = member.name.removeprefix(place.prefix)
+    *inner, leaf = relative.split('/')
+    key = '/'.join([place.key, *map(archives.folder_name, inner), leaf])
+    return File(member.path, key, leaf, member.size,
+                member.archive.file_mtime, member, data, member.error, member.is_dir)
+
+
+def locate(path: str) -> File | None:
+    """The archive member a path through archives names (`/data/val.tar/a.JPEG`), or None
+    when no archive file is on the path. A missing member is a File with an error."""
+    parts = path.split('/')
+    for index, part in enumerate(parts[:-1]):
+        if archives.suffix(part):
+            archive = _archive_file('/'.join(parts[:index + 1]))
+            if archive is not None:
+                return _find(Place(archive.path, _key(archive.path), archive),
+                             parts[index + 1:], path)
+    return None
+
+
+def _find(place: Place, rest: list[str], path: str) -> File:
+    if place.archive.streamed:
+        return File(path, path, rest[-1], None,
+                    error=f'{place.path} is gzip-compressed: its members cannot be read one by '
+                          'one; give it as a folder of the layout, or use an uncompressed tar')
+    index = _index(place.archive)
+    for depth in range(1, len(rest)):
+        name = '/'.join(rest[:depth])
+        if archives.suffix(rest[depth - 1]) and name in index and not index[name].is_dir:
+            nested = index[name].nested()
+            if isinstance(nested, str):
+                return File(path, path, rest[-1], None, error=nested)
+            inner = _member_file(place, index[name], None)
+            return _find(Place(inner.path, _key(inner.key), nested), rest[depth:], path)
+    member = index.get('/'.join(rest))
+    if member is None or member.is_dir:
+        return File(path, path, rest[-1], None, error=f'no file {"/".join(rest)} in {place.path}')
+    return _member_file(place, member, None)
+
+
+@functools.lru_cache(maxsize=4)
+def _index(archive: Archive) -> dict[str, Member]:
+    """Name -> member of an archive, built once per worker process (its unnamed errors,
+    damaged stretches and unsafe names, are no paths to find)."""
+    return {m.name: m for m in archives.members(archive) if not m.unnamed}

@@ -1,0 +1,519 @@
+"""Tar and zip archives as folders of the input layout, against the same images unpacked."""
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from pipeline.config import ImageClassificationConfig
+from pipeline.formats import archives, folders, records
+from pipeline.testing import archivemaker, imagemaker
+from pipeline.testing.gcs_servers import BUCKET, upload
+from tests.helpers import (
+    IN_PROCESS, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
+
+CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
+PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
+IMAGES = {f'{split}/n0{c}/{split}_{c}_{i}.JPEG': imagemaker.jpeg(48, 32, seed=c * 100 + i + len(split))
+          for split, n in (('train', 8), ('validation', 4), ('test', 3)) for c in range(3)
+          for i in range(n)}
+IMAGES['train/n01/cmyk.JPEG'] = CMYK
+IMAGES['train/n02/png.JPEG'] = PNG_NAMED_JPEG
+IMAGES[f'train/n00/{"long" * 40}.JPEG'] = imagemaker.jpeg(20, 20, seed=9)   # A pax header in a tar.
+
+
+def shards_without_source(out: str, split: str) -> list[list[bytes]]:
+    """Per shard file, its records in order, serialized without image/source."""
+    shards = []
+    for path in sorted(p for p in os.listdir(out) if f'-{split}.tfrecord-' in p):
+        shard = []
+        for raw in tf.data.TFRecordDataset(os.path.join(out, path)):
+            example = tf.train.Example.FromString(raw.numpy())
+            del example.features.feature[records.SOURCE]
+            shard.append(example.SerializeToString(deterministic=True))
+        shards.append(shard)
+    return shards
+
+
+def archived_layout(root, files: dict) -> None:
+    """ImageNet's train.tar (a tar of class tars), a zip of class folders as validation, and a
+    gzip tar of class folders (one class an inner tar) as test."""
+    write_tree(root, {
+        'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train')),
+        'validation.zip': archivemaker.zip_({'n00/': b'', '__MACOSX/n00/._validation_0_0.JPEG': b'',
+                                             **archivemaker.folder(files, 'validation')}),
+        'test.tar.gz': archivemaker.tar(
+            {**{k: v for k, v in archivemaker.folder(files, 'test').items() if k.startswith('n00/')},
+             **{k: v for k, v in archivemaker.class_tars(files, 'test').items() if k != 'n00.tar'}},
+            'gz'),
+    })
+
+
+def swap(root, files: dict, archived: bool) -> str:
+    """Makes `root` hold `files` loose or archived (same logical layout, same keys)."""
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    if archived:
+        archived_layout(root, files)
+    else:
+        write_tree(root, files)
+    return str(root)
+
+
+def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path):
+    root = tmp_path / 'imagenet'
+    flags = [f'--input_dir={root}', '--num_shards=2', *IN_PROCESS]
+    swap(root, IMAGES, archived=False)
+    loose = run_cli(*flags, f'--output_dir={tmp_path}/loose')
+    assert loose.returncode == 0, loose.stderr
+    swap(root, IMAGES, archived=True)
+    plan = run_cli(*flags, '--plan_only')
+    assert plan.returncode == 0, plan.stderr
+    assert (f'1 gzip-compressed archive(s), each read in one pass by one worker (gzip cannot be '
+            f'split; an uncompressed .tar is read by many): {root}/test.tar.gz') in plan.stdout
+    archived = run_cli(*flags, f'--output_dir={tmp_path}/archived')
+    assert archived.returncode == 0, archived.stderr
+    for split in ('train', 'validation', 'test'):
+        assert (shards_without_source(f'{tmp_path}/archived', split)
+                == shards_without_source(f'{tmp_path}/loose', split))
+    train = {r[records.FILENAME]: r for r in read_split(f'{tmp_path}/archived', 'train')}
+    assert len(train) == 27
+    assert train['train_0_3.JPEG'][records.SOURCE] == f'{root}/train.tar/n00.tar/train_0_3.JPEG'
+    assert train['train_0_3.JPEG'][records.TEXT] == 'n00'
+    test = {r[records.FILENAME]: r[records.SOURCE] for r in read_split(f'{tmp_path}/archived', 'test')}
+    assert test['test_0_1.JPEG'] == f'{root}/test.tar.gz/n00/test_0_1.JPEG'
+    assert test['test_2_1.JPEG'] == f'{root}/test.tar.gz/n02.tar/test_2_1.JPEG'
+    # ImageNet's odd files: a PNG and CMYK JPEGs named .JPEG become RGB JPEGs.
+    for name, original in (('cmyk.JPEG', CMYK), ('png.JPEG', PNG_NAMED_JPEG)):
+        record = train[name]
+        assert record[records.ENCODED][:2] == b'\xff\xd8' and record[records.CHANNELS] == 3
+        expected = imagemaker.decode(original).astype(int)
+        assert np.abs(pixels(record).astype(int) - expected).mean() < 8   # JPEG at q95, 4:2:0.
+    summary = json.load(open(f'{tmp_path}/archived/summary.json'))['splits']
+    assert summary['validation']['ignored'] == 2   # The zip's directory entry, __MACOSX/.
+    assert (summary['train']['records'], summary['validation']['records'],
+            summary['test']['records']) == (27, 12, 9)
+
+
+def test_zip_as_the_input_root_with_hidden_and_macos_entries(tmp_path):
+    files = {k: v for k, v in IMAGES.items() if k.startswith(('train/', 'validation/'))}
+    write_tree(tmp_path / 'flowers', files)
+    convert(f'--input_dir={tmp_path}/flowers', f'--output_dir={tmp_path}/loose', '--num_shards=3')
+    shutil.rmtree(tmp_path / 'flowers')
+    extra = {'train/': b'', 'train/n00/': b'', '__MACOSX/train/n00/._train_0_0.JPEG': b'fork',
+             'train/n01/.DS_Store': b'hidden', 'train/.cache/x.JPEG': b'hidden folder'}
+    write_tree(tmp_path, {'flowers.zip': archivemaker.zip_({**extra, **files})})
+    summary = convert(f'--input_dir={tmp_path}/flowers.zip', f'--output_dir={tmp_path}/zipped',
+                      '--num_shards=3')
+    assert summary['splits']['train']['records'] == 27
+    assert summary['splits']['train']['ignored'] == 3   # train/n00/, two hidden files.
+    for split in ('train', 'validation'):
+        assert (shards_without_source(f'{tmp_path}/zipped', split)
+                == shards_without_source(f'{tmp_path}/loose', split))
+    sources = {r[records.SOURCE] for r in read_split(f'{tmp_path}/zipped', 'validation')}
+    assert f'{tmp_path}/flowers.zip/validation/n02/validation_2_3.JPEG' in sources
+
+
+def validation_csv(files: dict, folder: str) -> bytes:
+    return ''.join(f'{folder}/{k.split("/")[-1]},{k.split("/")[1]}\n'
+                   for k in sorted(files) if k.startswith('validation/')).encode()
+
+
+def test_flat_tar_labelled_by_a_csv_of_paths_through_it(tmp_path):
+    flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
+    write_tree(tmp_path / 'in' / 'val', flat)
+    write_tree(tmp_path / 'in', {'val.csv': validation_csv(IMAGES, 'val')})
+    convert(f'--csv_validation={tmp_path}/in/val.csv', f'--output_dir={tmp_path}/loose')
+    shutil.rmtree(tmp_path / 'in' / 'val')
+    write_tree(tmp_path / 'in', {'val.tar': archivemaker.tar(flat), 'val.csv': validation_csv(
+        IMAGES, 'val.tar') + b'val.tar/missing.JPEG,n00\n'})
+    summary = convert(f'--csv_validation={tmp_path}/in/val.csv', f'--output_dir={tmp_path}/tar',
+                      '--max_error_ratio=0.1')
+    assert summary['splits']['validation']['records'] == 12
+    assert (shards_without_source(f'{tmp_path}/tar', 'validation')
+            == shards_without_source(f'{tmp_path}/loose', 'validation'))
+    rows = read_split(f'{tmp_path}/tar', 'validation')
+    assert f'{tmp_path}/in/val.tar/validation_1_2.JPEG' in {r[records.SOURCE] for r in rows}
+    errors = [json.loads(line) for line in open(f'{tmp_path}/tar/errors-validation.jsonl')]
+    assert [(e['source'], e['reason']) for e in errors] == [
+        (f'{tmp_path}/in/val.tar/missing.JPEG', f'no file missing.JPEG in {tmp_path}/in/val.tar')]
+
+    class ThroughTar(ImageClassificationConfig):   # A config's image_path through the tar.
+        num_labels, supported_modes = 3, ['validation']
+
+        def example_generator(self, mode):
+            for line in validation_csv(IMAGES, f'{tmp_path}/in/val.tar').decode().split():
+                path, label = line.split(',')
+                yield {'image_path': path, 'label': label}
+
+    convert(f'--output_dir={tmp_path}/config', config=ThroughTar())
+    assert (shards_without_source(f'{tmp_path}/config', 'validation')
+            == shards_without_source(f'{tmp_path}/loose', 'validation'))
+
+
+def _corrupt_header(tar: bytes, name: str) -> bytes:
+    at = tar.index(name.encode())
+    return tar[:at + 148] + b'9999999\0' + tar[at + 156:]   # A wrong header checksum.
+
+
+def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp_path):
+    train = archivemaker.folder(IMAGES, 'train')
+    classes = archivemaker.class_tars(IMAGES, 'train')
+    classes['n00.tar'] = _corrupt_header(classes['n00.tar'], 'train_0_2.JPEG')
+    n01 = archivemaker.tar(archivemaker.folder(train, 'n01'))
+    classes['n01.tar'] = n01[:n01.index(b'train_1_5.JPEG') + 600]   # Inside its data.
+    stored = archivemaker.zip_(archivemaker.folder(IMAGES, 'validation'), zipfile.ZIP_STORED)
+    victim = IMAGES['validation/n01/validation_1_1.JPEG']
+    at = stored.index(victim) + 500
+    stored = stored[:at] + bytes([stored[at] ^ 0xFF]) + stored[at + 1:]
+    root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(classes),
+                                        'validation.zip': stored})
+    summary = convert(f'--input_dir={root}', f'--output_dir={tmp_path}/out', '--max_error_ratio=0.5')
+    errors = {e['source']: e['reason'] for split in ('train', 'validation')
+              for e in map(json.loads, open(f'{tmp_path}/out/errors-{split}.jsonl'))}
+    n00 = f'{root}/train.tar/n00.tar'
+    damaged = [s for s in errors if s.startswith(f'{n00}//@')]
+    assert len(damaged) == 1 and errors[damaged[0]].startswith('damaged tar header at byte ')
+    assert errors[f'{root}/train.tar/n01.tar/train_1_5.JPEG'] == (
+        f'truncated archive: {root}/train.tar/n01.tar ends inside train_1_5.JPEG')
+    assert errors[f'{root}/validation.zip/n01/validation_1_1.JPEG'] == (
+        'cannot read file: damaged zip member n01/validation_1_1.JPEG: CRC-32 does not match')
+    names = {r[records.FILENAME] for r in read_split(f'{tmp_path}/out', 'train')}
+    assert 'train_0_2.JPEG' not in names and {'train_0_1.JPEG', 'train_0_3.JPEG'} <= names
+    assert {'train_1_4.JPEG', 'train_2_7.JPEG'} <= names and 'train_1_6.JPEG' not in names
+    assert summary['splits']['train']['records'] == 27 - 1 - 4   # n01 lost 5, 6, 7 and cmyk.
+    assert summary['splits']['train']['skipped'] == 2
+    assert summary['splits']['validation']['records'] == 11
+
+
+def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_path):
+    files = {f'train/n0{i % 4}/{i}.JPEG': imagemaker.jpeg(24, 16, seed=i) for i in range(600)}
+    root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train'))})
+    flags = [f'--input_dir={root}', '--num_shards=4', *IN_PROCESS]
+    out = str(tmp_path / 'out')
+    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:3').returncode == -signal.SIGKILL
+    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'reused 3 of 5 chunks' in rerun.stdout
+    reference = str(tmp_path / 'reference')
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert output_files(out) == output_files(reference)
+
+
+def _convert_through_counting_proxy(gcs, *argv) -> dict:
+    """Runs the command line against the emulator through a proxy; its operations by kind."""
+    from pipeline.testing.gcs_servers import FlakyProxy
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
+    try:
+        process = start_cli(*argv, env=dict(os.environ,
+                                             STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}'))
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        proxy.stop()
+    assert process.returncode == 0, stderr[-3000:]
+    return dict(proxy.operations)
+
+
+def _replace_on_gcs(prefix: str, files: dict) -> str:
+    from google.cloud import storage
+    bucket = storage.Client().bucket(BUCKET)
+    for blob in list(bucket.list_blobs(prefix=f'{prefix}/')):
+        blob.delete()
+    return upload(files, prefix)
+
+
+def test_archives_on_cloud_storage_give_the_loose_images_records_in_one_read_each(gcs, tmp_path):
+    source = upload(IMAGES, 'imagenet')
+    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    loose = _convert_through_counting_proxy(gcs, *flags, f'--output_dir={tmp_path}/loose')
+    archived_layout(tmp_path / 'archives', IMAGES)
+    _replace_on_gcs('imagenet', {name: open(tmp_path / 'archives' / name, 'rb').read()
+                                 for name in os.listdir(tmp_path / 'archives')})
+    archived = _convert_through_counting_proxy(gcs, *flags, f'--output_dir={tmp_path}/archived')
+    for split in ('train', 'validation', 'test'):
+        assert (shards_without_source(f'{tmp_path}/archived', split)
+                == shards_without_source(f'{tmp_path}/loose', split))
+    sources = {r[records.SOURCE] for r in read_split(f'{tmp_path}/archived', 'train')}
+    assert f'{source}/train.tar/n02.tar/png.JPEG' in sources
+    # A ranged read per member of the tar and the zip, one each to index train.tar, its 3 class
+    # tars and the zip (its end), and one to read the gzip tar whole.
+    assert loose['read'] == len(IMAGES)
+    assert archived['read'] == len([k for k in IMAGES if not k.startswith('test/')]) + 6
+
+
+def test_csv_through_a_tar_on_cloud_storage(gcs, tmp_path):
+    flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
+    upload({**{f'val/{k}': v for k, v in flat.items()}, 'val.csv': validation_csv(IMAGES, 'val')},
+           'csvdata')
+    convert(f'--csv_validation=gs://{BUCKET}/csvdata/val.csv', f'--output_dir={tmp_path}/loose')
+    _replace_on_gcs('csvdata', {'val.tar': archivemaker.tar(flat),
+                                'val.csv': validation_csv(IMAGES, 'val.tar')})
+    convert(f'--csv_validation=gs://{BUCKET}/csvdata/val.csv', f'--output_dir={tmp_path}/tar')
+    assert (shards_without_source(f'{tmp_path}/tar', 'validation')
+            == shards_without_source(f'{tmp_path}/loose', 'validation'))
+    rows = read_split(f'{tmp_path}/tar', 'validation')
+    assert f'gs://{BUCKET}/csvdata/val.tar/validation_2_0.JPEG' in {r[records.SOURCE] for r in rows}
+
+
+# Archives made wrong on purpose: each is reported where it is wrong, the rest is converted.
+A, B = imagemaker.jpeg(16, 16, seed=1), imagemaker.jpeg(16, 16, seed=2)
+END = bytes(1024)   # A tar's end: two zero blocks.
+entry, pax_record = archivemaker.tar_entry, archivemaker.pax_record
+
+
+def pax(records: bytes) -> bytes:
+    return entry('PaxHeader', records, b'x')
+
+
+def indexed(tmp_path, data: bytes, name: str = 'x.tar') -> list[tuple[str, str | None]]:
+    """(name, error) of each member `archives.members` finds in `data`, within 10 seconds."""
+    path = os.path.join(write_tree(tmp_path, {name: data}), name)
+
+    def too_long(*_):
+        raise TimeoutError(f'indexing {name} did not end')
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(10)
+    try:
+        archive = archives.Archive.of_file(path, len(data), None)
+        return [(m.name, m.error) for m in archives.members(archive)]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def error_reasons(out: str, split: str) -> dict:
+    return {e['source']: e['reason'] for e in map(json.loads, open(f'{out}/errors-{split}.jsonl'))}
+
+
+@pytest.mark.parametrize('records, reason', [
+    (b'0 x\n', 'its record at byte 0 does not parse'),            # Length 0: no progress.
+    (pax_record(b'size', b'-2000'), "its size '-2000' is not a number of bytes"),  # Backwards.
+    (pax_record(b'size', b'abc'), "its size 'abc' is not a number of bytes"),
+    (b'12345678', 'its record at byte 0 does not parse'),          # No space.
+    (b'99 path=a.jpg\n', 'its record at byte 0 does not parse'),   # Longer than the header.
+])
+def test_a_pax_header_that_does_not_parse_reports_its_member_and_the_rest_is_read(
+        tmp_path, records, reason):
+    data = pax(records) + entry('a.jpg', A) + entry('b.jpg', B) + END
+    assert indexed(tmp_path, data) == [
+        ('a.jpg', f'damaged pax header at byte 0 of {tmp_path}/x.tar: {reason}'), ('b.jpg', None)]
+
+
+def test_a_pax_record_whose_key_is_not_utf8_is_ignored(tmp_path):
+    records = pax_record(b'\xff\xfe', b'x') + pax_record(b'path', b'c.jpg')
+    assert indexed(tmp_path, pax(records) + entry('a.jpg', A) + END) == [('c.jpg', None)]
+
+
+@pytest.mark.parametrize('size_field', [b'99999999999', b'-777', b'\xff' * 12])
+def test_a_header_whose_size_is_not_a_size_starts_a_damaged_stretch(tmp_path, size_field):
+    data = entry('a.jpg', A, size_field=size_field) + entry('b.jpg', B) + END
+    resumed = len(entry('a.jpg', A))
+    assert indexed(tmp_path, data) == [
+        ('/@0', f'damaged tar header at byte 0 of {tmp_path}/x.tar: the members in bytes '
+                f'0-{resumed} cannot be read'), ('b.jpg', None)]
+
+
+@pytest.mark.parametrize('long_name', [
+    entry('././@LongLink', b'x' * 10, b'L', size_field=b'\x80' + (1 << 62).to_bytes(11, 'big')),
+    entry('././@LongLink', b'n' * (archives.EXTENDED_MAX + 1), b'L')])
+def test_a_long_name_over_the_bound_is_a_damaged_stretch(tmp_path, long_name):
+    assert indexed(tmp_path, long_name + entry('a.jpg', A) + END) == [
+        ('/@0', f'damaged tar header at byte 0 of {tmp_path}/x.tar: the members in bytes '
+                f'0-{len(long_name)} cannot be read'), ('a.jpg', None)]
+
+
+def test_an_archive_ending_inside_a_pax_header_says_so(tmp_path):
+    first = entry('a.jpg', A)
+    data = first + pax(pax_record(b'path', b'long' * 100))[:600]
+    assert indexed(tmp_path, data) == [
+        ('a.jpg', None), (f'/@{len(first)}', f'truncated archive: {tmp_path}/x.tar ends inside '
+                                             f'the header at byte {len(first)}')]
+
+
+@pytest.mark.parametrize('kind', ['tar', 'zip'])
+def test_member_names_are_normalised_and_unsafe_ones_reported(tmp_path, kind):
+    names = ['./', './a.jpg', 'cat/./b.jpg', 'cat//c.jpg', '../d.jpg', '/e.jpg', 'cat/../f.jpg',
+             '@7']
+    files = {name: b'' if name.endswith('/') else A for name in names}
+    data = archivemaker.tar(files) if kind == 'tar' else archivemaker.zip_(files)
+    found = indexed(tmp_path, data, f'x.{kind}')
+    assert [name for name, _ in found if not name.startswith('/')] == [
+        'a.jpg', 'cat/b.jpg', 'cat/c.jpg', '@7']
+    unsafe = [(name, error) for name, error in found if name.startswith('/')]
+    assert all(re.fullmatch(r'/@\d+', name) for name, _ in unsafe)
+    assert [re.sub(' at byte .*', '', error) for _, error in unsafe] == [
+        f"unsafe member name '{name}'" for name in ('../d.jpg', '/e.jpg', 'cat/../f.jpg')]
+
+
+def test_a_member_named_like_a_damaged_stretch_is_a_member(tmp_path):
+    cat = _corrupt_header(archivemaker.tar({'a.jpg': A, '@0': B}), 'a.jpg')
+    root = write_tree(tmp_path / 'in', {'train/cat.tar': cat, 'train/dog/b.jpg': B,
+                                        'val.csv': b'train/cat.tar/@0,cat\n'})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--csv_validation={root}/val.csv',
+                     f'--output_dir={out}', '--max_error_ratio=1', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert list(error_reasons(out, 'train')) == [f'{root}/train/cat.tar//@0']
+    for split in ('train', 'validation'):
+        assert f'{root}/train/cat.tar/@0' in {r[records.SOURCE] for r in read_split(out, split)}
+
+
+def test_pax_headers_that_would_loop_are_reported_and_the_run_ends(tmp_path):
+    root = write_tree(tmp_path / 'in', {
+        'train/cat.tar': pax(b'0 x\n') + entry('a.jpg', A) + entry('b.jpg', B) + END,
+        'train/dog.tar': (pax(pax_record(b'size', b'-2000')) + entry('c.jpg', A)
+                          + entry('d.jpg', B) + END)})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert error_reasons(out, 'train') == {
+        f'{root}/train/cat.tar/a.jpg': f'damaged pax header at byte 0 of {root}/train/cat.tar: '
+                                       'its record at byte 0 does not parse',
+        f'{root}/train/dog.tar/c.jpg': f'damaged pax header at byte 0 of {root}/train/dog.tar: '
+                                       "its size '-2000' is not a number of bytes"}
+    assert {r[records.FILENAME] for r in read_split(out, 'train')} == {'b.jpg', 'd.jpg'}
+
+
+def test_a_zip_member_inflating_past_its_size_is_an_error_in_bounded_memory(tmp_path):
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    deflated = b''.join(compressor.compress(bytes(1 << 20)) for _ in range(300))
+    deflated += compressor.flush()   # 300 MB of zeros in 0.3 MB, said to be 1,000 bytes.
+    name = b'a.jpg'
+    sizes = (len(deflated), 1000, len(name))
+    local = struct.pack('<4s5H3I2H', b'PK\3\4', 20, 0, 8, 0, 0, 0, *sizes, 0) + name
+    central = struct.pack('<4s6H3I5H2I', b'PK\1\2', 20, 20, 0, 8, 0, 0, 0, *sizes,
+                          0, 0, 0, 0, 0, 0) + name
+    end = struct.pack('<4s4H2IH', b'PK\5\6', 0, 0, 1, 1, len(central),
+                      len(local) + len(deflated), 0)
+    data = local + deflated + central + end
+    path = os.path.join(write_tree(tmp_path, {'bomb.zip': data}), 'bomb.zip')
+    # The child's peak resident memory: VmHWM (ru_maxrss would count this process's, as a
+    # child keeps its parent's peak across exec).
+    code = ('from pipeline.formats import archives\n'
+            f'member, = archives.members(archives.Archive.of_file({path!r}, {len(data)}, None))\n'
+            'try:\n'
+            '    member.read()\n'
+            'except archives.DamagedArchive as exc:\n'
+            '    print(exc)\n'
+            "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n")
+    child = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 0, child.stderr
+    reason, peak_kb = child.stdout.splitlines()
+    assert reason == 'damaged zip member a.jpg: it inflates to more than its size, 1000 bytes'
+    assert int(peak_kb) < 100_000
+
+
+def test_a_damaged_nested_zip_header_or_an_encrypted_member_is_reported_not_fatal(tmp_path):
+    train = bytearray(archivemaker.zip_({'cat/inner.tar': archivemaker.tar({'x.jpg': A}),
+                                         'cat/b.jpg': B}, zipfile.ZIP_STORED))
+    train[:4] = b'XXXX'   # The first member's local header.
+    encrypted = bytearray(archivemaker.zip_({'a.jpg': A}, zipfile.ZIP_STORED))
+    encrypted[6] |= 1
+    encrypted[encrypted.index(b'PK\1\2') + 8] |= 1
+    root = write_tree(tmp_path / 'in', {
+        'train.zip': bytes(train),
+        'validation.tar.gz': archivemaker.tar({'cat/x.zip': bytes(encrypted), 'cat/b.jpg': B},
+                                              'gz')})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    inner = f'{root}/train.zip/cat/inner.tar'
+    assert error_reasons(out, 'train') == {inner: f'damaged zip: no local header for {inner}'}
+    assert error_reasons(out, 'validation') == {
+        f'{root}/validation.tar.gz/cat/x.zip/a.jpg': 'encrypted zip member'}
+    for split in ('train', 'validation'):
+        assert [r[records.FILENAME] for r in read_split(out, split)] == ['b.jpg']
+
+
+def test_a_folder_named_like_an_archive_is_a_folder(tmp_path):
+    root = write_tree(tmp_path / 'in', {'imgs.tar/a.jpg': A, 'imgs.tar/b.jpg': B,
+                                        'train.csv': b'imgs.tar/a.jpg,cat\nimgs.tar/b.jpg,dog\n'})
+    assert folders.place_of(f'{root}/imgs.tar').archive is None
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--csv_train={root}/train.csv', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert {r[records.SOURCE] for r in read_split(out, 'train')} == {
+        f'{root}/imgs.tar/a.jpg', f'{root}/imgs.tar/b.jpg'}
+
+
+def self_holding_zip() -> bytes:
+    """A zip whose one member, x.zip, is stored and is the zip's own central directory and end
+    record: an archive that holds itself."""
+    name = b'x.zip'
+    held = 46 + len(name) + 22   # The central directory entry and the end record.
+    local = struct.pack('<4s5H3I2H', b'PK\3\4', 20, 0, 0, 0, 0, 0, held, held, len(name), 0)
+    central = struct.pack('<4s6H3I5H2I', b'PK\1\2', 20, 20, 0, 0, 0, 0, 0, held, held,
+                          len(name), 0, 0, 0, 0, 0, 0) + name
+    end = struct.pack('<4s4H2IH', b'PK\5\6', 0, 0, 1, 1, len(central), len(local + name), 0)
+    return local + name + central + end
+
+
+def test_an_archive_holding_itself_is_read_sixteen_deep_then_reported(tmp_path):
+    root = write_tree(tmp_path / 'in', {'train/cat.zip': self_holding_zip(),
+                                        'train/dog/a.jpg': A})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS, timeout=120)
+    assert result.returncode == 0, result.stderr
+    deepest = f'{root}/train/cat.zip' + '/x.zip' * archives.MAX_DEPTH
+    assert error_reasons(out, 'train') == {
+        deepest: f'{deepest} is an archive nested more than 16 deep; archives that deep are not '
+                 'read'}
+
+
+@pytest.mark.parametrize('compression', ['', 'gz'])
+def test_archives_nest_sixteen_deep_at_most(tmp_path, compression):
+    suffix = '.tar.gz' if compression else '.tar'
+    for levels in (16, 17):
+        data = archivemaker.tar({'a.jpg': A})
+        for level in range(levels - 2):
+            data = archivemaker.tar({f'{level}.tar': data})
+        path = os.path.join(write_tree(tmp_path, {
+            f'{levels}{suffix}': archivemaker.tar({'inner.tar': data}, compression)}),
+            f'{levels}{suffix}')
+        (relative, file), = folders.walk(folders.place_of(path))
+        if levels == 16:
+            assert (relative, file.error) == ('inner/' + ''.join(
+                f'{level}/' for level in reversed(range(14))) + 'a.jpg', None)
+        else:
+            assert file.error.endswith('/0.tar is an archive nested more than 16 deep; archives '
+                                       'that deep are not read')
+
+
+def test_zip_members_that_overlap_are_reported(tmp_path):
+    data = archivemaker.zip_({'a.jpg': A}, zipfile.ZIP_STORED)
+    at, end = data.index(b'PK\1\2'), data.index(b'PK\5\6')
+    central = data[at:end]
+    record = bytearray(data[end:])
+    struct.pack_into('<2HI', record, 8, 2, 2, 2 * len(central))
+    twice = data[:at] + central + central.replace(b'a.jpg', b'b.jpg') + bytes(record)
+    assert indexed(tmp_path, twice, 'x.zip') == [
+        ('a.jpg', f'damaged zip {tmp_path}/x.zip: a.jpg overlaps the member after it'),
+        ('b.jpg', None)]
+
+
+@pytest.mark.parametrize('damage', ['checksum', 'negative size'])
+def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path, damage):
+    second = (_corrupt_header(entry('b.jpg', B), 'b.jpg') if damage == 'checksum'
+              else pax(pax_record(b'size', b'-2000')) + entry('b.jpg', B))
+    data = gzip.compress(entry('a.jpg', A) + second + entry('c.jpg', A) + END)
+    path = os.path.join(write_tree(tmp_path, {'x.tar.gz': data}), 'x.tar.gz')
+    found = [(m.name, m.error) for m, _ in archives.stream(
+        archives.Archive.of_file(path, len(data), None))]
+    assert found[0] == ('a.jpg', None) and len(found) == 2
+    assert found[1][0] == '/@512' and found[1][1].startswith(f'damaged archive {path}: ')

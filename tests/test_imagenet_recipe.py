@@ -1,0 +1,80 @@
+"""The README's ImageNet recipe, command by command, on archives shaped like the official ones."""
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from pipeline.testing import archivemaker, imagemaker
+
+SYNSETS = [(1, 'n02119789', 0), (2, 'n01440764', 0), (3, 'n01443537', 0), (1001, 'n00001740', 3)]
+VALIDATION_IDS = [2, 1, 3, 3, 2, 1, 2]
+CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(60, 40, 3)).convert('CMYK'), 'JPEG')
+
+
+def _devkit() -> bytes:
+    from scipy.io import savemat
+    synsets = np.zeros(len(SYNSETS), dtype=[('ILSVRC2012_ID', 'O'), ('WNID', 'O'),
+                                            ('words', 'O'), ('num_children', 'O')])
+    for index, (number, wnid, children) in enumerate(SYNSETS):
+        synsets[index] = (number, wnid, f'words of {wnid}', children)
+    meta = io.BytesIO()
+    savemat(meta, {'synsets': synsets})
+    truth = ''.join(f'{i}\n' for i in VALIDATION_IDS).encode()
+    return archivemaker.tar({'ILSVRC2012_devkit_t12/data/meta.mat': meta.getvalue(),
+                             'ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt':
+                             truth}, 'gz')
+
+
+def _train() -> dict:
+    """{synset.tar: tar of its images}, with ImageNet's odd files: a PNG and a CMYK JPEG named .JPEG."""
+    classes = {wnid: {f'{wnid}_{i}.JPEG': imagemaker.jpeg(40, 30, seed=n * 10 + i) for i in range(4)}
+               for n, wnid, children in SYNSETS if not children}
+    classes['n01440764']['n01440764_png.JPEG'] = imagemaker.png(30, 20, seed=5)
+    classes['n01443537']['n01443537_cmyk.JPEG'] = CMYK
+    return {f'{wnid}.tar': archivemaker.tar(files) for wnid, files in classes.items()}
+
+
+def _run(*argv, cwd) -> str:
+    result = subprocess.run([sys.executable, '-m', *argv], capture_output=True, text=True,
+                            cwd=cwd, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_imagenet_from_its_official_archives(tmp_path):
+    validation = {f'ILSVRC2012_val_{i:08d}.JPEG': imagemaker.jpeg(30, 30, seed=100 + i)
+                  for i in range(1, len(VALIDATION_IDS) + 1)}
+    (tmp_path / 'ILSVRC2012_img_train.tar').write_bytes(archivemaker.tar(_train()))
+    (tmp_path / 'ILSVRC2012_img_val.tar').write_bytes(archivemaker.tar(validation))
+    (tmp_path / 'ILSVRC2012_devkit_t12.tar.gz').write_bytes(_devkit())
+    # The recipe: the train tar as split `train`, the validation labels as a CSV through the
+    # validation tar, then one conversion.
+    os.mkdir(tmp_path / 'imagenet')
+    os.symlink(tmp_path / 'ILSVRC2012_img_train.tar', tmp_path / 'imagenet' / 'train.tar')
+    os.symlink(tmp_path / 'ILSVRC2012_img_val.tar', tmp_path / 'imagenet' / 'ILSVRC2012_img_val.tar')
+    csv = _run('pipeline.tools.imagenet_labels', 'ILSVRC2012_devkit_t12.tar.gz', cwd=tmp_path)
+    assert csv.splitlines()[:3] == ['uri,label', 'ILSVRC2012_img_val.tar/ILSVRC2012_val_00000001.JPEG,n01440764',
+                                    'ILSVRC2012_img_val.tar/ILSVRC2012_val_00000002.JPEG,n02119789']
+    (tmp_path / 'imagenet' / 'validation.csv').write_text(csv)
+    out = _run('pipeline.run', '--input_dir=imagenet', '--csv_validation=imagenet/validation.csv',
+               '--output_dir=imagenet_tfrecords', cwd=tmp_path)
+    assert 'train' in out and 'validation' in out
+
+    builder = tfds.builder_from_directory(str(tmp_path / 'imagenet_tfrecords'))
+    label = builder.info.features['image']['class']['label']
+    assert label.names == ['n01440764', 'n01443537', 'n02119789']
+    assert (builder.info.splits['train'].num_examples, builder.info.splits['validation'].num_examples) == (14, 7)
+    labels = {}
+    for split in ('train', 'validation'):
+        for example in tfds.as_numpy(builder.as_dataset(split=split)):
+            image = example['image']
+            labels[image['filename'].decode()] = label.int2str(image['class']['label'])
+            assert image['encoded'].shape[-1] == 3   # Decoded RGB, the odd files too.
+    wnid = dict((number, w) for number, w, _ in SYNSETS)
+    assert {n: labels[n] for n in validation} == {
+        f'ILSVRC2012_val_{i:08d}.JPEG': wnid[k] for i, k in enumerate(VALIDATION_IDS, 1)}
+    assert labels['n01440764_png.JPEG'] == 'n01440764' and labels['n01443537_cmyk.JPEG'] == 'n01443537'
