@@ -127,7 +127,7 @@ def test_in_memory_images_label_map_partitions_and_extras(tmp_path):
     assert open(os.path.join(out, 'labels.txt')).read() == 'b\nc\na\n'
     import tensorflow_datasets as tfds
     example = next(iter(tfds.as_numpy(tfds.builder_from_directory(out).as_dataset(split='train'))))
-    assert set(example) >= {'image', 'weight', 'tags', 'index'}
+    assert set(example) >= {records.ENCODED, records.LABEL, 'weight', 'tags', 'index'}
 
 
 def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):

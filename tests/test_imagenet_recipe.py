@@ -65,15 +65,14 @@ def test_imagenet_from_its_official_archives(tmp_path):
     assert 'train' in out and 'validation' in out
 
     builder = tfds.builder_from_directory(str(tmp_path / 'imagenet_tfrecords'))
-    label = builder.info.features['image']['class']['label']
+    label = builder.info.features['image/class/label']
     assert label.names == ['n01440764', 'n01443537', 'n02119789']
     assert (builder.info.splits['train'].num_examples, builder.info.splits['validation'].num_examples) == (14, 7)
     labels = {}
     for split in ('train', 'validation'):
         for example in tfds.as_numpy(builder.as_dataset(split=split)):
-            image = example['image']
-            labels[image['filename'].decode()] = label.int2str(image['class']['label'])
-            assert image['encoded'].shape[-1] == 3   # Decoded RGB, the odd files too.
+            labels[example['image/filename'].decode()] = label.int2str(example['image/class/label'])
+            assert example['image/encoded'].shape[-1] == 3   # Decoded RGB, the odd files too.
     wnid = dict((number, w) for number, w, _ in SYNSETS)
     assert {n: labels[n] for n in validation} == {
         f'ILSVRC2012_val_{i:08d}.JPEG': wnid[k] for i, k in enumerate(VALIDATION_IDS, 1)}
