@@ -7,6 +7,7 @@ real processes, real SIGKILLs, and the Cloud Storage emulator where that path di
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -382,18 +383,82 @@ def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point):
     assert download('out') == _tree(f'{tmp_path}/local')
 
 
-def test_shard_shorter_than_its_result_is_never_installed(tmp_path, inputs):
+def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, reference):
+    inputs, expected = reference
     out = str(tmp_path / 'out')
     flags = _flags(inputs, out)
     assert run_cli(*flags, kill_at='shard:2').returncode == -signal.SIGKILL
     shard = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
                  if n.endswith('.tfrecord') and '/shards/' in os.path.join(d, n))
-    size, records = os.path.getsize(shard), json.load(open(f'{shard}.json'))['records']
-    os.truncate(shard, size - 10)
-    assert _one_error_line(run_cli(*flags), alone=False) == (
-        f'error: {shard} holds {size - 10} bytes, not the {size} its {records} records take; '
-        'nothing was committed. Rerun with --clean_temp to convert afresh')
-    assert not [n for n in os.listdir(out) if not n.startswith('.')]
+    os.truncate(shard, os.path.getsize(shard) - 10)
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
+
+
+@pytest.mark.parametrize('damage', ['outside', 'truncated', 'shard data gone'])
+def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the_work(
+        tmp_path, reference, damage):
+    """A sidecar names no path the run acts on: its data file is the one beside it, used only
+    if it has the size the sidecar says."""
+    inputs, expected = reference
+    out, victim = str(tmp_path / 'out'), tmp_path / 'victim.txt'
+    victim.write_bytes(b'not part of any dataset')
+    flags = _flags(inputs, out)
+    point = 'shard:1' if damage == 'shard data gone' else 'chunk:1'
+    assert run_cli(*flags, kill_at=point).returncode == -signal.SIGKILL
+    temp = [d for d, _, names in os.walk(out) if d.endswith('/parts')][0]
+    part = next(os.path.join(temp, n[:-len('.json')]) for n in sorted(os.listdir(temp))
+                if n.endswith('.tfrecord.json') and os.path.exists(os.path.join(temp, n[:-5])))
+    if damage == 'outside':
+        sidecar = json.load(open(f'{part}.json'))
+        sidecar['temp_path'] = str(victim)
+        json.dump(sidecar, open(f'{part}.json', 'w'))
+    elif damage == 'truncated':
+        os.truncate(part, os.path.getsize(part) // 2)
+    else:
+        shards = os.path.join(os.path.dirname(temp), 'shards')
+        for name in os.listdir(shards):
+            if not name.endswith('.json'):
+                os.remove(os.path.join(shards, name))
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert victim.read_bytes() == b'not part of any dataset'
+    assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
+
+
+def test_kill_while_replacing_an_old_dataset_with_a_linked_file_then_the_rerun_finishes(
+        tmp_path, reference):
+    inputs, expected = reference
+    out, kept = str(tmp_path / 'out'), tmp_path / 'my-labels.txt'
+    assert run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
+                   *IN_PROCESS).returncode == 0
+    kept.write_bytes(open(f'{out}/labels.txt', 'rb').read())
+    os.remove(f'{out}/labels.txt')
+    os.symlink(kept, f'{out}/labels.txt')        # The old dataset's file is a link.
+    flags = _flags(inputs, out, '--overwrite')
+    assert run_cli(*flags, kill_at='commit:replace:2').returncode == -signal.SIGKILL
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
+    assert not os.path.islink(f'{out}/labels.txt') and kept.exists()
+
+
+def test_kill_while_the_first_marker_is_written_then_the_rerun_finishes(tmp_path, reference):
+    inputs, expected = reference
+    out = str(tmp_path / 'out')
+    flags = _flags(inputs, out)
+    assert run_cli(*flags, kill_at='chunk:1').returncode == -signal.SIGKILL
+    temp = next(os.path.join(out, n) for n in os.listdir(out) if n.startswith('.tmp-'))
+    for name in os.listdir(temp):                 # As a kill before the marker's rename leaves it.
+        path = os.path.join(temp, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.rename(path, os.path.join(temp, '.image-tfrecords-run.json.partial-0123abcd'))
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
 def test_leftovers_of_atomic_writes_are_removed_by_the_next_run(tmp_path, inputs):

@@ -70,21 +70,32 @@ def save_done(path: str, result) -> None:
 
 
 def load_done(path: str, result_type):
-    """The result saved for `path` if it is complete (sidecar and data both there), else None."""
-    return load_sidecar(path, result_type) if fileio.exists(path) else None
+    """The result saved for `path` if it is complete: its sidecar there, and its data file
+    there with the size the sidecar says (else None, and the work is done again)."""
+    result = load_sidecar(path, result_type)
+    if result is None:
+        return None
+    try:
+        return result if fileio.size(path) == result.bytes else None
+    except FileNotFoundError:
+        return None
 
 
 def load_sidecar(path: str, result_type):
     """The result saved for `path`, also once its data is gone (a part joined into its shard);
-    None when there is none."""
+    None when there is none or it does not parse. Its `temp_path` is `path`, whatever the file
+    says: no path is ever taken from a file's contents."""
     data = fileio.read_if_exists(f'{path}.json')
     if data is None:
         return None
-    fields = json.loads(data)
-    fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
-    for name in ('errors', 'damaged', 'dropped'):
-        fields[name] = [tuple(e) for e in fields[name]]
-    return result_type(**fields)
+    try:
+        fields = json.loads(data)
+        fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
+        for name in ('errors', 'damaged', 'dropped'):
+            fields[name] = [tuple(e) for e in fields[name]]
+        return dataclasses.replace(result_type(**fields), temp_path=path)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def finished_work(temp_dir: str) -> tuple[int, int]:

@@ -221,9 +221,11 @@ class EncodeChunk(beam.DoFn):
         part either joined into its finished shard already, or complete on its own."""
         results = []
         for shard, path in paths.items():
-            joined = output_folder.shard_path(self._settings.temp_dir, split, shard,
-                                       shard_fps[(split, shard)], self._settings.output_formats[0])
-            joined = fileio.exists(f'{joined}.json')   # Its part's sidecar is kept: the hashes.
+            shard_file = output_folder.shard_path(self._settings.temp_dir, split, shard,
+                                                  shard_fps[(split, shard)],
+                                                  self._settings.output_formats[0])
+            joined = resume.load_done(shard_file, ShardResult) is not None
+            # A joined part's sidecar is kept (its hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(path, ShardResult)
             if done is None:
                 return None

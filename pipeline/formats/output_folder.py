@@ -61,6 +61,7 @@ MARKER = '.image-tfrecords-run.json'
 MOVE_BATCH = 100
 STALE_UNREADABLE_SECONDS = 30
 RUNNING, COMMITTED = 'running', 'committed'
+REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
 
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
@@ -170,20 +171,24 @@ def read_metadata(output_dir: str, name: str) -> dict | None:
 
 
 def _refuse_links(folder: str) -> None:
-    """Raises a DatasetError if a temporary folder is, or holds, a symbolic link (local disk)."""
+    """Raises a DatasetError if a temporary folder is, or holds, a symbolic link (local disk).
+    The old dataset's own files moved aside into `replaced/` may be links (they are moved and
+    deleted as links, never followed)."""
     if fileio.is_gcs(folder):
         return
     if os.path.islink(folder):
         raise DatasetError(f'{folder} is a symbolic link; this tool keeps its temporary files '
                            'only in a real folder. Remove the link and rerun')
+    replaced = os.path.join(folder, REPLACED)
     for parent, dirs, files in os.walk(folder):
         links = [name for name in dirs + files if os.path.islink(os.path.join(parent, name))]
-        if links:
+        if links and parent != replaced:
             raise DatasetError(f'{os.path.join(parent, links[0])} is a symbolic link; a '
                                'temporary folder of this tool holds none. Remove it and rerun')
 
 
-_PARTIAL = re.compile(r'\.(?:commit\.json|lock)\.partial-[0-9a-f]{8}(?:[0-9a-f]{24})?\Z')
+_PARTIAL = re.compile(r'\.(?:commit\.json|lock|image-tfrecords-run\.json)\.partial-'
+                      r'[0-9a-f]{8}(?:[0-9a-f]{24})?\Z')
 
 
 def _remove_partials(output_dir: str, name: str) -> None:
@@ -459,6 +464,8 @@ def start_temp(output_dir: str, run_id: str) -> None:
     folder = temp_dir(output_dir, run_id)
     _refuse_links(folder)
     state = _marker_state(folder, run_id)
+    if state is None:
+        _remove_partials(folder, MARKER)   # A kill while the first marker was written.
     if state is None and _has_files(folder):
         raise DatasetError(f'{folder} exists but was not made by this tool (it has no marker '
                            f'{MARKER}); move it away and rerun')
@@ -651,7 +658,7 @@ def roll_forward(output_dir: str, journal: Journal, recovering: bool = False) ->
     temp = temp_dir(out, journal.run_id)
     with fileio.output_errors(out):
         if journal.phase == 'replace':
-            replace = [(fileio.join(out, name), fileio.join(temp, 'replaced', name))
+            replace = [(fileio.join(out, name), fileio.join(temp, REPLACED, name))
                        for name in journal.replace]
             for number, batch in enumerate(_batches(replace, first=True), 1):
                 _move(batch, recovering)
