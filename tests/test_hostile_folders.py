@@ -145,8 +145,14 @@ def _dead_pid() -> int:
     return process.pid
 
 
-def _stale_lock(pid: int) -> bytes:
-    return json.dumps({'token': 'stale', 'run_id': 'old', 'host': socket.gethostname(),
+def _this_machine() -> dict:
+    return {'host': socket.gethostname(),
+            'boot_id': open('/proc/sys/kernel/random/boot_id').read().strip(),
+            'pid_ns': os.readlink('/proc/self/ns/pid')}
+
+
+def _stale_lock(pid: int, **machine) -> bytes:
+    return json.dumps({'token': 'stale', 'run_id': 'old', **_this_machine(), **machine,
                        'pid': pid, 'started': '2026-01-01T00:00:00+00:00',
                        'runner': 'DirectRunner', 'waits': True}).encode()
 
@@ -301,6 +307,44 @@ def test_lock_of_a_reused_pid_is_stale(tmp_path, inputs):
     (out / '.lock').write_text(json.dumps(holder))
     result = run_cli(*_flags(inputs, str(out)))
     assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
+
+
+@pytest.mark.parametrize('machine', [{'pid_ns': 'pid:[1]'}, {'boot_id': 'another boot'}, {}])
+def test_a_dead_pid_is_stale_only_on_this_machine_in_this_pid_namespace(tmp_path, inputs,
+                                                                         machine):
+    """Containers share host names, and pids mean nothing in another PID namespace or boot."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    dead = 2**22 + 17   # Above the largest pid_max Linux allows: no such process.
+    (out / '.lock').write_bytes(_stale_lock(dead, **machine))
+    result = run_cli(*_flags(inputs, str(out)))
+    if machine:
+        assert 'is being written by another run' in _one_error_line(result)
+        assert run_cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
+    else:
+        assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
+
+
+def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
+    """A real holder in its own PID namespace (as in a container sharing the host's name)."""
+    probe = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', 'true'],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f'unshare cannot make a PID namespace here: {probe.stderr.decode()[:200]}')
+    out = str(tmp_path / 'out')
+    holder = subprocess.Popen(
+        ['unshare', '--pid', '--fork', '--mount-proc', sys.executable, '-c',
+         'import sys, time; from pipeline.formats import output_folder as o; '
+         f'o.acquire({out!r}, {RUN_ID!r}, "DirectRunner", waits=True); print("held", flush=True); '
+         'time.sleep(60)'], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == 'held\n'
+        assert json.load(open(f'{out}/.lock'))['pid'] == 1   # pid 1 means another process here.
+        line = _one_error_line(run_cli(*_flags(inputs, out)))
+        assert 'is being written by another run' in line and 'pass --break_lock' in line
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_empty_lock_is_refused_while_young_and_taken_over_when_old(tmp_path, inputs):

@@ -24,9 +24,10 @@ of `.lock` (create, take over, release) happens under an advisory lock (flock) o
 folder itself, held only for that moment and dropped by the kernel if the process dies; on
 Cloud Storage every change is conditional on the generation read (create: no object yet; take
 over: still the stale holder's; release: still ours). A holder is stale when it is provably
-gone: a run on this host whose process no longer exists, is a zombie, or is another process
-with the same pid (its start time differs), or a lock older than STALE_UNREADABLE_SECONDS that
-is empty or unreadable. Anything else (another host, a Dataflow job) needs `--break_lock`.
+gone: a run on this machine (same host name, boot and PID namespace) whose process no longer
+exists, is a zombie, or is another process with the same pid (its start time differs), or a
+lock older than STALE_UNREADABLE_SECONDS that is empty or unreadable. Anything else (another
+host or container, a host restarted since, a Dataflow job) needs `--break_lock`.
 
 **The commit** (transforms/commit.py calls it): the new shards and metadata are complete in the
 temporary folder, then the journal lists the old dataset's file names (moved aside into
@@ -250,7 +251,7 @@ def lock_advice(state: LockState) -> str:
     if holder is None:
         return (f'if no run is starting, the next run takes it over once it is '
                 f'{STALE_UNREADABLE_SECONDS} s old')
-    if holder.get('waits') is True and holder.get('host') == socket.gethostname():
+    if _checkable(holder):
         return 'its process is running'
     return ('a run on another host or a Dataflow job holds it; once it is not running any more, '
             'pass --break_lock')
@@ -288,19 +289,29 @@ def _proc_stat(pid: int) -> tuple[str, str | None] | None:
     return fields[0], fields[19]
 
 
-def _boot_id() -> str:
+def _machine() -> dict:
+    """What a holder on this machine shares with us: host name, boot id and PID namespace (two
+    containers may share a host name, and pids mean nothing across namespaces)."""
+    found = {'host': socket.gethostname()}
     try:
         with open('/proc/sys/kernel/random/boot_id') as stream:
-            return stream.read().strip()
+            found['boot_id'] = stream.read().strip()
+        found['pid_ns'] = os.readlink('/proc/self/ns/pid')
     except OSError:
-        return ''
+        pass
+    return found
+
+
+def _checkable(holder: dict) -> bool:
+    """Whether the holder's process can be looked up here: a run that waits for its job, on
+    this machine, in this PID namespace. Any other holder is cleared only by --break_lock."""
+    return holder.get('waits') is True and all(holder.get(k) == v for k, v in _machine().items())
 
 
 def _alive_here(state: LockState) -> bool:
     """Whether the holder is a run on this host whose process is provably running."""
     holder = state.holder
-    return (holder is not None and holder.get('waits') is True
-            and holder.get('host') == socket.gethostname() and not is_stale(state))
+    return holder is not None and _checkable(holder) and not is_stale(state)
 
 
 def is_stale(state: LockState) -> bool:
@@ -308,10 +319,8 @@ def is_stale(state: LockState) -> bool:
     holder = state.holder
     if holder is None:
         return state.age > STALE_UNREADABLE_SECONDS
-    if holder.get('waits') is not True or holder.get('host') != socket.gethostname():
+    if not _checkable(holder):
         return False
-    if holder.get('boot_id') and holder['boot_id'] != _boot_id():
-        return True   # This host restarted since.
     try:
         pid = int(holder['pid'])
     except (KeyError, TypeError, ValueError):
@@ -360,8 +369,8 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
     token = uuid.uuid4().hex
     own = _proc_stat(os.getpid())
     data = json.dumps({
-        'token': token, 'run_id': run_id, 'host': socket.gethostname(), 'pid': os.getpid(),
-        'pid_start': own[1] if own else None, 'boot_id': _boot_id(),
+        'token': token, 'run_id': run_id, **_machine(), 'pid': os.getpid(),
+        'pid_start': own[1] if own else None,
         'started': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'runner': runner, 'waits': waits}, indent=1).encode()
     gcs = fileio.is_gcs(path)
