@@ -23,7 +23,7 @@ from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
 from pipeline.formats import fileio, output_folder, shard_formats  # noqa: E402
-from pipeline.formats.errors import DatasetError  # noqa: E402
+from pipeline.formats.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
 from pipeline.formats.metadata import SPLITS  # noqa: E402
@@ -47,13 +47,14 @@ def format_summary(summary: dict) -> str:
     lines.append('')
     lines.append(f'{"class":<24}' + ''.join(f'{split:>12}' for split in splits))
     for name in shown:
-        lines.append(f'{name[:23]:<24}' + ''.join(
+        lines.append(f'{printable(name)[:23]:<24}' + ''.join(
             f'{s["classes"].get(name, 0):>12}' for s in splits.values()))
     if len(classes) > len(shown):
         lines.append(f'... and {len(classes) - len(shown)} more classes (see summary.json)')
     for split, s in splits.items():
         if s['empty_classes']:
-            lines.append(f'{split}: no records for class(es) {", ".join(s["empty_classes"][:10])}'
+            empty = ', '.join(map(printable, s['empty_classes'][:10]))
+            lines.append(f'{split}: no records for class(es) {empty}'
                          f' (all their inputs were skipped; see errors-{split}.jsonl)')
     lines += quality_lines(summary)
     total = sum(s['inputs'] for s in splits.values())

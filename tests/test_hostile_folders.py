@@ -518,17 +518,21 @@ def test_leftovers_of_atomic_writes_are_removed_by_the_next_run(tmp_path, inputs
 
 
 @pytest.mark.parametrize('name', ['.lock', '.commit.json', 'dataset_info.json'])
-def test_deeply_nested_json_or_a_folder_in_place_of_a_protocol_file_is_one_line(tmp_path, inputs,
-                                                                                 name):
-    for kind in ('nested', 'folder'):
+def test_deeply_nested_json_a_folder_pipe_or_device_in_place_of_a_protocol_file_is_one_line(
+        tmp_path, inputs, name):
+    for kind in ('nested', 'folder', 'pipe', 'device'):
         out = tmp_path / f'out-{kind}'
         out.mkdir()
         if kind == 'nested':
             (out / name).write_text('[' * 100_000)
             old = time.time() - 3600
             os.utime(out / name, (old, old))
-        else:
+        elif kind == 'folder':
             (out / name / 'inner').mkdir(parents=True)
+        elif kind == 'pipe':      # Reading it would block for ever.
+            os.mkfifo(out / name)
+        else:                     # Reading it would never end.
+            os.symlink('/dev/zero', out / name)
         result = run_cli(*_flags(inputs, str(out)))
         if name == '.lock' and kind == 'nested':   # An old unreadable lock: taken over.
             assert result.returncode == 0, result.stderr
@@ -550,6 +554,19 @@ def test_verify_refuses_a_dataset_info_naming_files_outside(tmp_path, inputs):
     assert verify.returncode == 2
     assert verify.stderr.strip().startswith(f'error: {out}/dataset_info.json does not describe a '
                                             "dataset this tool can read (dataset name ")
+
+
+def test_verify_reports_a_pipe_in_place_of_a_shard_instead_of_waiting_on_it(tmp_path, inputs):
+    out = tmp_path / 'out'
+    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+    shard = out / 'dataset-train.tfrecord-00001-of-00002'
+    shard.unlink()
+    os.mkfifo(shard)
+    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 1, verify.stderr
+    assert ('train shard 1 (dataset-train.tfrecord-00001-of-00002) not a regular file (a '
+            'folder, pipe or device)\n') in verify.stderr
 
 
 def test_folder_named_like_a_shard_is_refused_before_anything_moves(tmp_path, inputs):
@@ -650,6 +667,18 @@ def test_class_names_with_line_breaks_are_refused_in_one_line(tmp_path, name):
                     'control character; labels.txt keeps one name per line, so rename the class '
                     'folder or fix the label')
     assert not os.path.exists(f'{tmp_path}/out/labels.txt')
+
+
+def test_class_names_with_direction_overrides_are_kept_but_printed_inert(tmp_path):
+    name = 'cat\u202edog\u2066'
+    inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
+                                          'train/plain/b.jpg': imagemaker.jpeg(8, 8, seed=1)})
+    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout + result.stderr
+    assert '\u202e' not in printed and '\u2066' not in printed
+    assert 'cat\\u202edog\\u2066' in printed
+    assert open(f'{tmp_path}/out/labels.txt', encoding='utf-8').read() == f'{name}\nplain\n'
 
 
 def printable_repr(name: str) -> str:

@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import uuid
 from typing import Iterable, Iterator
 
@@ -142,14 +143,37 @@ def _is_link(path: str) -> bool:
     return not fileio.is_gcs(path) and os.path.islink(path)
 
 
-def _read(path: str) -> bytes | None:
-    """The bytes of a file of the protocol, None when absent; a folder in its place is a
-    DatasetError naming it."""
+class _NotAFile(Exception):
+    """A protocol file's name is taken by something else: str(exc) says what."""
+
+
+def _read_file(path: str) -> tuple[bytes, float] | None:
+    """(bytes, modification time) of a file of the protocol, None when absent. Locally only a
+    regular file is read (a pipe would block, a device never end); anything else is _NotAFile."""
+    if fileio.is_gcs(path):
+        data = fileio.read_if_exists(path)
+        return None if data is None else (data, 0.0)
     try:
-        return fileio.read_if_exists(path)
-    except IsADirectoryError:
-        raise DatasetError(f'{path} is a folder, not a file of this tool; move it away and '
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise _NotAFile('a folder' if stat.S_ISDIR(info.st_mode) else 'a pipe or device')
+    with os.fdopen(fd, 'rb') as stream:
+        return stream.read(), info.st_mtime
+
+
+def read_file(path: str) -> bytes | None:
+    """The bytes of a file of the protocol, None when absent; a folder, pipe or device in its
+    place is a DatasetError naming it."""
+    try:
+        found = _read_file(path)
+    except _NotAFile as exc:
+        raise DatasetError(f'{path} is {exc}, not a file of this tool; move it away and '
                            'rerun') from None
+    return None if found is None else found[0]
 
 
 def _json(data: bytes):
@@ -164,10 +188,10 @@ def read_metadata(output_dir: str, name: str) -> dict | None:
     """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder, or
     not a JSON object this tool could have written."""
     try:
-        data = fileio.read_if_exists(fileio.join(output_dir, name))
-    except IsADirectoryError:
+        found = _read_file(fileio.join(output_dir, name))
+    except _NotAFile:
         return None
-    document = _json(data) if data is not None else None
+    document = _json(found[0]) if found is not None else None
     return document if isinstance(document, dict) else None
 
 
@@ -226,13 +250,13 @@ def read_lock(output_dir: str) -> LockState | None:
         data, generation, updated = found
     else:
         try:
-            with open(path, 'rb') as stream:
-                data, updated = stream.read(), os.fstat(stream.fileno()).st_mtime
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise DatasetError(f'{path} is a folder, not the lock of this tool; move it away and '
+            found = _read_file(path)
+        except _NotAFile as exc:
+            raise DatasetError(f'{path} is {exc}, not the lock of this tool; move it away and '
                                'rerun') from None
+        if found is None:
+            return None
+        data, updated = found
         generation = 0
     age = datetime.datetime.now(datetime.timezone.utc).timestamp() - updated
     return LockState(_parse_holder(data), age, generation)
@@ -261,7 +285,9 @@ def describe(state: LockState) -> str:
     """Who holds a lock, in one line, with anything from the file escaped."""
     holder = state.holder
     if holder is None:
-        return f'an empty or unreadable lock, written {state.age:.0f} s ago'
+        when = (f'written {state.age:.0f} s ago' if state.age >= 0
+                else 'with a modification time in the future')
+        return f'an empty or unreadable lock, {when}'
     text = (f"run {holder.get('run_id', '?')} on host {holder.get('host', '?')}, pid "
             f"{holder.get('pid', '?')}, started {holder.get('started', '?')}"
             + (f" ({holder['runner']})" if holder.get('runner') else ''))
@@ -436,10 +462,10 @@ class TempFolder:
 
 def _marker_state(folder: str, run_id: str) -> str | None:
     try:
-        data = fileio.read_if_exists(fileio.join(folder, MARKER))
-    except IsADirectoryError:
+        found = _read_file(fileio.join(folder, MARKER))
+    except _NotAFile:
         return None
-    marker = _json(data) if data is not None else None
+    marker = _json(found[0]) if found is not None else None
     if (isinstance(marker, dict) and marker.get('run_id') == run_id
             and marker.get('state') in (RUNNING, COMMITTED)):
         return marker['state']
@@ -532,7 +558,7 @@ def dataset_files(output_dir: str) -> list[str]:
     """Names of the files of the dataset in `output_dir`, as its own dataset_info.json names
     them ([] when there is none); a dataset_info.json this tool cannot read is a DatasetError."""
     path = fileio.join(output_dir, metadata.DATASET_INFO)
-    data = _read(path)
+    data = read_file(path)
     if data is None:
         return []
     names = named_files(_json(data), path)
@@ -641,7 +667,7 @@ def read_journal(output_dir: str) -> Journal | None:
     """The journal of an interrupted commit, validated; a DatasetError when it is not one this
     tool wrote (then nothing is touched)."""
     path = journal_path(output_dir)
-    data = _read(path)
+    data = read_file(path)
     if data is None:
         return None
     try:

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import io
 import multiprocessing
+import os
 import sys
 
 from PIL import Image
@@ -96,6 +97,9 @@ def check_shard(task: tuple) -> ShardReport:
     shard_format, split, index, path, names, sample = task
     report = ShardReport(shard_format.name, split, index, fileio.basename(path))
     content = hashlib.sha256()
+    if not fileio.is_gcs(path) and os.path.exists(path) and not os.path.isfile(path):
+        report.problems.append('not a regular file (a folder, pipe or device)')
+        return report
     try:
         for number, data in enumerate(shard_format.read_records(path)):
             content.update(len(data).to_bytes(8, 'little') + data)
@@ -111,7 +115,8 @@ def check_shard(task: tuple) -> ShardReport:
     except records.RecordError as exc:
         report.problems.append(str(exc))
     except Exception as exc:  # A missing or unreadable file.
-        report.problems.append(f'cannot read: {str(exc).splitlines()[0][:200]}')
+        reason = (str(exc) or type(exc).__name__).splitlines()[0][:200]
+        report.problems.append(f'cannot read: {reason}')
     return report
 
 
@@ -153,12 +158,12 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal.run_id} '
                            f'({output_folder.journal_path(output_dir)}); rerun the conversion '
                            'command to complete it')
-    try:
-        info = metadata.load_json(output_dir, metadata.DATASET_INFO)
-        names = fileio.read_bytes(fileio.join(output_dir, metadata.LABELS)).decode().splitlines()
-    except Exception as exc:
-        raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt: '
-                           f'{str(exc).splitlines()[0]}') from None
+    info = output_folder.read_metadata(output_dir, metadata.DATASET_INFO)
+    labels = output_folder.read_file(fileio.join(output_dir, metadata.LABELS))
+    if info is None or labels is None:
+        raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt (a '
+                           'JSON object and a text file of this tool)')
+    names = labels.decode(errors='replace').splitlines()
     output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
     problems = _layout_problems(output_dir, info)
     formats = shard_formats.declared(info)
