@@ -14,7 +14,8 @@ import threading
 import time
 
 from pipeline import console
-from pipeline.formats import fileio
+from pipeline.formats import fileio, output_folder
+from pipeline.formats.errors import DatasetError
 from transforms.settings import ConversionSettings
 
 LOG = logging.getLogger('image_tfrecords')
@@ -86,12 +87,16 @@ class Progress:
         found = []
         for meta in fileio.match(self._parts):
             if meta.path not in self._seen:
-                data = fileio.read_if_exists(meta.path)
-                if data is None:   # The run ended and its temporary folder went.
-                    continue
-                result = json.loads(data)
-                self._seen[meta.path] = result['records'] + len(result['errors'])
-                found.append(self._seen[meta.path])
+                try:
+                    data = output_folder.read_file(meta.path)
+                    if data is None:   # The run ended and its temporary folder went.
+                        continue
+                    result = json.loads(data)
+                    count = int(result['records']) + len(result['errors'])
+                except (DatasetError, ValueError, TypeError, KeyError):
+                    count = 0          # Not a sidecar of this run: the run itself says so.
+                self._seen[meta.path] = count
+                found.append(count)
         return found
 
 

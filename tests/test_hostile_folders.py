@@ -261,6 +261,7 @@ def test_break_lock_never_takes_the_lock_of_a_live_run_on_this_host(tmp_path, in
     out = tmp_path / 'out'
     out.mkdir()
     holder = json.loads(_stale_lock(os.getpid()))   # This very process: alive.
+    holder['pid_start'] = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]
     (out / '.lock').write_text(json.dumps(holder))
     line = _one_error_line(run_cli(*_flags(inputs, str(out), '--break_lock')))
     assert line.startswith(f'error: {out} is being written by another run: run old on host ')
@@ -345,6 +346,16 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize('pid', ['1', None, [1]])
+def test_break_lock_clears_a_lock_of_this_machine_whose_process_cannot_be_named(tmp_path, inputs,
+                                                                              pid):
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / '.lock').write_bytes(_stale_lock(pid))
+    assert 'is being written by another run' in _one_error_line(run_cli(*_flags(inputs, str(out))))
+    assert run_cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
 
 
 def test_empty_lock_is_refused_while_young_and_taken_over_when_old(tmp_path, inputs):
@@ -440,7 +451,7 @@ def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, r
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
-@pytest.mark.parametrize('damage', ['outside', 'truncated', 'shard data gone'])
+@pytest.mark.parametrize('damage', ['outside', 'truncated', 'shard data gone', 'other shard'])
 def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the_work(
         tmp_path, reference, damage):
     """A sidecar names no path the run acts on: its data file is the one beside it, used only
@@ -460,6 +471,10 @@ def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the
         json.dump(sidecar, open(f'{part}.json', 'w'))
     elif damage == 'truncated':
         os.truncate(part, os.path.getsize(part) // 2)
+    elif damage == 'other shard':                 # Where its records would go.
+        sidecar = json.load(open(f'{part}.json'))
+        sidecar['shard'] = 1 - sidecar['shard']
+        json.dump(sidecar, open(f'{part}.json', 'w'))
     else:
         shards = os.path.join(os.path.dirname(temp), 'shards')
         for name in os.listdir(shards):
@@ -469,6 +484,34 @@ def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the
     assert rerun.returncode == 0, rerun.stderr
     assert victim.read_bytes() == b'not part of any dataset'
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
+
+
+def test_a_damaged_shard_in_a_second_format_is_made_again(tmp_path, inputs):
+    flags = ['--output_format=tfrecord,array_record']
+    reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
+    assert run_cli(*_flags(inputs, reference, *flags)).returncode == 0
+    assert run_cli(*_flags(inputs, out, *flags), kill_at='shard:2').returncode == -signal.SIGKILL
+    shard = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
+                 if n.endswith('.array_record'))
+    os.truncate(shard, os.path.getsize(shard) - 100)
+    sidecar = shard[:-len('.array_record')] + '.tfrecord.json'
+    crafted = json.load(open(sidecar))            # A sidecar that names no array_record file.
+    crafted['format_bytes'] = {'tfrecord': crafted['format_bytes']['tfrecord']}
+    json.dump(crafted, open(sidecar, 'w'))
+    rerun = run_cli(*_flags(inputs, out, *flags))
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree(out) == _tree(reference)
+
+
+def test_a_pipe_in_place_of_a_sidecar_is_one_line(tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    assert run_cli(*_flags(inputs, out), kill_at='chunk:1').returncode == -signal.SIGKILL
+    sidecar = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
+                   if n.endswith('.tfrecord.json'))
+    os.remove(sidecar)
+    os.mkfifo(sidecar)
+    assert _one_error_line(run_cli(*_flags(inputs, out)), alone=False) == (
+        f'error: {sidecar} is a pipe or device, not a file of this tool; move it away and rerun')
 
 
 def test_kill_while_replacing_an_old_dataset_with_a_linked_file_then_the_rerun_finishes(

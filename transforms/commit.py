@@ -92,9 +92,8 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
     folder = fileio.join(settings.temp_dir, 'shards')
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
-        expected = result.format_bytes or {settings.output_formats[0].name: result.bytes}
-        for shard_format in (f for f in settings.output_formats if f.name in expected):
-            size = expected[shard_format.name]
+        for shard_format in settings.output_formats:
+            size = result.format_bytes.get(shard_format.name)
             name = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
             if sizes.get(name) != size:
                 raise DatasetError(f'{fileio.join(folder, name)} holds {sizes.get(name)} bytes, '

@@ -27,7 +27,7 @@ import json
 import os
 from typing import Iterable
 
-from pipeline.formats import fileio
+from pipeline.formats import fileio, output_folder
 from transforms.refs import ExampleRef
 
 LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.
@@ -69,10 +69,11 @@ def save_done(path: str, result) -> None:
     fileio.write_bytes_atomic(f'{path}.json', json.dumps(dataclasses.asdict(result)).encode())
 
 
-def load_done(path: str, result_type):
-    """The result saved for `path` if it is complete: its sidecar there, and its data file
-    there with the size the sidecar says (else None, and the work is done again)."""
-    result = load_sidecar(path, result_type)
+def load_done(path: str, result_type, **expected):
+    """The result saved for `path` if it is complete: its sidecar there (with the `expected`
+    field values), and its data file there with the size the sidecar says (else None, and the
+    work is done again)."""
+    result = load_sidecar(path, result_type, **expected)
     if result is None:
         return None
     try:
@@ -81,11 +82,12 @@ def load_done(path: str, result_type):
         return None
 
 
-def load_sidecar(path: str, result_type):
+def load_sidecar(path: str, result_type, **expected):
     """The result saved for `path`, also once its data is gone (a part joined into its shard);
-    None when there is none or it does not parse. Its `temp_path` is `path`, whatever the file
-    says: no path is ever taken from a file's contents."""
-    data = fileio.read_if_exists(f'{path}.json')
+    None when there is none, it does not parse, or a field differs from `expected` (split,
+    shard, chunk: what the run knows the file holds). Its `temp_path` is `path`, whatever the
+    file says: no path is ever taken from a file's contents."""
+    data = output_folder.read_file(f'{path}.json')
     if data is None:
         return None
     try:
@@ -93,9 +95,10 @@ def load_sidecar(path: str, result_type):
         fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
         for name in ('errors', 'damaged', 'dropped'):
             fields[name] = [tuple(e) for e in fields[name]]
-        return dataclasses.replace(result_type(**fields), temp_path=path)
+        result = dataclasses.replace(result_type(**fields), temp_path=path)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+    return result if all(getattr(result, k) == v for k, v in expected.items()) else None
 
 
 def finished_work(temp_dir: str) -> tuple[int, int]:

@@ -224,9 +224,10 @@ class EncodeChunk(beam.DoFn):
             shard_file = output_folder.shard_path(self._settings.temp_dir, split, shard,
                                                   shard_fps[(split, shard)],
                                                   self._settings.output_formats[0])
-            joined = resume.load_done(shard_file, ShardResult) is not None
+            joined = _complete_shard(shard_file, split, shard, self._settings) is not None
             # A joined part's sidecar is kept (its hashes); its data is in the shard.
-            done = (resume.load_sidecar if joined else resume.load_done)(path, ShardResult)
+            done = (resume.load_sidecar if joined else resume.load_done)(
+                path, ShardResult, split=split, shard=shard, chunk=chunk)
             if done is None:
                 return None
             results.append(done)
@@ -302,6 +303,21 @@ class EncodeChunk(beam.DoFn):
         return records.encode_example(features), stored, sha256
 
 
+def _complete_shard(path: str, split: str, shard: int,
+                    settings: ConversionSettings) -> 'ShardResult | None':
+    """The result of a shard an earlier attempt finished: its sidecar, and a file in every
+    output format with the size the sidecar gives it; else None (it is made again)."""
+    result = resume.load_done(path, ShardResult, split=split, shard=shard)
+    try:
+        if result is not None and all(
+                fileio.size(output_folder.in_format(path, f)) == result.format_bytes.get(f.name)
+                for f in settings.output_formats):
+            return result
+    except FileNotFoundError:
+        pass
+    return None
+
+
 class WriteShard(beam.DoFn):
     """((split, shard), part results) -> ShardResult of the temporary shard, with a file per
     output format (`temp_path` is the first format's; `bytes` its size).
@@ -327,7 +343,7 @@ class WriteShard(beam.DoFn):
             shard_fp = resume.fingerprint(shard_fp, drops)
         path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
                                  settings.output_formats[0])
-        result = resume.load_done(path, ShardResult) if settings.resuming else None
+        result = _complete_shard(path, split, shard, settings) if settings.resuming else None
         reused = result is not None
         if result is None:
             parts = [drop_from_part(p, dropped) if drops else p

@@ -335,9 +335,14 @@ def _checkable(holder: dict) -> bool:
 
 
 def _alive_here(state: LockState) -> bool:
-    """Whether the holder is a run on this host whose process is provably running."""
+    """Whether the holder is a run on this machine whose process is provably running: its pid
+    is a process started when the lock says (so --break_lock never clears it)."""
     holder = state.holder
-    return holder is not None and _checkable(holder) and not is_stale(state)
+    if holder is None or not _checkable(holder) or not isinstance(holder.get('pid'), int):
+        return False
+    stat = _proc_stat(holder['pid'])
+    return (stat is not None and stat[0] not in ('Z', 'X') and stat[1] is not None
+            and str(holder.get('pid_start')) == stat[1])
 
 
 def is_stale(state: LockState) -> bool:
