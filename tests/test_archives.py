@@ -1,5 +1,6 @@
 """Tar and zip archives as folders of the input layout, against the same images unpacked."""
 import gzip
+import io
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tarfile
 import zipfile
 import zlib
 
@@ -566,3 +568,22 @@ def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path, dama
         archives.Archive.of_file(path, len(data), None))]
     assert found[0] == ('a.jpg', None) and len(found) == 2
     assert found[1][0] == '/@512' and found[1][1].startswith(f'damaged archive {path}: ')
+
+
+def test_a_cut_off_gzip_tar_converts_every_member_before_the_cut(tmp_path):
+    tar = archivemaker.tar({f'{"cat" if i % 2 else "dog"}/{i:03d}.jpg': imagemaker.jpeg(
+        64, 64, seed=i) for i in range(60)})
+    data = gzip.compress(tar)
+    cut = data[:len(data) * 9 // 10]
+    readable = len(zlib.decompressobj(31).decompress(cut))
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        whole = [m for m in archive.getmembers() if m.offset_data + m.size <= readable]
+    root = write_tree(tmp_path / 'in', {'train.tar.gz': cut})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert len(read_split(out, 'train')) == len(whole) > 50
+    (_, reason), = error_reasons(out, 'train').items()
+    assert reason.startswith(f'damaged archive {root}/train.tar.gz: compressed data ends before '
+                             'the end of its gzip stream; the members after byte')

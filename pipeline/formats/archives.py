@@ -24,7 +24,6 @@ Archives nest at most MAX_DEPTH deep (an archive can hold itself).
 """
 import bz2
 import dataclasses
-import gzip
 import io
 import struct
 import tarfile
@@ -478,8 +477,48 @@ def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
     """(member, its bytes) of a gzip-compressed tar in one pass, archives inside it expanded in
     the same pass (their members named by their path below `archive`). A directory or a member
     that cannot be read has no bytes; damage ends the pass with a member saying where."""
-    source = gzip.GzipFile(fileobj=io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
+    source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
     yield from _stream_tar(archive, source, '', archive.depth)
+
+
+def _gunzip(source) -> io.BufferedReader:
+    return io.BufferedReader(_Gunzip(source), 1 << 16)
+
+
+class _Gunzip(io.RawIOBase):
+    """The uncompressed bytes of gzip data (of concatenated members too; zeros may pad its
+    end). A cut-off end reads as an end once, so that a buffered read returns every byte
+    before it (gzip.GzipFile loses its last read's worth), then raises EOFError."""
+
+    def __init__(self, source):
+        super().__init__()
+        self._source, self._inflate = source, zlib.decompressobj(31)
+        self._pending, self._started, self._cut = b'', False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while True:
+            self._pending = self._pending or self._source.read(1 << 16)
+            if self._inflate.eof or not self._started:
+                if not self._pending.strip(b'\0'):
+                    if not self._pending:
+                        return 0
+                    self._pending = b''
+                    continue
+                self._inflate, self._started = zlib.decompressobj(31), True
+            if not self._pending:
+                if self._cut:
+                    raise EOFError('compressed data ends before the end of its gzip stream')
+                self._cut = True
+                return 0
+            data = self._inflate.decompress(self._pending, len(buffer))
+            self._pending = (self._inflate.unused_data if self._inflate.eof
+                             else self._inflate.unconsumed_tail)
+            if data:
+                buffer[:len(data)] = data
+                return len(data)
 
 
 class _StrictTarInfo(tarfile.TarInfo):
@@ -547,7 +586,7 @@ def _stream_member(member: Member, open_member,
     elif kind in ('.tar', '.tar.gz', '.tgz'):
         inner = open_member()
         if kind != '.tar':
-            inner = gzip.GzipFile(fileobj=inner)
+            inner = _gunzip(inner)
         yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1)
     elif kind == '.zip':
         yield from _zip_in_stream(member, open_member().read(), depth + 1)
