@@ -587,3 +587,28 @@ def test_a_cut_off_gzip_tar_converts_every_member_before_the_cut(tmp_path):
     (_, reason), = error_reasons(out, 'train').items()
     assert reason.startswith(f'damaged archive {root}/train.tar.gz: compressed data ends before '
                              'the end of its gzip stream; the members after byte')
+
+
+def test_errors_about_an_archives_bytes_name_the_archive(tmp_path):
+    root = write_tree(tmp_path / 'in', {'train.tar.gz': b'not gzip', 'validation/dog.zip': b'',
+                                        'validation/cat/a.jpg': A})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert list(error_reasons(out, 'train')) == [f'{root}/train.tar.gz//@0']
+    assert list(error_reasons(out, 'validation')) == [f'{root}/validation/dog.zip//@0']
+
+
+def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path):
+    data = (entry('cat/a.jpg', A) + entry('cat/b.jpg', B) + entry('cat/a.jpg', B) + END)
+    root = write_tree(tmp_path / 'in', {'train.tar': data})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert error_reasons(out, 'train') == {
+        f'{root}/train.tar//@0': f'{root}/train.tar/cat/a.jpg is in {root}/train.tar again '
+                                   'later: the later one is read (as tar extracts it)'}
+    assert sorted((r[records.FILENAME], r[records.SOURCE]) for r in read_split(out, 'train')) == [
+        ('a.jpg', f'{root}/train.tar/cat/a.jpg'), ('b.jpg', f'{root}/train.tar/cat/b.jpg')]

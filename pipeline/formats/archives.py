@@ -165,11 +165,18 @@ _MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
 
 
 def members(archive: Archive) -> Iterator[Member]:
-    """Every member of a tar or zip archive, in archive order (not for gzip: see `stream`)."""
-    if archive.kind == 'zip':
-        yield from _zip_members(archive)
-    else:
-        yield from _tar_members(archive)
+    """Every member of a tar or zip archive, in archive order (not for gzip: see `stream`). Of
+    members with the same name the last wins, as tar extracts them (`tar -r` appends a new
+    version): each earlier one is reported as an error about its bytes."""
+    found = list(_zip_members(archive) if archive.kind == 'zip' else _tar_members(archive))
+    last = {m.name: m.offset for m in found if not m.unnamed and not m.is_dir}
+    for member in found:
+        header = member.offset - archive.start - (0 if member.zip_info else _BLOCK)
+        if member.unnamed or member.is_dir or last[member.name] == member.offset:
+            yield member
+        else:
+            yield _unnamed(archive, header, f'{member.path} is in {archive.path} again later: '
+                                            'the later one is read (as tar extracts it)')
 
 
 class _Window:
@@ -373,8 +380,8 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         with zipfile.ZipFile(_WindowFile(window)) as index:
             infos = index.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        yield Member(archive, '@0', archive.start, 0,
-                     error=f'damaged zip {archive.path}: {exc}; none of its members can be read')
+        yield _unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
+                                   'can be read')
         return
     ends = _zip_ends(infos, index.start_dir)
     for info in infos:
@@ -388,10 +395,9 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         encoding = 'utf-8' if info.flag_bits & 0x800 else 'cp437'
         name_length = len(info.filename.encode(encoding, 'replace'))
         end = ends[id(info)]
-        error = _zip_problem(info) or (
-            f'damaged zip {archive.path}: {name} runs into the member or the central directory after it' if
-            info.header_offset + _LOCAL_HEADER.size + name_length + info.compress_size > end
-            else None)
+        runs_on = info.header_offset + _LOCAL_HEADER.size + name_length + info.compress_size > end
+        error = _zip_problem(info) or (f'damaged zip {archive.path}: {name} runs into the member '
+                                       'or the central directory after it' if runs_on else None)
         yield Member(archive, name, archive.start + info.header_offset, info.file_size,
                      info.is_dir(), error, (info.compress_type, info.compress_size, info.CRC,
                                             name_length, archive.start + end))
