@@ -1,5 +1,6 @@
 """Tar and zip archives as folders of the input layout, against the same images unpacked."""
 import gzip
+import io
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tarfile
 import zipfile
 import zlib
 
@@ -463,17 +465,65 @@ def self_holding_zip() -> bytes:
     return local + name + central + end
 
 
-def test_an_archive_holding_itself_is_read_sixteen_deep_then_reported(tmp_path):
+def test_an_archive_holding_itself_is_damaged(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/cat.zip': self_holding_zip(),
                                         'train/dog/a.jpg': A})
     out = f'{tmp_path}/out'
     result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
                      *IN_PROCESS, timeout=120)
     assert result.returncode == 0, result.stderr
-    deepest = f'{root}/train/cat.zip' + '/x.zip' * archives.MAX_DEPTH
     assert error_reasons(out, 'train') == {
-        deepest: f'{deepest} is an archive nested more than 16 deep; archives that deep are not '
-                 'read'}
+        f'{root}/train/cat.zip/x.zip': f'damaged zip {root}/train/cat.zip: x.zip runs into the '
+                                       'member or the central directory after it'}
+
+
+def fanning_zip(count: int) -> bytes:
+    """A zip of `count` stored members x.zip of one byte whose central directory says each runs
+    to the zip's end (so holds the central directory again), then a.jpg: read as nested
+    archives, each level would find every member again."""
+    names = [f'{i:02d}.zip'.encode() for i in range(count)] + [b'a.jpg']
+    datas = [b'x'] * count + [A]
+    offsets, local = [], b''
+    for name, data in zip(names, datas):
+        offsets.append(len(local))
+        local += struct.pack('<4s5H3I2H', b'PK\3\4', 20, 0, 0, 0, 0, zlib.crc32(data),
+                             len(data), len(data), len(name), 0) + name + data
+    total = len(local) + sum(46 + len(name) for name in names) + 22
+    central = b''.join(
+        struct.pack('<4s6H3I5H2I', b'PK\1\2', 20, 20, 0, 0, 0, 0, zlib.crc32(data), len(data),
+                    len(data) if name == b'a.jpg' else total - at - 30 - len(name), len(name),
+                    0, 0, 0, 0, 0, at) + name
+        for name, data, at in zip(names, datas, offsets))
+    return local + central + struct.pack('<4s4H2IH', b'PK\5\6', 0, 0, len(names), len(names),
+                                         len(central), len(local), 0)
+
+
+def test_a_zip_whose_members_say_they_hold_the_rest_of_it_is_read_once(tmp_path):
+    root = write_tree(tmp_path / 'in', {'train/cat.zip': fanning_zip(3), 'train/dog/a.jpg': A})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.load(open(f'{out}/summary.json'))['splits']['train']['inputs'] == 5
+    reasons = error_reasons(out, 'train')
+    assert sorted(reasons) == [f'{root}/train/cat.zip/{i:02d}.zip' for i in range(3)]
+    assert all(r.startswith('damaged zip member: stored, but its size (') for r in reasons.values())
+    assert len(read_split(out, 'train')) == 2
+
+
+def test_archives_in_a_zip_in_a_gzip_tar_are_read(tmp_path):
+    inner = archivemaker.tar({'x.jpg': A})
+    train = archivemaker.tar({'cat.zip': archivemaker.zip_({'inner.tar': inner, 'b.jpg': B,
+                                                            'in.zip': archivemaker.zip_(
+                                                                {'y.jpg': A})}),
+                              'dog/d.jpg': A}, 'gz')
+    root = write_tree(tmp_path / 'in', {'train.tar.gz': train})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert sorted(r[records.SOURCE] for r in read_split(out, 'train')) == [
+        f'{root}/train.tar.gz/{m}' for m in ('cat.zip/b.jpg', 'cat.zip/in.zip/y.jpg',
+                                              'cat.zip/inner.tar/x.jpg', 'dog/d.jpg')]
 
 
 @pytest.mark.parametrize('compression', ['', 'gz'])
@@ -503,7 +553,8 @@ def test_zip_members_that_overlap_are_reported(tmp_path):
     struct.pack_into('<2HI', record, 8, 2, 2, 2 * len(central))
     twice = data[:at] + central + central.replace(b'a.jpg', b'b.jpg') + bytes(record)
     assert indexed(tmp_path, twice, 'x.zip') == [
-        ('a.jpg', f'damaged zip {tmp_path}/x.zip: a.jpg overlaps the member after it'),
+        ('a.jpg', f'damaged zip {tmp_path}/x.zip: a.jpg runs into the member or the central '
+                  'directory after it'),
         ('b.jpg', None)]
 
 
@@ -517,3 +568,47 @@ def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path, dama
         archives.Archive.of_file(path, len(data), None))]
     assert found[0] == ('a.jpg', None) and len(found) == 2
     assert found[1][0] == '/@512' and found[1][1].startswith(f'damaged archive {path}: ')
+
+
+def test_a_cut_off_gzip_tar_converts_every_member_before_the_cut(tmp_path):
+    tar = archivemaker.tar({f'{"cat" if i % 2 else "dog"}/{i:03d}.jpg': imagemaker.jpeg(
+        64, 64, seed=i) for i in range(60)})
+    data = gzip.compress(tar)
+    cut = data[:len(data) * 9 // 10]
+    readable = len(zlib.decompressobj(31).decompress(cut))
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        whole = [m for m in archive.getmembers() if m.offset_data + m.size <= readable]
+    root = write_tree(tmp_path / 'in', {'train.tar.gz': cut})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert len(read_split(out, 'train')) == len(whole) > 50
+    (_, reason), = error_reasons(out, 'train').items()
+    assert reason.startswith(f'damaged archive {root}/train.tar.gz: compressed data ends before '
+                             'the end of its gzip stream; the members after byte')
+
+
+def test_errors_about_an_archives_bytes_name_the_archive(tmp_path):
+    root = write_tree(tmp_path / 'in', {'train.tar.gz': b'not gzip', 'validation/dog.zip': b'',
+                                        'validation/cat/a.jpg': A})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert list(error_reasons(out, 'train')) == [f'{root}/train.tar.gz//@0']
+    assert list(error_reasons(out, 'validation')) == [f'{root}/validation/dog.zip//@0']
+
+
+def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path):
+    data = (entry('cat/a.jpg', A) + entry('cat/b.jpg', B) + entry('cat/a.jpg', B) + END)
+    root = write_tree(tmp_path / 'in', {'train.tar': data})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert error_reasons(out, 'train') == {
+        f'{root}/train.tar//@0': f'{root}/train.tar/cat/a.jpg is in {root}/train.tar again '
+                                   'later: the later one is read (as tar extracts it)'}
+    assert sorted((r[records.FILENAME], r[records.SOURCE]) for r in read_split(out, 'train')) == [
+        ('a.jpg', f'{root}/train.tar/cat/a.jpg'), ('b.jpg', f'{root}/train.tar/cat/b.jpg')]

@@ -156,7 +156,7 @@ def _unclassified(split: str, place: folders.Place, relative: str,
                   file: folders.File) -> ExampleRef:
     if _is_hidden(relative) or _ignored_in_archive(relative, file):
         return _file_ref(split, file, None, hidden=True)
-    return ExampleRef(split, file.key, '', file.name, None,
+    return ExampleRef(split, file.key, file.path if file.member else '', file.name, None,
                       problem=file.error or f'not in a class folder: move it to '
                       f'{place.path}/<class>/{file.name}')
 

@@ -24,7 +24,6 @@ Archives nest at most MAX_DEPTH deep (an archive can hold itself).
 """
 import bz2
 import dataclasses
-import gzip
 import io
 import struct
 import tarfile
@@ -107,7 +106,9 @@ class Member:
     size: int
     is_dir: bool = False
     error: str | None = None
-    zip_info: tuple | None = None   # (method, compressed size, CRC-32, local name length).
+    # A zip member's (method, compressed size, CRC-32, local name length, end): `end` is where
+    # the next local header or the central directory begins, which its data must not pass.
+    zip_info: tuple | None = None
 
     def __reduce__(self):
         return Member, tuple(getattr(self, name) for name in _MEMBER_FIELDS)
@@ -164,11 +165,18 @@ _MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
 
 
 def members(archive: Archive) -> Iterator[Member]:
-    """Every member of a tar or zip archive, in archive order (not for gzip: see `stream`)."""
-    if archive.kind == 'zip':
-        yield from _zip_members(archive)
-    else:
-        yield from _tar_members(archive)
+    """Every member of a tar or zip archive, in archive order (not for gzip: see `stream`). Of
+    members with the same name the last wins, as tar extracts them (`tar -r` appends a new
+    version): each earlier one is reported as an error about its bytes."""
+    found = list(_zip_members(archive) if archive.kind == 'zip' else _tar_members(archive))
+    last = {m.name: m.offset for m in found if not m.unnamed and not m.is_dir}
+    for member in found:
+        header = member.offset - archive.start - (0 if member.zip_info else _BLOCK)
+        if member.unnamed or member.is_dir or last[member.name] == member.offset:
+            yield member
+        else:
+            yield _unnamed(archive, header, f'{member.path} is in {archive.path} again later: '
+                                            'the later one is read (as tar extracts it)')
 
 
 class _Window:
@@ -372,10 +380,10 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         with zipfile.ZipFile(_WindowFile(window)) as index:
             infos = index.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        yield Member(archive, '@0', archive.start, 0,
-                     error=f'damaged zip {archive.path}: {exc}; none of its members can be read')
+        yield _unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
+                                   'can be read')
         return
-    overlapping = _overlapping(infos)
+    ends = _zip_ends(infos, index.start_dir)
     for info in infos:
         name = _safe_name(info.filename)
         if name is None or not (name or info.is_dir()):
@@ -385,11 +393,14 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         if not name:
             continue   # The archive's root.
         encoding = 'utf-8' if info.flag_bits & 0x800 else 'cp437'
-        error = _zip_problem(info) or (f'damaged zip {archive.path}: {name} overlaps the '
-                                       'member after it' if info in overlapping else None)
+        name_length = len(info.filename.encode(encoding, 'replace'))
+        end = ends[id(info)]
+        runs_on = info.header_offset + _LOCAL_HEADER.size + name_length + info.compress_size > end
+        error = _zip_problem(info) or (f'damaged zip {archive.path}: {name} runs into the member '
+                                       'or the central directory after it' if runs_on else None)
         yield Member(archive, name, archive.start + info.header_offset, info.file_size,
                      info.is_dir(), error, (info.compress_type, info.compress_size, info.CRC,
-                                            len(info.filename.encode(encoding, 'replace'))))
+                                            name_length, archive.start + end))
 
 
 def _zip_problem(info: zipfile.ZipInfo) -> str | None:
@@ -399,15 +410,20 @@ def _zip_problem(info: zipfile.ZipInfo) -> str | None:
     if info.compress_type not in _ZIP_METHODS:
         return (f'zip compression method {info.compress_type} is not supported (stored, '
                 'deflate and bzip2 are)')
+    if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+        return (f'damaged zip member: stored, but its size ({info.file_size} bytes) is not '
+                f'its stored size ({info.compress_size})')
     return None
 
 
-def _overlapping(infos: list[zipfile.ZipInfo]) -> set[zipfile.ZipInfo]:
-    """The members whose data runs into the next member's local header: a damaged zip, or one
-    made to hold the same bytes (itself, say) many times over."""
+def _zip_ends(infos: list[zipfile.ZipInfo], directory: int) -> dict[int, int]:
+    """id(member) -> where the next member's local header or the central directory begins:
+    where its data must end, so that no two members (nor a member and the directory the
+    members are found in) share bytes, and no stretch of a zip is read twice (a zip made to
+    hold itself, or the same bytes many times over, is damaged)."""
     ordered = sorted(infos, key=lambda info: info.header_offset)
-    return {info for info, after in zip(ordered, ordered[1:])
-            if info.header_offset + _LOCAL_HEADER.size + info.compress_size > after.header_offset}
+    return {id(info): min(after.header_offset if after else directory, directory)
+            for info, after in zip(ordered, [*ordered[1:], None])}
 
 
 _ZIP_METHODS = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: lambda: zlib.decompressobj(-15),
@@ -416,22 +432,34 @@ _LOCAL_HEADER = struct.Struct('<4s22xHH')
 
 
 def _zip_data_start(member: Member) -> int:
-    """Where a zip member's data begins, relative to its local header (one small read)."""
+    """Where a zip member's data begins, relative to its local header (one small read).
+    DamagedArchive if its data would run past its end (into what follows it)."""
     header = fileio.read_range(member.file, member.offset, _LOCAL_HEADER.size)
     if len(header) < _LOCAL_HEADER.size or not header.startswith(b'PK\3\4'):
         raise DamagedArchive(f'damaged zip: no local header for {member.path}')
-    _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+    return _checked_start(member, _local_length(header))
+
+
+def _local_length(header: bytes) -> int:
+    """The length of a zip member's local header (and name and extra field) from its start."""
+    _, name_length, extra_length = _LOCAL_HEADER.unpack_from(header)
     return _LOCAL_HEADER.size + name_length + extra_length
 
 
+def _checked_start(member: Member, start: int) -> int:
+    if member.offset + start + member.zip_info[1] > member.zip_info[4]:
+        raise DamagedArchive(f'damaged zip: {member.path} runs into the member or the central '
+                             'directory after it')
+    return start
+
+
 def _read_zip_member(member: Member) -> bytes:
-    method, compressed, crc, name_length = member.zip_info
+    method, compressed, crc, name_length, _ = member.zip_info
     guess = _LOCAL_HEADER.size + name_length + 256 + compressed
     raw = fileio.read_range(member.file, member.offset, guess)
     if len(raw) < _LOCAL_HEADER.size or not raw.startswith(b'PK\3\4'):
         raise DamagedArchive(f'damaged zip: no local header for {member.name}')
-    _, name_length, extra_length = _LOCAL_HEADER.unpack_from(raw)
-    start = _LOCAL_HEADER.size + name_length + extra_length
+    start = _checked_start(member, _local_length(raw))
     data = raw[start:start + compressed]
     if len(data) < compressed:
         data += fileio.read_range(member.file, member.offset + start + len(data),
@@ -455,8 +483,48 @@ def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
     """(member, its bytes) of a gzip-compressed tar in one pass, archives inside it expanded in
     the same pass (their members named by their path below `archive`). A directory or a member
     that cannot be read has no bytes; damage ends the pass with a member saying where."""
-    source = gzip.GzipFile(fileobj=io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
+    source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
     yield from _stream_tar(archive, source, '', archive.depth)
+
+
+def _gunzip(source) -> io.BufferedReader:
+    return io.BufferedReader(_Gunzip(source), 1 << 16)
+
+
+class _Gunzip(io.RawIOBase):
+    """The uncompressed bytes of gzip data (of concatenated members too; zeros may pad its
+    end). A cut-off end reads as an end once, so that a buffered read returns every byte
+    before it (gzip.GzipFile loses its last read's worth), then raises EOFError."""
+
+    def __init__(self, source):
+        super().__init__()
+        self._source, self._inflate = source, zlib.decompressobj(31)
+        self._pending, self._started, self._cut = b'', False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while True:
+            self._pending = self._pending or self._source.read(1 << 16)
+            if self._inflate.eof or not self._started:
+                if not self._pending.strip(b'\0'):
+                    if not self._pending:
+                        return 0
+                    self._pending = b''
+                    continue
+                self._inflate, self._started = zlib.decompressobj(31), True
+            if not self._pending:
+                if self._cut:
+                    raise EOFError('compressed data ends before the end of its gzip stream')
+                self._cut = True
+                return 0
+            data = self._inflate.decompress(self._pending, len(buffer))
+            self._pending = (self._inflate.unused_data if self._inflate.eof
+                             else self._inflate.unconsumed_tail)
+            if data:
+                buffer[:len(data)] = data
+                return len(data)
 
 
 class _StrictTarInfo(tarfile.TarInfo):
@@ -497,26 +565,14 @@ def _stream_tar(archive: Archive, source, prefix: str,
                     continue   # The archive's root.
                 member = Member(archive, prefix + name, info.offset_data, info.size,
                                 is_dir=info.isdir())
-                kind = suffix(name)
                 if member.is_dir:
                     yield member, None
                 elif not info.isfile():
                     yield dataclasses.replace(
                         member, error='a link or special file inside an archive is not '
                                       'followed'), None
-                elif kind and depth >= MAX_DEPTH:
-                    yield dataclasses.replace(
-                        member, error=f'{member.path} is an archive nested more than '
-                                      f'{MAX_DEPTH} deep; archives that deep are not read'), None
-                elif kind in ('.tar', '.tar.gz', '.tgz'):
-                    inner = tar.extractfile(info)
-                    if kind != '.tar':
-                        inner = gzip.GzipFile(fileobj=inner)
-                    yield from _stream_tar(archive, inner, member.name + '/', depth + 1)
-                elif kind == '.zip':
-                    yield from _zip_in_stream(member, tar.extractfile(info).read())
                 else:
-                    yield member, tar.extractfile(info).read()
+                    yield from _stream_member(member, lambda: tar.extractfile(info), depth)
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         yield Member(archive, f'{prefix}/@{position}', position, 0,
                      error=f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: '
@@ -524,12 +580,34 @@ def _stream_tar(archive: Archive, source, prefix: str,
                            'data cannot be read'), None
 
 
-def _zip_in_stream(member: Member, data: bytes) -> Iterator[tuple[Member, bytes | None]]:
-    """A zip inside a streamed tar, from its bytes in memory (one member's worth)."""
+def _stream_member(member: Member, open_member,
+                   depth: int) -> Iterator[tuple[Member, bytes | None]]:
+    """(member, its bytes) of a file in a streamed archive, or the members of the archive it
+    is; `open_member()` gives a file object of its bytes."""
+    kind = suffix(member.name)
+    if kind and depth >= MAX_DEPTH:
+        yield dataclasses.replace(
+            member, error=f'{member.path} is an archive nested more than {MAX_DEPTH} deep; '
+                          'archives that deep are not read'), None
+    elif kind in ('.tar', '.tar.gz', '.tgz'):
+        inner = open_member()
+        if kind != '.tar':
+            inner = _gunzip(inner)
+        yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1)
+    elif kind == '.zip':
+        yield from _zip_in_stream(member, open_member().read(), depth + 1)
+    else:
+        yield member, open_member().read()
+
+
+def _zip_in_stream(member: Member, data: bytes,
+                   depth: int) -> Iterator[tuple[Member, bytes | None]]:
+    """A zip inside a streamed tar, from its bytes in memory (one member's worth), archives
+    inside it expanded."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as inner:
             infos = inner.infolist()
-            overlapping = _overlapping(infos)
+            ends = _zip_ends(infos, inner.start_dir)
             for info in infos:
                 name = _safe_name(info.filename)
                 at = member.offset + info.header_offset
@@ -539,13 +617,16 @@ def _zip_in_stream(member: Member, data: bytes) -> Iterator[tuple[Member, bytes 
                     continue
                 entry = Member(member.archive, f'{member.name}/{name}', at, info.file_size,
                                is_dir=info.is_dir())
-                error = _zip_problem(info) or ('damaged zip member: it overlaps the member '
-                                               'after it' if info in overlapping else None)
+                local = data[info.header_offset:info.header_offset + _LOCAL_HEADER.size]
+                error = _zip_problem(info) or (
+                    'damaged zip member: it runs into the member or the central directory '
+                    'after it' if len(local) < _LOCAL_HEADER.size or info.header_offset
+                    + _local_length(local) + info.compress_size > ends[id(info)] else None)
                 if entry.is_dir or error:
                     yield dataclasses.replace(entry, error=error), None
                     continue
                 try:
-                    yield entry, inner.read(info)
+                    yield from _stream_member(entry, lambda: inner.open(info), depth)
                 except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
                     yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
