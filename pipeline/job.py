@@ -180,7 +180,7 @@ def _check_existing(settings: ConversionSettings) -> None:
                            f'{existing[0]}); pass --overwrite to replace it or choose another '
                            '--output_dir')
     output_folder.refuse_foreign(out, output_folder.foreign_files(
-        out, output_folder.METADATA_NAMES, existing))
+        out, output_folder.metadata_names(settings.splits), existing))
 
 
 def _check_not_inside_input(output_dir: str, input_dir: str | None) -> None:

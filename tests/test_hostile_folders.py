@@ -656,6 +656,15 @@ def test_user_files_with_dataset_names_are_refused_not_overwritten(tmp_path, inp
         assert _tree(out) == before
 
 
+def test_a_report_name_of_a_split_the_dataset_does_not_have_is_left_alone(tmp_path, inputs):
+    out = tmp_path / 'out'
+    write_tree(out, {'errors-test.jsonl': b'my notes\n', 'image-class-label.labels.txt': b'x\n'})
+    result = run_cli(*_flags(inputs, str(out)))       # A dataset of train only.
+    assert result.returncode == 0, result.stderr
+    assert (out / 'errors-test.jsonl').read_bytes() == b'my notes\n'
+    assert (out / 'image-class-label.labels.txt').read_bytes() == b'x\n'
+
+
 # --- 5. Links in place of temporary folders ------------------------------------------------------
 
 def _run_id(inputs: str, out: str) -> str:

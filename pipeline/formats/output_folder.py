@@ -67,10 +67,17 @@ REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's
 
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
-METADATA_NAMES = (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS,
-                  metadata.CLASS_NAMES, metadata.OLD_CLASS_NAMES, metadata.SUMMARY,
-                  *(metadata.error_report_name(s) for s in metadata.SPLITS),
-                  metadata.LEAKAGE, *(metadata.damaged_report_name(s) for s in metadata.SPLITS))
+
+
+def metadata_names(splits: Iterable[str]) -> tuple[str, ...]:
+    """The files beside the shards of a dataset of `splits` that this version writes."""
+    return (metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
+            metadata.SUMMARY, metadata.LEAKAGE, *(metadata.error_report_name(s) for s in splits),
+            *(metadata.damaged_report_name(s) for s in splits))
+
+
+# Any version's, any splits': what the protocol recognises as a dataset's metadata file.
+METADATA_NAMES = (*metadata_names(metadata.SPLITS), metadata.OLD_CLASS_NAMES)
 _GLOB = re.compile(r'[*?\[]')
 
 
