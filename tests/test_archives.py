@@ -295,6 +295,13 @@ def indexed(tmp_path, data: bytes, name: str = 'x.tar') -> list[tuple[str, str |
         signal.signal(signal.SIGALRM, previous)
 
 
+def convert_tolerating_errors(root: str, out: str, **kwargs) -> None:
+    """The command on `root` with every error tolerated (--max_error_ratio=1); it must succeed."""
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
+                     *IN_PROCESS, **kwargs)
+    assert result.returncode == 0, result.stderr
+
+
 def error_reasons(out: str, split: str) -> dict:
     return {e['source']: e['reason'] for e in map(json.loads, open(f'{out}/errors-{split}.jsonl'))}
 
@@ -378,9 +385,7 @@ def test_pax_headers_that_would_loop_are_reported_and_the_run_ends(tmp_path):
         'train/dog.tar': (pax(pax_record(b'size', b'-2000')) + entry('c.jpg', A)
                           + entry('d.jpg', B) + END)})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS, timeout=120)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out, timeout=120)
     assert error_reasons(out, 'train') == {
         f'{root}/train/cat.tar/a.jpg': f'damaged pax header at byte 0 of {root}/train/cat.tar: '
                                        'its record at byte 0 does not parse',
@@ -431,9 +436,7 @@ def test_a_damaged_nested_zip_header_or_an_encrypted_member_is_reported_not_fata
         'validation.tar.gz': archivemaker.tar({'cat/x.zip': bytes(encrypted), 'cat/b.jpg': B},
                                               'gz')})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out)
     inner = f'{root}/train.zip/cat/inner.tar'
     assert error_reasons(out, 'train') == {inner: f'damaged zip: no local header for {inner}'}
     assert error_reasons(out, 'validation') == {
@@ -469,9 +472,7 @@ def test_an_archive_holding_itself_is_damaged(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/cat.zip': self_holding_zip(),
                                         'train/dog/a.jpg': A})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS, timeout=120)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out, timeout=120)
     assert error_reasons(out, 'train') == {
         f'{root}/train/cat.zip/x.zip': f'damaged zip {root}/train/cat.zip: x.zip runs into the '
                                        'member or the central directory after it'}
@@ -501,9 +502,7 @@ def fanning_zip(count: int) -> bytes:
 def test_a_zip_whose_members_say_they_hold_the_rest_of_it_is_read_once(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/cat.zip': fanning_zip(3), 'train/dog/a.jpg': A})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS, timeout=120)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out, timeout=120)
     assert json.load(open(f'{out}/summary.json'))['splits']['train']['inputs'] == 5
     reasons = error_reasons(out, 'train')
     assert sorted(reasons) == [f'{root}/train/cat.zip/{i:02d}.zip' for i in range(3)]
@@ -580,9 +579,7 @@ def test_a_cut_off_gzip_tar_converts_every_member_before_the_cut(tmp_path):
         whole = [m for m in archive.getmembers() if m.offset_data + m.size <= readable]
     root = write_tree(tmp_path / 'in', {'train.tar.gz': cut})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out)
     assert len(read_split(out, 'train')) == len(whole) > 50
     (_, reason), = error_reasons(out, 'train').items()
     assert reason.startswith(f'damaged archive {root}/train.tar.gz: compressed data ends before '
@@ -593,9 +590,7 @@ def test_errors_about_an_archives_bytes_name_the_archive(tmp_path):
     root = write_tree(tmp_path / 'in', {'train.tar.gz': b'not gzip', 'validation/dog.zip': b'',
                                         'validation/cat/a.jpg': A})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out)
     assert list(error_reasons(out, 'train')) == [f'{root}/train.tar.gz//@0']
     assert list(error_reasons(out, 'validation')) == [f'{root}/validation/dog.zip//@0']
 
@@ -604,9 +599,7 @@ def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path):
     data = (entry('cat/a.jpg', A) + entry('cat/b.jpg', B) + entry('cat/a.jpg', B) + END)
     root = write_tree(tmp_path / 'in', {'train.tar': data})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS)
-    assert result.returncode == 0, result.stderr
+    convert_tolerating_errors(root, out)
     assert error_reasons(out, 'train') == {
         f'{root}/train.tar//@0': f'{root}/train.tar/cat/a.jpg is in {root}/train.tar again '
                                    'later: the later one is read (as tar extracts it)'}
