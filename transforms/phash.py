@@ -58,9 +58,10 @@ def _zigzag(count: int, block: int) -> tuple[np.ndarray, np.ndarray]:
 _BLOCK = 10   # 10x10 - 1 = 99 AC coefficients; the 64 of lowest frequency are used.
 _DCT = _dct_rows(_BLOCK, SIZE)
 _ROWS, _COLS = _zigzag(BITS, _BLOCK)
-_MIRROR = np.where(_COLS % 2, -1.0, 1.0)   # The chosen coefficients of the flipped image.
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _FLAT_ENERGY = (SIZE * FLAT_STD) ** 2
+_CHOSEN = _ROWS * _BLOCK + _COLS     # The chosen coefficients' places in the flattened block.
+_SIGNS = np.stack([np.ones(BITS), np.where(_COLS % 2, -1.0, 1.0)])   # Of the image; flipped.
 
 
 @functools.lru_cache(maxsize=1024)
@@ -70,28 +71,24 @@ def _transform(n: int) -> np.ndarray:
 
 
 def _luminance(pixels: np.ndarray) -> np.ndarray:
-    """HxW float luminance (0..255) of HxWx3 RGB or HxW(x1) grey pixels."""
+    """HxW luminance (0..255) of HxWx3 RGB or HxW(x1) grey pixels."""
     if pixels.ndim == 3 and pixels.shape[2] == 3:
         return pixels.astype(np.float32) @ _LUMA
-    return pixels.reshape(pixels.shape[0], pixels.shape[1]).astype(np.float32)
-
-
-def _bits(chosen: np.ndarray) -> int:
-    """Bit i (from the top) set where chosen[i] lies above the median of `chosen`."""
-    middle = np.partition(chosen, (BITS // 2 - 1, BITS // 2))
-    median = (middle[BITS // 2 - 1] + middle[BITS // 2]) / 2
-    return int.from_bytes(np.packbits(chosen > median).tobytes(), 'big')
+    return pixels.reshape(pixels.shape[0], pixels.shape[1])
 
 
 def perceptual_hashes(pixels: np.ndarray) -> tuple[int, int]:
-    """(hash, hash of the mirror image) of RGB or grey pixels, as unsigned 64-bit ints."""
+    """(hash, hash of the mirror image) of RGB or grey pixels, as unsigned 64-bit ints: bit i
+    (from the top) set where chosen coefficient i lies above the median of the 64."""
     luma = _luminance(pixels)
-    left = _transform(luma.shape[0]) @ luma
-    across = _transform(luma.shape[1]).T
-    chosen = (left @ across)[_ROWS, _COLS]
-    if np.dot(chosen, chosen) < _FLAT_ENERGY:
+    chosen = (_transform(luma.shape[0]) @ luma @ _transform(luma.shape[1]).T).ravel()[_CHOSEN]
+    if chosen @ chosen < _FLAT_ENERGY:
         return FLAT, FLAT
-    return _bits(chosen), _bits(chosen * _MIRROR)
+    both = chosen * _SIGNS
+    middle = np.partition(both, (BITS // 2 - 1, BITS // 2), axis=1)
+    median = (middle[:, BITS // 2 - 1:BITS // 2] + middle[:, BITS // 2:BITS // 2 + 1]) / 2
+    hashed, mirrored = np.packbits(both > median, axis=1).view('>u8').ravel().tolist()
+    return hashed, mirrored
 
 
 def to_int64(value: int) -> int:
