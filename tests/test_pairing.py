@@ -4,13 +4,15 @@ everything."""
 import random
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms import leakage
-from transforms.leakage import GROUP_SIZE, FindLeakage, group_bits
+from transforms import leakage, pairing
+from transforms.leakage import GROUP_SIZE, FindLeakage, group_bits, part_table
 from transforms.pairing import MAX_BUCKET, RADIUS, Pair, find_pairs
 from transforms.phash import FLAT, to_int64
+from transforms.sharding import ShardPlan
 from transforms.write_shards import ShardResult
 
 RNG = random.Random(5)
@@ -25,6 +27,12 @@ def _flip(value: int, bits: list[int]) -> int:
     for bit in bits:
         value ^= 1 << bit
     return value
+
+
+def _plans(p: beam.Pipeline, images: int) -> beam.pvalue.AsDict:
+    """A shard plan side input of `images` examples: all FindLeakage reads of it."""
+    plan = ShardPlan(1, images, 16, np.array([0]), np.array([0, images]))
+    return beam.pvalue.AsDict(p | 'Plans' >> beam.Create([('train', plan)]))
 
 
 def _entry(split: str, source: str, phash: int, mirrored: int, sha: str = '') -> tuple:
@@ -71,7 +79,7 @@ def test_find_leakage_stage_gives_the_same_pairs():
              ShardResult('test', 0, 'p1', hashes=[('b', 'z', to_int64(_flip(a, [5])),
                                                    to_int64(_hash()), 0, 1)])]
     with test_pipeline.TestPipeline() as p:
-        found = p | beam.Create(parts) | FindLeakage()
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3))
         assert_that(found['pairs'], equal_to([Pair(('train', 'a'), ('test', 'b'), 1, False,
                                                    False)]), label='pairs')
         assert_that(found['flat'], equal_to([('train', 1)]), label='flat')
@@ -98,5 +106,20 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_pair(monkeypatch):
     expected, _, _ = find_pairs(entries)
     assert len(expected) > 100
     with test_pipeline.TestPipeline() as p:
-        found = p | beam.Create(parts) | FindLeakage()
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
         assert_that(found['pairs'], equal_to(expected))
+
+
+def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_paired(monkeypatch):
+    monkeypatch.setattr(leakage, 'MAX_BUCKET', 50)
+    monkeypatch.setattr(pairing, 'MAX_BUCKET', 50)
+    common = _hash()
+    parts = [ShardResult(('train', 'test')[index % 2], index, f'p{index}', index,
+                         hashes=[(f's{index}-{r}', f'h{index}-{r}', to_int64(common),
+                                  to_int64(common), 0, 1) for r in range(10)])
+             for index in range(30)]
+    with test_pipeline.TestPipeline() as p:
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
+        assert_that(found['pairs'], equal_to([]), label='pairs')
+        assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
+                    equal_to([(band, 300, 3) for band in range(4)]), label='crowded')

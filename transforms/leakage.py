@@ -1,19 +1,25 @@
 """Near-duplicate leakage across splits as a Beam stage: pairing.py's multi-index hashing with
-a GroupByKey of buckets. Each part sends one list per group of buckets (a band and the top bits
-of its value, as many groups as keep each at about GROUP_SIZE members), so the shuffle moves a
-few elements per part and memory per worker stays bounded at any scale.
+a GroupByKey of buckets. Each part's records come as a table (part_table: numpy rows of hashes
+and places, and their sources) apart from the part results the shards are joined from; the part
+sends one table per group of buckets (a band and the top bits of its value, as many groups as
+keep each at about GROUP_SIZE members), so the shuffle moves a few compact elements per part
+and memory per worker stays bounded at any scale.
 
 With --leakage=drop the eval-side copy of each pair (the later split of train, validation, test)
-is left out of its shard when the shard's parts are joined (`drop_from_part`).
+is left out of its shard when the shard's parts are joined (`drop_from_part`), found by its
+place (shard, chunk, place in the part file), which the pair carries.
 """
 import dataclasses
 from typing import Iterator
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.formats import fileio, records
-from transforms.pairing import BAND_BITS, Entry, Pair, band_keys, best, bucket_candidates
+from pipeline.formats.metadata import SPLITS
+from transforms.pairing import (BAND_BITS, MAX_BUCKET, ROW, Pair, Table, band_values, best,
+                                filed, filings, pair_band, sha_digest)
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
@@ -30,59 +36,78 @@ def group_bits(total: int) -> int:
     return min(BAND_BITS, max(0, groups - 1).bit_length())
 
 
-def _entries(part) -> Iterator[Entry]:
-    for source, sha256, phash, mirrored, _, _ in part.hashes:
-        yield part.split, source, sha256, phash, mirrored
+def part_table(part) -> Table:
+    """A part's records (write_shards.ShardResult.hashes) as a pairing Table."""
+    rows = np.zeros(len(part.hashes), dtype=ROW)
+    for i, (_, sha256, phash, mirror, label, passed) in enumerate(part.hashes):
+        rows[i] = (phash, mirror, sha_digest(sha256), SPLITS.index(part.split), part.shard,
+                   part.chunk or 0, i, label, passed)
+    return Table(rows, [h[0] for h in part.hashes])
 
 
-def _flat(part) -> Iterator[tuple[str, int]]:
-    count = sum(1 for h in part.hashes if h[2] == FLAT)
+def _flat(records: Table) -> Iterator[tuple[str, int]]:
+    count = int(np.count_nonzero(records.rows['phash'] == FLAT))
     if count:
-        yield part.split, count
+        yield SPLITS[int(records.rows['split'][0])], count
 
 
-def _groups(part, total: int) -> Iterator[tuple[tuple[int, int], list]]:
-    """The part's (bucket, member)s, one list per shuffle group (band, top bits of its value):
-    a few elements per part instead of eight per image."""
-    shift = BAND_BITS - group_bits(total)
-    groups: dict[tuple[int, int], list] = {}
-    for entry in _entries(part):
-        if entry[3] != FLAT:
-            for key, member in band_keys(entry):
-                groups.setdefault((key[0], key[1] >> shift), []).append((key, member))
-    yield from groups.items()
+def _groups(records: Table, plans: dict) -> Iterator[tuple[tuple[int, int], Table]]:
+    """The part's filings, one Table per shuffle group (band, top bits of the filed value): a
+    few elements per part instead of eight per image."""
+    shift = BAND_BITS - group_bits(sum(plan.count for plan in plans.values()))
+    for band, members in filings(records):
+        tops = band_values(filed(members), band) >> shift
+        for top in np.unique(tops).tolist():
+            chosen = np.flatnonzero(tops == top)
+            yield (band, top), Table(members.rows[chosen],
+                                     [members.sources[i] for i in chosen.tolist()],
+                                     members.mirrored[chosen])
 
 
 class PairGroup(beam.DoFn):
-    """(group, lists of (bucket, member)) -> candidate pairs within RADIUS of each bucket; a
-    crowded bucket goes to the 'crowded' output as (band, value, entries, a few sources)."""
+    """(group, its Tables) -> candidate pairs within RADIUS in each bucket; a crowded bucket goes
+    to the 'crowded' output as (band, value, images, a few sources).
+
+    Members of a bucket past MAX_BUCKET are counted, not kept (a part's at most), so memory
+    stays bounded by the group's size however degenerate its hashes."""
 
     def setup(self) -> None:
         self._crowded = Metrics.counter(NAMESPACE, 'leakage_crowded_buckets')
 
     def process(self, element: tuple) -> Iterator:
-        _, lists = element
-        for kind, found in bucket_candidates(member for keyed in lists for member in keyed):
-            if kind == 'crowded':
-                self._crowded.inc()
-                yield beam.pvalue.TaggedOutput('crowded', found)
-            else:
-                yield found
+        (band, _), tables = element
+        counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
+        kept = []
+        for members in tables:
+            values = band_values(filed(members), band)
+            room = np.flatnonzero(counts[values] <= MAX_BUCKET)
+            kept.append(Table(members.rows[room], [members.sources[i] for i in room.tolist()],
+                              members.mirrored[room]))
+            counts += np.bincount(values, minlength=1 << BAND_BITS)
+        found, full = pair_band(Table.concatenate(kept), band, counts) if kept else ([], [])
+        for bucket in full:
+            self._crowded.inc()
+            yield beam.pvalue.TaggedOutput('crowded', bucket)
+        yield from found
 
 
 class FindLeakage(beam.PTransform):
-    """Part results (with their records' hashes) -> a dict of PCollections: 'pairs' (Pair),
-    'flat' ((split, flat images)) and 'crowded' ((band, value, entries, sources))."""
+    """Part tables (part_table) -> a dict of PCollections: 'pairs' (Pair), 'flat' ((split, flat
+    images)) and 'crowded' ((band, value, images, sources)).
 
-    def expand(self, parts: beam.PCollection):
-        total = beam.pvalue.AsSingleton(parts
-                                        | 'Records' >> beam.Map(lambda part: len(part.hashes))
-                                        | 'Count Records' >> beam.CombineGlobally(sum))
-        flat = (parts
+    `plans`: the shard plans as a dict side input; their example counts size the shuffle groups
+    (known before any image is converted, so nothing waits for them)."""
+
+    def __init__(self, plans: beam.pvalue.AsDict):
+        super().__init__()
+        self._plans = plans
+
+    def expand(self, tables: beam.PCollection):
+        flat = (tables
                 | 'Flat Images' >> beam.FlatMap(_flat)
                 | 'Count Flat' >> beam.CombinePerKey(sum))
-        buckets = (parts
-                   | 'Key By Band' >> beam.FlatMap(_groups, total=total)
+        buckets = (tables
+                   | 'Key By Band' >> beam.FlatMap(_groups, plans=self._plans)
                    | 'Group By Band' >> beam.GroupByKey()
                    | 'Pair Within Buckets' >> beam.ParDo(PairGroup()).with_outputs(
                        'crowded', main='candidates'))
@@ -92,34 +117,42 @@ class FindLeakage(beam.PTransform):
         return {'pairs': pairs, 'flat': flat, 'crowded': buckets.crowded}
 
 
-def dropped_copy(pair: Pair) -> tuple[tuple[str, str], str]:
-    """((split, source) of the eval-side copy, the reason it is left out)."""
-    return pair.second, (f'near-duplicate of {pair.first[0]} image {pair.first[1]} '
-                         f'(distance {pair.distance}{", mirrored" if pair.mirrored else ""})')
+def dropped_copy(pair: Pair) -> tuple[tuple, tuple]:
+    """((split, shard, chunk, place) of the eval-side copy, (the reason it is left out, its
+    source, label id, passed through))."""
+    shard, chunk, place, label, passed = pair.where
+    reason = (f'near-duplicate of {pair.first[0]} image {pair.first[1]} '
+              f'(distance {pair.distance}{", mirrored" if pair.mirrored else ""})')
+    return (pair.second[0], shard, chunk, place), (reason, pair.second[1], label, passed)
 
 
-def drop_from_part(part, dropped: dict):
-    """The part result (write_shards.ShardResult) with the records `dropped` names
-    ((split, source) -> reason) left out: their part file is rewritten without them."""
-    drops = [i for i, h in enumerate(part.hashes) if (part.split, h[0]) in dropped]
-    if not drops or not part.temp_path:
+def by_shard(copy: tuple[tuple, tuple]) -> tuple[tuple[str, int], tuple]:
+    """A dropped copy keyed by its shard: ((split, shard), (chunk, place, reason, source, label
+    id, passed through))."""
+    (split, shard, chunk, place), what = copy
+    return (split, shard), (chunk, place, *what)
+
+
+def drop_from_part(part, drops: list[tuple]):
+    """The part result (write_shards.ShardResult) without the records of `drops` (by_shard's
+    values) in its chunk: its part file is rewritten without them."""
+    mine = {place: what for chunk, place, *what in drops if chunk == part.chunk}
+    if not mine or not part.temp_path:
         return part
     kept_path = part.temp_path.replace('.tfrecord', '-kept.tfrecord')
-    result = dataclasses.replace(part, temp_path=kept_path, records=0, bytes=0, label_counts={},
-                                 passed_through=0,
-                                 dropped=list(part.dropped), hashes=[])
-    drop_set = set(drops)
+    result = dataclasses.replace(part, temp_path=kept_path, label_counts=dict(part.label_counts),
+                                 dropped=list(part.dropped))
     with fileio.open_read(part.temp_path) as stream, fileio.writing(kept_path) as out:
-        for index, record in enumerate(records.read_records(stream)):
-            entry = part.hashes[index]
-            if index in drop_set:
-                result.dropped.append((entry[0], dropped[(part.split, entry[0])]))
-                continue
+        for place, record in enumerate(records.read_records(stream)):
             framed = records.frame_record(record)
-            out.write(framed)
-            result.records += 1
-            result.bytes += len(framed)
-            result.label_counts[entry[4]] = result.label_counts.get(entry[4], 0) + 1
-            result.passed_through += entry[5]
-            result.hashes.append(entry)
+            if place not in mine:
+                out.write(framed)
+                continue
+            reason, source, label, passed = mine[place]
+            result.dropped.append((source, reason))
+            result.records -= 1
+            result.bytes -= len(framed)
+            result.label_counts[label] -= 1
+            result.passed_through -= passed
+    result.label_counts = {k: n for k, n in result.label_counts.items() if n}
     return result

@@ -12,14 +12,19 @@ every band (recall measured in the README). At 10^8 images a bucket holds ~1,500
 average. A bucket with more than MAX_BUCKET entries is a degenerate hash (one look that many
 images share): it is reported as crowded, with its size and a few sources, and not paired, so
 memory stays bounded. Flat images (phash.FLAT) are counted and never filed.
+
+Records travel as rows of a numpy table (ROW: hashes, a 64-bit digest of the SHA-256, where the
+record is) with their sources beside it, and a band's buckets are paired with array operations:
+a few bytes and microseconds per record, whatever the language's per-object costs.
 """
 import dataclasses
+import hashlib
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from pipeline.formats.metadata import SPLITS
-from transforms.phash import FLAT, distance, from_int64
+from transforms.phash import FLAT
 
 RADIUS = 8
 BANDS = 4
@@ -27,21 +32,52 @@ BAND_BITS = 64 // BANDS
 MAX_BUCKET = 20_000
 CROWDED_EXAMPLES = 3
 
-# An entry: (split, source, sha256 hex, hash, mirror hash), one per record; hashes as records
-# store them (signed int64: Beam's integer coder takes no larger value).
+# One record: hash and mirror hash as records store them (signed int64), a digest of its
+# SHA-256 (equal for byte-identical images), its split (index in SPLITS), and where it is: shard,
+# chunk, place in its part file, with its label id and whether it was passed through (what
+# --leakage=drop needs to leave it out of its shard).
+ROW = np.dtype([('phash', '<i8'), ('mirror', '<i8'), ('sha', '<i8'), ('split', 'u1'),
+                ('shard', '<u4'), ('chunk', '<u4'), ('index', '<u4'), ('label', '<i4'),
+                ('passed', '?')])
+# An entry, as `verify` and benchmarks give records: (split, source, sha256 hex, hash, mirror
+# hash), hashes as records store them.
 Entry = tuple[str, str, str, int, int]
-BucketKey = tuple[int, int]   # (band, value)
+
+
+@dataclasses.dataclass
+class Table:
+    """Records as ROW rows, their sources beside them; `mirrored`: per row, filed under its
+    mirror hash (else its hash)."""
+    rows: np.ndarray
+    sources: list[str]
+    mirrored: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, index: np.ndarray, mirrored: bool | np.ndarray = False) -> 'Table':
+        flags = np.broadcast_to(np.asarray(mirrored, dtype=bool), index.shape)
+        return Table(self.rows[index], [self.sources[i] for i in index.tolist()], flags.copy())
+
+    @staticmethod
+    def concatenate(tables: Iterable['Table']) -> 'Table':
+        tables = list(tables)
+        return Table(np.concatenate([t.rows for t in tables]),
+                     [s for t in tables for s in t.sources],
+                     np.concatenate([t.mirrored for t in tables]))
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Pair:
     """Two records of different splits, `first` in the earlier split (train < validation <
-    test): (split, source) each."""
+    test): (split, source) each. `where`: the second's (shard, chunk, place in its part file,
+    label id, passed through), where --leakage=drop finds it."""
     first: tuple[str, str]
     second: tuple[str, str]
     distance: int
     mirrored: bool
     exact: bool
+    where: tuple = dataclasses.field(default=(), compare=False)
 
     def line(self) -> dict:
         return {'split_a': self.first[0], 'source_a': self.first[1], 'split_b': self.second[0],
@@ -49,85 +85,116 @@ class Pair:
                 'exact': self.exact}
 
 
-def _order(split: str) -> int:
-    return SPLITS.index(split)
+def sha_digest(sha256: str) -> int:
+    """64 bits standing for a SHA-256 text: equal texts, equal digests."""
+    return int.from_bytes(hashlib.blake2b(sha256.encode(), digest_size=8).digest(), 'little',
+                          signed=True)
 
 
-def _band(value: int, band: int) -> int:
-    return (from_int64(value) >> (BAND_BITS * (BANDS - 1 - band))) & ((1 << BAND_BITS) - 1)
+def table(entries: Iterable[Entry]) -> Table:
+    """Entries as a Table (their place: their order)."""
+    entries = list(entries)
+    rows = np.zeros(len(entries), dtype=ROW)
+    for i, (split, _, sha, phash, mirror) in enumerate(entries):
+        rows[i] = phash, mirror, sha_digest(sha), SPLITS.index(split), 0, 0, i, 0, False
+    return Table(rows, [e[1] for e in entries])
 
 
-def band_keys(entry: Entry) -> Iterator[tuple[BucketKey, tuple[bool, Entry]]]:
-    """((band, value), (mirrored, entry)) for every band of the entry's hash and mirror hash."""
+def band_values(hashes: np.ndarray, band: int) -> np.ndarray:
+    """Bits of `band` of each hash (stored int64) as unsigned values."""
+    shift = np.uint64(BAND_BITS * (BANDS - 1 - band))
+    return ((hashes.view(np.uint64) >> shift) & np.uint64((1 << BAND_BITS) - 1)).astype(np.uint16)
+
+
+def filed(records: Table) -> np.ndarray:
+    """The hash each row is filed under: its mirror hash where mirrored, else its hash."""
+    return np.where(records.mirrored, records.rows['mirror'], records.rows['phash'])
+
+
+def filings(records: Table) -> Iterator[tuple[int, Table]]:
+    """(band, the table filed under that band) for every band: each non-flat record under its
+    hash and, where it differs, under its mirror hash."""
+    hashed = np.flatnonzero(records.rows['phash'] != FLAT)
+    mirrors = hashed[records.rows['mirror'][hashed] != records.rows['phash'][hashed]]
+    both = Table.concatenate([records.take(hashed), records.take(mirrors, True)])
     for band in range(BANDS):
-        yield (band, _band(entry[3], band)), (False, entry)
-        if entry[4] != entry[3]:
-            yield (band, _band(entry[4], band)), (True, entry)
+        yield band, both
 
 
-def crowded(key: BucketKey, kept: list, count: int) -> tuple:
-    """What a crowded bucket is reported as: (band, value, entries, a few sources)."""
-    return key[0], key[1], count, sorted(m[1][1] for m in kept)[:CROWDED_EXAMPLES]
+def pair_band(members: Table, band: int, counts: np.ndarray | None = None
+              ) -> tuple[list[tuple[tuple, tuple]], list[tuple]]:
+    """Candidates among `members`, all filed under `band`: ([(pair key, (distance, mirrored,
+    exact, where))], [crowded(...) of each bucket of more than MAX_BUCKET]).
+
+    A candidate is a member filed under its own hash and a member of another split in its
+    bucket whose filed hash lies within RADIUS of it. `counts` (members per bucket value, when
+    the caller kept only some members of big buckets) decides which buckets are crowded.
+    """
+    rows, values = members.rows, band_values(filed(members), band)
+    counts = np.bincount(values, minlength=1 << BAND_BITS) if counts is None else counts
+    crowded_values = np.flatnonzero(counts > MAX_BUCKET)
+    full = [crowded(band, int(v), int(counts[v]),
+                    [members.sources[i] for i in np.flatnonzero(values == v).tolist()])
+            for v in crowded_values.tolist()]
+    keep = np.flatnonzero(counts[values] <= MAX_BUCKET)
+    order = keep[np.argsort(values[keep], kind='stable')]
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.repeat(np.r_[starts[1:], len(order)], np.diff(np.r_[starts, len(order)]))
+    hashes, targets = rows['phash'], filed(members)
+    found = []
+    at = np.arange(len(order))
+    offset = 1
+    active = at[ends - at > offset]
+    while active.size:   # Each member against the one `offset` places after it in its bucket.
+        a, b = order[active], order[active + offset]
+        a, b = a[rows['split'][a] != rows['split'][b]], b[rows['split'][a] != rows['split'][b]]
+        for x, y, one_way in ((a, b, True), (b, a, False)):
+            # x filed under its own hash against y's filed hash; a pair of two own hashes once.
+            d = np.bitwise_count(hashes[x] ^ targets[y])
+            near = ~members.mirrored[x] & (d <= RADIUS)
+            if not one_way:
+                near &= members.mirrored[y]
+            found += [_candidate(members, i, j, k) for i, j, k in
+                      zip(x[near].tolist(), y[near].tolist(), d[near].tolist())]
+        offset += 1
+        active = active[ends[active] - active > offset]
+    return found, full
 
 
-def candidates(members: list) -> Iterator[tuple[tuple, tuple]]:
-    """(pair key, (distance, mirrored, exact)) of the candidates in one bucket: every entry
-    filed under its own hash against every entry of another split."""
-    if len({m[1][0] for m in members}) < 2:   # One split only: nothing can leak.
-        return
-    values = np.array([m[1][4] if m[0] else m[1][3] for m in members], dtype=np.int64)
-    splits = np.array([_order(m[1][0]) for m in members])
-    for i, (mirrored, entry) in enumerate(members):
-        if mirrored:
-            continue
-        near = np.nonzero((np.bitwise_count(values ^ np.int64(entry[3])) <= RADIUS)
-                          & (splits != splits[i]))[0]
-        for j in near:
-            other_mirrored, other = members[j]
-            first, second = sorted((entry, other), key=lambda e: (_order(e[0]), e[1]))
-            d = distance(from_int64(entry[3]), from_int64(other[4] if other_mirrored else other[3]))
-            yield ((first[0], first[1]), (second[0], second[1])), (d, other_mirrored,
-                                                                   first[2] == second[2])
+def _candidate(members: Table, i: int, j: int, d: int) -> tuple[tuple, tuple]:
+    """(pair key, (distance, mirrored, exact, where of the later split's record))."""
+    first, second = sorted((i, j), key=lambda k: members.rows['split'][k])
+    row = members.rows[second]
+    key = tuple((SPLITS[members.rows['split'][k]], members.sources[k]) for k in (first, second))
+    where = (int(row['shard']), int(row['chunk']), int(row['index']), int(row['label']),
+             bool(row['passed']))
+    return key, (d, bool(members.mirrored[j]),
+                 bool(members.rows['sha'][i] == members.rows['sha'][j]), where)
+
+
+def crowded(band: int, value: int, count: int, sources: list[str]) -> tuple:
+    """What a crowded bucket is reported as: (band, value, images, a few sources)."""
+    return band, value, count, sorted(sources)[:CROWDED_EXAMPLES]
 
 
 def best(key: tuple, found: Iterable[tuple]) -> Pair:
     """The pair of `key` at the smallest distance any bucket found it."""
-    d, mirrored, exact = min(found)
-    return Pair(key[0], key[1], d, mirrored, exact)
-
-
-def bucket_candidates(keyed: Iterable[tuple[BucketKey, tuple]]) -> Iterator[tuple[str, tuple]]:
-    """('candidate', (pair key, (distance, mirrored, exact))) for the candidates of every bucket
-    among `keyed` ((bucket, member) as band_keys gives them), and ('crowded', crowded(...)) for
-    every bucket of more than MAX_BUCKET members. Memory: at most MAX_BUCKET members a bucket."""
-    buckets: dict[BucketKey, list] = {}
-    counts: dict[BucketKey, int] = {}
-    for key, member in keyed:
-        counts[key] = counts.get(key, 0) + 1
-        if counts[key] <= MAX_BUCKET:
-            buckets.setdefault(key, []).append(member)
-    for key, members in sorted(buckets.items()):
-        if counts[key] > MAX_BUCKET:
-            yield 'crowded', crowded(key, members, counts[key])
-        else:
-            yield from (('candidate', found) for found in candidates(members))
+    d, mirrored, exact, where = min(found)
+    return Pair(key[0], key[1], d, mirrored, exact, where)
 
 
 def find_pairs(entries: Iterable[Entry]) -> tuple[list[Pair], dict, list]:
     """In memory: (sorted pairs, flat images per split, crowded buckets) of `entries`."""
+    records = table(entries)
     flat: dict[str, int] = {}
-
-    def keyed() -> Iterator[tuple[BucketKey, tuple]]:
-        for entry in entries:
-            if entry[3] == FLAT:
-                flat[entry[0]] = flat.get(entry[0], 0) + 1
-            else:
-                yield from band_keys(entry)
+    for split in records.rows['split'][records.rows['phash'] == FLAT].tolist():
+        flat[SPLITS[split]] = flat.get(SPLITS[split], 0) + 1
     found: dict[tuple, list] = {}
     full = []
-    for kind, value in bucket_candidates(keyed()):
-        if kind == 'crowded':
-            full.append(value)
-        else:
-            found.setdefault(value[0], []).append(value[1])
+    for band, members in filings(records):
+        candidates, crowded_buckets = pair_band(members, band)
+        full += crowded_buckets
+        for key, value in candidates:
+            found.setdefault(key, []).append(value)
     return sorted(best(k, v) for k, v in found.items()), flat, full

@@ -24,7 +24,7 @@ from pipeline.formats import faults, fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
-from transforms.leakage import FindLeakage, drop_from_part, dropped_copy
+from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copy, part_table
 from transforms.phash import to_int64
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
@@ -52,8 +52,9 @@ class ShardResult:
     format_bytes: dict = dataclasses.field(default_factory=dict)   # Shard file size per format.
     damaged: list = dataclasses.field(default_factory=list)   # (source, reason, action)
     dropped: list = dataclasses.field(default_factory=list)   # (source, reason): --leakage=drop
-    # Per record, in order: (source, sha256, phash and mirror phash as stored (int64), label
-    # id, passed through).
+    # Per record of a part, in order: (source, sha256, phash and mirror phash as stored (int64),
+    # label id, passed through). Kept in the part's sidecar; sent on to the leakage check as a
+    # table (leakage.part_table), never to the shard join.
     hashes: list = dataclasses.field(default_factory=list)
 
     def add(self, other: 'ShardResult') -> None:
@@ -96,8 +97,8 @@ class WriteShards(beam.PTransform):
 
     Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
     fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
-    the parts' hashes are paired across splits (leakage.py), and each shard's parts are joined
-    in chunk order (without the eval-side copies of pairs, with --leakage=drop).
+    the parts' records' hashes are paired across splits (leakage.py), and each shard's parts are
+    joined in chunk order (without the eval-side copies of pairs, with --leakage=drop).
     """
 
     def __init__(self, settings: ConversionSettings, plans: beam.PCollection,
@@ -118,17 +119,18 @@ class WriteShards(beam.PTransform):
             | 'Chunks Of Shards' >> beam.FlatMap(_chunk_of_shards, plans=plans)
             | 'Group Fingerprints' >> beam.GroupByKey()
             | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
-        parts = chunks | 'Encode Chunks' >> beam.ParDo(EncodeChunk(self._settings),
-                                                       label_map=label_map, plans=plans,
-                                                       shard_fps=shard_fps)
-        leakage = parts | 'Find Leakage' >> FindLeakage()
+        encoded = chunks | 'Encode Chunks' >> beam.ParDo(
+            EncodeChunk(self._settings), label_map=label_map, plans=plans,
+            shard_fps=shard_fps).with_outputs('tables', main='parts')
+        leakage = encoded.tables | 'Find Leakage' >> FindLeakage(plans)
         drops = {}
         if self._settings.leakage == 'drop':
-            drops['dropped'] = beam.pvalue.AsDict(
+            drops['dropped'] = beam.pvalue.AsMultiMap(
                 leakage['pairs']
                 | 'Eval-Side Copies' >> beam.Map(dropped_copy)
-                | 'One Reason Each' >> beam.CombinePerKey(min))
-        shards = (parts
+                | 'One Reason Each' >> beam.CombinePerKey(min)
+                | 'By Shard' >> beam.Map(by_shard))
+        shards = (encoded.parts
                   | 'Key By Shard' >> beam.Map(_shard_key)
                   | 'Group By Shard' >> beam.GroupByKey()
                   | 'Write Shards' >> beam.ParDo(WriteShard(self._settings),
@@ -167,7 +169,8 @@ def _shard_key(result: ShardResult) -> tuple[ShardKey, ShardResult]:
 
 class EncodeChunk(beam.DoFn):
     """((split, chunk), fingerprint, refs) -> a ShardResult per part file: one for each shard
-    the chunk's examples fall in.
+    the chunk's examples fall in (without its records' hashes), and on the 'tables' output the
+    part's records for the leakage check (leakage.part_table).
 
     Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
     Up to `reads_in_flight` images are read ahead of the one being converted.
@@ -202,7 +205,7 @@ class EncodeChunk(beam.DoFn):
         reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
         if reused is not None:
             self._reused_chunks.inc()
-            yield from reused
+            yield from _with_tables(reused)
             return
         results = []
         for shard, (unique, duplicates) in pieces.items():
@@ -213,7 +216,7 @@ class EncodeChunk(beam.DoFn):
             resume.save_done(paths[shard], result)
         faults.crash_point('chunk', counted=True)
         self._converted_chunks.inc()
-        yield from results
+        yield from _with_tables(results)
 
     def _reused(self, split: str, chunk: int, paths: dict,
                 shard_fps: dict) -> list[ShardResult] | None:
@@ -225,7 +228,7 @@ class EncodeChunk(beam.DoFn):
                                                   shard_fps[(split, shard)],
                                                   self._settings.output_formats[0])
             joined = _complete_shard(shard_file, split, shard, self._settings) is not None
-            # A joined part's sidecar is kept (its hashes); its data is in the shard.
+            # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
                 path, ShardResult, split=split, shard=shard, chunk=chunk)
             if done is None:
@@ -303,6 +306,13 @@ class EncodeChunk(beam.DoFn):
         return records.encode_example(features), stored, sha256
 
 
+def _with_tables(results: list[ShardResult]) -> Iterator:
+    """Each part result without its records' hashes, which go to the 'tables' output."""
+    for result in results:
+        yield beam.pvalue.TaggedOutput('tables', part_table(result))
+        yield dataclasses.replace(result, hashes=[])
+
+
 def _complete_shard(path: str, split: str, shard: int,
                     settings: ConversionSettings) -> 'ShardResult | None':
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
@@ -334,11 +344,11 @@ class WriteShard(beam.DoFn):
         self._shards = Metrics.counter(NAMESPACE, 'shards_written')
 
     def process(self, element: tuple, plans: dict, shard_fps: dict,
-                dropped: dict | None = None) -> Iterator[ShardResult]:
+                dropped=None) -> Iterator[ShardResult]:
         (split, shard), parts = element
         settings = self._settings
         shard_fp = shard_fps[(split, shard)]
-        drops = sorted(h[0] for p in parts for h in p.hashes if (split, h[0]) in (dropped or {}))
+        drops = sorted(dropped[(split, shard)]) if dropped is not None else []
         if drops:   # They depend on other splits' images too, so they name the shard's files.
             shard_fp = resume.fingerprint(shard_fp, drops)
         path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
@@ -346,7 +356,7 @@ class WriteShard(beam.DoFn):
         result = _complete_shard(path, split, shard, settings) if settings.resuming else None
         reused = result is not None
         if result is None:
-            parts = [drop_from_part(p, dropped) if drops else p
+            parts = [drop_from_part(p, drops) if drops else p
                      for p in sorted(parts, key=lambda r: r.chunk)]
             result = ShardResult(split, shard, path)
             for part in parts:
