@@ -52,7 +52,7 @@ def plan_document(facts, label_map, plans: dict) -> dict:
                          'labels': len(labels), 'shards': plan.num_shards,
                          'chunks': plan.num_chunks, 'input_bytes': plan.input_bytes,
                          'shard_bytes': plan.input_bytes // plan.num_shards}
-        if facts.streamed.get(split):   # Gzip archives: each read in one pass by one worker.
+        if facts.streamed.get(split):   # Gzip archives: read in one pass per chunk.
             splits[split]['streamed_archives'] = sorted(facts.streamed[split])
     return {'labels': len(label_map.names), 'splits': splits}
 
@@ -102,8 +102,9 @@ def format_plan(document: dict) -> str:
     streamed = sorted(archive for s in document['splits'].values()
                       for archive in s.get('streamed_archives', ()))
     if streamed:
-        lines += ['', f'{len(streamed)} gzip-compressed archive(s), each read in one pass by one '
-                  'worker (gzip cannot be split; an uncompressed .tar is read by many): '
+        lines += ['', f'{len(streamed)} gzip-compressed archive(s), each listed in one pass and '
+                  'read again in one pass per chunk of its members (gzip cannot be split; an '
+                  'uncompressed .tar is read by ranged reads): '
                   + ', '.join(streamed[:3]) + (' ...' if len(streamed) > 3 else '')]
     e = document['estimate']
     lines += ['', f'{e["images"]} images, about {e["input_bytes"] / 1e9:.1f} GB in and out '

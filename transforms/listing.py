@@ -104,7 +104,7 @@ def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -
     if file.error is not None:   # Reported under the path through the archive, if any.
         return ExampleRef(split, file.key, file.path if file.member else '', file.name, label,
                           problem=file.error)
-    return ExampleRef(split, file.key, file.path, file.name, label, file.size, file.data,
+    return ExampleRef(split, file.key, file.path, file.name, label, file.size,
                       mtime=file.mtime, member=file.member)
 
 

@@ -20,7 +20,7 @@ import apache_beam as beam
 import threadpoolctl
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import faults, fileio, output_folder, records
+from pipeline.formats import archives, faults, fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
@@ -207,6 +207,9 @@ class EncodeChunk(beam.DoFn):
             self._reused_chunks.inc()
             yield from _with_tables(reused)
             return
+        loaded = _with_streamed_bytes(refs)
+        if loaded is not refs:
+            pieces = split_chunk(loaded, plans[split], chunk, settings.skip_duplicates)
         results = []
         for shard, (unique, duplicates) in pieces.items():
             result = ShardResult(split, shard, paths[shard], chunk)
@@ -304,6 +307,25 @@ class EncodeChunk(beam.DoFn):
             records.PHASH_MIRRORED: to_int64(stored.phash_mirrored),
         })
         return records.encode_example(features), stored, sha256
+
+
+def _with_streamed_bytes(refs: list[ExampleRef]) -> list[ExampleRef]:
+    """The refs, those of gzip tar members with their bytes (or the problem that they are
+    gone): one pass over each such archive for all of them, ending at the last one (its members
+    cannot be read one by one)."""
+    streamed = {r.member for r in refs
+                if r.member is not None and r.member.archive.streamed and r.problem is None}
+    if not streamed:
+        return refs
+    found = archives.read_streamed(streamed)
+    out = []
+    for ref in refs:
+        if ref.member in streamed:
+            data = found.get((ref.member.name, ref.member.offset))
+            ref = dataclasses.replace(ref, data=data, problem=None if data is not None
+                                      else archives.gone(ref.member))
+        out.append(ref)
+    return out
 
 
 def _with_tables(results: list[ShardResult]) -> Iterator:

@@ -12,8 +12,9 @@ unpacked to disk and nothing reads more than it needs:
 - a member is read with one ranged read (a zip member may need a second for a long local
   header), so the members of one archive can be read by any number of workers at once.
 
-A gzip-compressed tar (`.tar.gz`, `.tgz`) has no byte offsets to jump to: it is read in one
-pass, members and their data in order (`stream`).
+A gzip-compressed tar (`.tar.gz`, `.tgz`) has no byte offsets to jump to: it is listed in one
+pass (`stream`), and its members' bytes are read by another pass that ends at the last member
+wanted (`read_streamed`: a chunk's members at once).
 
 Damage is reported, never raised: a member that cannot be read carries an `error`, and a
 stretch of an archive that holds no readable name (a damaged header, a truncated end) or a
@@ -29,7 +30,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from pipeline.formats import fileio
 
@@ -148,9 +149,13 @@ class Member:
                        self.archive.file_mtime, start, self.size, self.archive.depth + 1)
 
     def read(self) -> bytes:
-        """The member's bytes (ranged reads of its archive's file)."""
+        """The member's bytes (ranged reads of its archive's file; a pass over a gzip tar up to
+        the member)."""
         if self.archive.streamed:
-            raise DamagedArchive(f'{self.archive.path} is gzip-compressed and read in one pass')
+            data = read_streamed([self]).get((self.name, self.offset))
+            if data is None:
+                raise DamagedArchive(gone(self))
+            return data
         if self.zip_info is None:
             data = fileio.read_range(self.file, self.offset, self.size)
             if len(data) != self.size:
@@ -485,6 +490,31 @@ def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
     that cannot be read has no bytes; damage ends the pass with a member saying where."""
     source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
     yield from _stream_tar(archive, source, '', archive.depth)
+
+
+def read_streamed(wanted: Iterable[Member]) -> dict[tuple[str, int], bytes]:
+    """The bytes of members of gzip tars, by (name, offset): one pass over each archive, ending
+    at the last member wanted. A member not found (the archive changed since it was listed) is
+    left out."""
+    by_archive: dict[Archive, set] = {}
+    for member in wanted:
+        by_archive.setdefault(member.archive, set()).add((member.name, member.offset))
+    found = {}
+    for archive, left in by_archive.items():
+        for member, data in stream(archive):
+            key = (member.name, member.offset)
+            if key in left and data is not None:
+                found[key] = data
+                left.discard(key)
+                if not left:
+                    break
+    return found
+
+
+def gone(member: Member) -> str:
+    """Why a member of a gzip tar was not found when read."""
+    return (f'{member.archive.path} no longer holds {member.name} at byte {member.offset} of its '
+            'uncompressed data: it changed since it was listed')
 
 
 def _gunzip(source) -> io.BufferedReader:

@@ -33,15 +33,13 @@ class Place:
 
 @dataclasses.dataclass(frozen=True)
 class File:
-    """A file found below a Place: a real file (`entry`) or an archive member (`member`, with
-    `data` when its archive is read in one pass)."""
+    """A file found below a Place: a real file or an archive member (`member`)."""
     path: str
     key: str
     name: str
     size: int | None
     mtime: float | None = None
     member: Member | None = None
-    data: bytes | None = None
     error: str | None = None
     is_dir: bool = False         # A directory entry of an archive (counted as ignored).
 
@@ -138,14 +136,14 @@ def _archive_files(place: Place, expand: bool) -> Iterator[File]:
     them are replaced by their own members, to any depth."""
     archive = place.archive
     if archive.streamed:
-        for member, data in archives.stream(archive):
+        for member, _ in archives.stream(archive):   # Bytes are read again when converted.
             if member.name.startswith(place.prefix) or member.unnamed:
-                yield _member_file(place, member, data)
+                yield _member_file(place, member)
         return
     for member in place.members if place.members is not None else archives.members(archive):
         if not (member.name.startswith(place.prefix) or member.unnamed):
             continue
-        file = _member_file(place, member, None)
+        file = _member_file(place, member)
         if expand and archives.suffix(member.name) and member.error is None and not member.is_dir:
             nested = member.nested()
             if isinstance(nested, str):
@@ -156,13 +154,13 @@ def _archive_files(place: Place, expand: bool) -> Iterator[File]:
             yield file
 
 
-def _member_file(place: Place, member: Member, data: bytes | None) -> File:
+def _member_file(place: Place, member: Member) -> File:
     """The File of a member below `place`: its key names the archives on its way as folders."""
     relative = member.name.removeprefix(place.prefix)
     *inner, leaf = relative.split('/')
     key = '/'.join([place.key, *map(archives.folder_name, inner), leaf])
     return File(member.path, key, leaf, member.size,
-                member.archive.file_mtime, member, data, member.error, member.is_dir)
+                member.archive.file_mtime, member, member.error, member.is_dir)
 
 
 def locate(path: str) -> File | None:
@@ -190,12 +188,12 @@ def _find(place: Place, rest: list[str], path: str) -> File:
             nested = index[name].nested()
             if isinstance(nested, str):
                 return File(path, path, rest[-1], None, error=nested)
-            inner = _member_file(place, index[name], None)
+            inner = _member_file(place, index[name])
             return _find(Place(inner.path, _key(inner.key), nested), rest[depth:], path)
     member = index.get('/'.join(rest))
     if member is None or member.is_dir:
         return File(path, path, rest[-1], None, error=f'no file {"/".join(rest)} in {place.path}')
-    return _member_file(place, member, None)
+    return _member_file(place, member)
 
 
 @functools.lru_cache(maxsize=4)
