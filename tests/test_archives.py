@@ -272,6 +272,25 @@ def test_a_gzip_tar_of_several_chunks_is_listed_once_and_read_once_per_chunk(gcs
     assert archived['read'] - 1 in (2, 3, 4)   # 300 images: 2-4 chunks, a read each.
 
 
+def test_each_listed_member_of_a_gzip_tar_reads_its_own_bytes_when_an_inner_tar_repeats(tmp_path):
+    # Appended twice (tar -r), an inner tar's members repeat their names and offsets: a read
+    # finds the very member the listing gave, not the first look-alike.
+    old, new = imagemaker.jpeg(8, 8, seed=1), imagemaker.jpeg(8, 8, seed=2)
+    outer = io.BytesIO()
+    with gzip.GzipFile(fileobj=outer, mode='wb') as raw, tarfile.open(fileobj=raw, mode='w|') as tar:
+        for inner in (archivemaker.tar({'x.jpg': old}), archivemaker.tar({'x.jpg': new})):
+            info = tarfile.TarInfo('dog.tar')
+            info.size = len(inner)
+            tar.addfile(info, io.BytesIO(inner))
+    path = os.path.join(write_tree(tmp_path, {'train.tar.gz': outer.getvalue()}), 'train.tar.gz')
+    archive = archives.Archive.of_file(path, os.path.getsize(path), os.path.getmtime(path))
+    listed = [m for m, _ in archives.stream(archive) if m.name == 'dog.tar/x.jpg']
+    assert len(listed) == 2 and listed[0].offset == listed[1].offset
+    assert [m.read() for m in listed] == [old, new]
+    assert archives.read_streamed(listed) == {('dog.tar/x.jpg', m.index): data
+                                              for m, data in zip(listed, (old, new))}
+
+
 def test_csv_through_a_tar_on_cloud_storage(gcs, tmp_path):
     flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
     upload({**{f'val/{k}': v for k, v in flat.items()}, 'val.csv': validation_csv(IMAGES, 'val')},

@@ -321,7 +321,7 @@ def _with_streamed_bytes(refs: list[ExampleRef]) -> list[ExampleRef]:
     out = []
     for ref in refs:
         if ref.member in streamed:
-            data = found.get((ref.member.name, ref.member.offset))
+            data = found.get((ref.member.name, ref.member.index))
             ref = dataclasses.replace(ref, data=data, problem=None if data is not None
                                       else archives.gone(ref.member))
         out.append(ref)

@@ -110,6 +110,9 @@ class Member:
     # A zip member's (method, compressed size, CRC-32, local name length, end): `end` is where
     # the next local header or the central directory begins, which its data must not pass.
     zip_info: tuple | None = None
+    # A gzip tar's member: its place in the order of a pass over the archive, which finds it
+    # again (name and offset do not: an archive appended twice inside it repeats both).
+    index: int | None = None
 
     def __reduce__(self):
         return Member, tuple(getattr(self, name) for name in _MEMBER_FIELDS)
@@ -129,7 +132,8 @@ class Member:
 
     @property
     def identity(self) -> tuple:
-        return self.archive.identity, self.offset
+        place = (self.offset,) if self.index is None else (self.offset, self.index)
+        return self.archive.identity, *place
 
     def nested(self) -> 'Archive | str':
         """The archive this member is, or why it cannot be read as one in place."""
@@ -152,7 +156,7 @@ class Member:
         """The member's bytes (ranged reads of its archive's file; a pass over a gzip tar up to
         the member)."""
         if self.archive.streamed:
-            data = read_streamed([self]).get((self.name, self.offset))
+            data = read_streamed([self]).get((self.name, self.index))
             if data is None:
                 raise DamagedArchive(gone(self))
             return data
@@ -489,20 +493,21 @@ def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
     the same pass (their members named by their path below `archive`). A directory or a member
     that cannot be read has no bytes; damage ends the pass with a member saying where."""
     source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
-    yield from _stream_tar(archive, source, '', archive.depth)
+    for index, (member, data) in enumerate(_stream_tar(archive, source, '', archive.depth)):
+        yield dataclasses.replace(member, index=index), data
 
 
 def read_streamed(wanted: Iterable[Member]) -> dict[tuple[str, int], bytes]:
-    """The bytes of members of gzip tars, by (name, offset): one pass over each archive, ending
+    """The bytes of members of gzip tars, by (name, index): one pass over each archive, ending
     at the last member wanted. A member not found (the archive changed since it was listed) is
     left out."""
     by_archive: dict[Archive, set] = {}
     for member in wanted:
-        by_archive.setdefault(member.archive, set()).add((member.name, member.offset))
+        by_archive.setdefault(member.archive, set()).add((member.name, member.index))
     found = {}
     for archive, left in by_archive.items():
         for member, data in stream(archive):
-            key = (member.name, member.offset)
+            key = (member.name, member.index)
             if key in left and data is not None:
                 found[key] = data
                 left.discard(key)
