@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import tracemalloc
 import zipfile
 import zlib
 
@@ -270,6 +271,25 @@ def test_a_gzip_tar_of_several_chunks_is_listed_once_and_read_once_per_chunk(gcs
             == shards_without_source(f'{tmp_path}/loose', 'train'))
     assert loose['read'] == 300
     assert archived['read'] - 1 in (2, 3, 4)   # 300 images: 2-4 chunks, a read each.
+
+
+def test_a_pass_over_a_gzip_tar_holds_no_member_it_does_not_keep(tmp_path):
+    # A 64 MiB member (a few KB compressed) before an image: listing holds none of it, and
+    # reading the image after it holds the image only.
+    data = archivemaker.tar({'cat/notes.bin': bytes(64 << 20), 'cat/a.jpg': A}, 'gz')
+    path = os.path.join(write_tree(tmp_path, {'train.tar.gz': data}), 'train.tar.gz')
+    archive = archives.Archive.of_file(path, len(data), None)
+    tracemalloc.start()
+    try:
+        listed = list(archives.members(archive))
+        image = [m for m in listed if m.name == 'cat/a.jpg']
+        found = archives.read_streamed(image)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(m.name, m.size) for m in listed] == [('cat/notes.bin', 64 << 20), ('cat/a.jpg', len(A))]
+    assert found == {('cat/a.jpg', 1): A}
+    assert peak < 8 << 20
 
 
 def test_each_listed_member_of_a_gzip_tar_reads_its_own_bytes_when_an_inner_tar_repeats(tmp_path):
@@ -632,13 +652,24 @@ def test_errors_about_an_archives_bytes_name_the_archive(tmp_path):
     assert list(error_reasons(out, 'validation')) == [f'{root}/validation/dog.zip//@0']
 
 
-def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path):
-    data = (entry('cat/a.jpg', A) + entry('cat/b.jpg', B) + entry('cat/a.jpg', B) + END)
-    root = write_tree(tmp_path / 'in', {'train.tar': data})
+def appended(folder: str) -> bytes:
+    """A tar in which folder/a.jpg comes again after folder/b.jpg (as `tar -r` appends it)."""
+    return entry(f'{folder}a.jpg', A) + entry(f'{folder}b.jpg', B) + entry(f'{folder}a.jpg', B) + END
+
+
+@pytest.mark.parametrize('name, data, inner', [
+    ('train.tar', appended('cat/'), 'cat'),
+    ('train.tar.gz', gzip.compress(appended('cat/')), 'cat'),
+    ('train.tar.gz', archivemaker.tar({'cat.tar': appended('')}, 'gz'), 'cat.tar')])
+def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path, name, data, inner):
+    # Plain or gzip-compressed, at the top or inside an inner tar: the later copy is read.
+    root = write_tree(tmp_path / 'in', {name: data})
     out = f'{tmp_path}/out'
     convert_tolerating_errors(root, out)
+    at = f'{root}/{name}/cat.tar' if inner == 'cat.tar' else f'{root}/{name}'
     assert error_reasons(out, 'train') == {
-        f'{root}/train.tar//@0': f'{root}/train.tar/cat/a.jpg is in {root}/train.tar again '
-                                   'later: the later one is read (as tar extracts it)'}
-    assert sorted((r[records.FILENAME], r[records.SOURCE]) for r in read_split(out, 'train')) == [
-        ('a.jpg', f'{root}/train.tar/cat/a.jpg'), ('b.jpg', f'{root}/train.tar/cat/b.jpg')]
+        f'{at}//@0': f'{root}/{name}/{inner}/a.jpg is in {root}/{name} again later: the later '
+                     'one is read (as tar extracts it)'}
+    assert sorted((r[records.FILENAME], r[records.SOURCE], r[records.ENCODED])
+                  for r in read_split(out, 'train')) == [
+        ('a.jpg', f'{root}/{name}/{inner}/a.jpg', B), ('b.jpg', f'{root}/{name}/{inner}/b.jpg', B)]

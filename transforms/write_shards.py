@@ -310,8 +310,8 @@ class EncodeChunk(beam.DoFn):
 
 
 def _with_streamed_bytes(refs: list[ExampleRef]) -> list[ExampleRef]:
-    """The refs, those of gzip tar members with their bytes (or the problem that they are
-    gone): one pass over each such archive for all of them, ending at the last one (its members
+    """The refs, those of gzip tar members with their bytes (or why they cannot be read): one
+    pass over each such archive for all of them, ending at the last one (its members
     cannot be read one by one)."""
     streamed = {r.member for r in refs
                 if r.member is not None and r.member.archive.streamed and r.problem is None}
@@ -321,9 +321,9 @@ def _with_streamed_bytes(refs: list[ExampleRef]) -> list[ExampleRef]:
     out = []
     for ref in refs:
         if ref.member in streamed:
-            data = found.get((ref.member.name, ref.member.index))
-            ref = dataclasses.replace(ref, data=data, problem=None if data is not None
-                                      else archives.gone(ref.member))
+            data = found.get((ref.member.name, ref.member.index), archives.gone(ref.member))
+            ref = (dataclasses.replace(ref, data=None, problem=data) if isinstance(data, str)
+                   else dataclasses.replace(ref, data=data))
         out.append(ref)
     return out
 

@@ -30,7 +30,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from pipeline.formats import fileio
 
@@ -156,9 +156,9 @@ class Member:
         """The member's bytes (ranged reads of its archive's file; a pass over a gzip tar up to
         the member)."""
         if self.archive.streamed:
-            data = read_streamed([self]).get((self.name, self.index))
-            if data is None:
-                raise DamagedArchive(gone(self))
+            data = read_streamed([self]).get((self.name, self.index), gone(self))
+            if isinstance(data, str):
+                raise DamagedArchive(data)
             return data
         if self.zip_info is None:
             data = fileio.read_range(self.file, self.offset, self.size)
@@ -174,18 +174,33 @@ _MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
 
 
 def members(archive: Archive) -> Iterator[Member]:
-    """Every member of a tar or zip archive, in archive order (not for gzip: see `stream`). Of
+    """Every member of an archive, in archive order (a gzip tar's from one pass, `stream`). Of
     members with the same name the last wins, as tar extracts them (`tar -r` appends a new
     version): each earlier one is reported as an error about its bytes."""
-    found = list(_zip_members(archive) if archive.kind == 'zip' else _tar_members(archive))
-    last = {m.name: m.offset for m in found if not m.unnamed and not m.is_dir}
+    found = ([member for member, _ in stream(archive)] if archive.streamed
+             else list(_zip_members(archive) if archive.kind == 'zip' else _tar_members(archive)))
+    last = {m.name: m.identity for m in found if not m.unnamed and not m.is_dir}
     for member in found:
-        header = member.offset - archive.start - (0 if member.zip_info else _BLOCK)
-        if member.unnamed or member.is_dir or last[member.name] == member.offset:
+        if member.unnamed or member.is_dir or last[member.name] == member.identity:
             yield member
         else:
-            yield _unnamed(archive, header, f'{member.path} is in {archive.path} again later: '
-                                            'the later one is read (as tar extracts it)')
+            yield _earlier_copy(member)
+
+
+def _earlier_copy(member: Member) -> Member:
+    """The error about a member whose name comes again later in its archive, named after the
+    byte its header starts at (in a gzip tar, inside the innermost archive it is in)."""
+    archive = member.archive
+    header = member.offset - archive.start - (0 if member.zip_info else _BLOCK)
+    inner = ''
+    if archive.streamed:
+        parts = member.name.split('/')
+        nested = [i for i, part in enumerate(parts[:-1]) if suffix(part)]
+        inner = '/'.join(parts[:nested[-1] + 1]) + '/' if nested else ''
+    return dataclasses.replace(
+        member, name=f'{inner}/@{header}', offset=archive.start + header, size=0, is_dir=False,
+        zip_info=None, error=f'{member.path} is in {archive.path} again later: the later one is '
+                             'read (as tar extracts it)')
 
 
 class _Window:
@@ -488,28 +503,44 @@ def _read_zip_member(member: Member) -> bytes:
     return data
 
 
-def stream(archive: Archive) -> Iterator[tuple[Member, bytes | None]]:
-    """(member, its bytes) of a gzip-compressed tar in one pass, archives inside it expanded in
-    the same pass (their members named by their path below `archive`). A directory or a member
-    that cannot be read has no bytes; damage ends the pass with a member saying where."""
+def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: False
+           ) -> Iterator[tuple[Member, bytes | None]]:
+    """(member, its bytes when `keep(member)`) of a gzip-compressed tar in one pass, archives
+    inside it expanded in the same pass (their members named by their path below `archive`).
+    Each member is read to its end whether kept or not (unkept ones in blocks), so damage is
+    found the same way either way: a member that cannot be read has an error, and damage that
+    ends the pass is a last member saying where."""
     source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
-    for index, (member, data) in enumerate(_stream_tar(archive, source, '', archive.depth)):
-        yield dataclasses.replace(member, index=index), data
+    pass_ = _Pass(keep)
+    for member, data in _stream_tar(archive, source, '', archive.depth, pass_):
+        yield dataclasses.replace(member, index=pass_.index), data
+        pass_.index += 1
 
 
-def read_streamed(wanted: Iterable[Member]) -> dict[tuple[str, int], bytes]:
-    """The bytes of members of gzip tars, by (name, index): one pass over each archive, ending
-    at the last member wanted. A member not found (the archive changed since it was listed) is
-    left out."""
+class _Pass:
+    """A pass over a gzip tar: which members' bytes to keep, and the index of the next member
+    it yields (a member's place in the pass)."""
+
+    def __init__(self, keep: Callable[[Member], bool]):
+        self.keep, self.index = keep, 0
+
+    def wants(self, member: Member) -> bool:
+        return self.keep(dataclasses.replace(member, index=self.index))
+
+
+def read_streamed(wanted: Iterable[Member]) -> dict[tuple[str, int], bytes | str]:
+    """The bytes of members of gzip tars, or why they cannot be read, by (name, index): one
+    pass over each archive, ending at the last member wanted. A member not found (the archive
+    changed since it was listed) is left out."""
     by_archive: dict[Archive, set] = {}
     for member in wanted:
         by_archive.setdefault(member.archive, set()).add((member.name, member.index))
     found = {}
     for archive, left in by_archive.items():
-        for member, data in stream(archive):
+        for member, data in stream(archive, lambda m: (m.name, m.index) in left):
             key = (member.name, member.index)
-            if key in left and data is not None:
-                found[key] = data
+            if key in left and not member.is_dir:
+                found[key] = member.error if data is None else data
                 left.discard(key)
                 if not left:
                     break
@@ -584,13 +615,13 @@ class _StrictTarInfo(tarfile.TarInfo):
         return super()._proc_member(tar)
 
 
-def _stream_tar(archive: Archive, source, prefix: str,
-                depth: int) -> Iterator[tuple[Member, bytes | None]]:
-    position = 0
+def _stream_tar(archive: Archive, source, prefix: str, depth: int,
+                pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
+    at = 0
     try:
         with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
             for info in tar:
-                position = info.offset_data
+                at = info.offset_data
                 name = _safe_name(info.name)
                 if name is None or not (name or info.isdir()):
                     yield Member(archive, f'{prefix}/@{info.offset}', info.offset, 0,
@@ -607,18 +638,19 @@ def _stream_tar(archive: Archive, source, prefix: str,
                         member, error='a link or special file inside an archive is not '
                                       'followed'), None
                 else:
-                    yield from _stream_member(member, lambda: tar.extractfile(info), depth)
+                    yield from _stream_member(member, lambda: tar.extractfile(info), depth,
+                                              pass_)
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        yield Member(archive, f'{prefix}/@{position}', position, 0,
+        yield Member(archive, f'{prefix}/@{at}', at, 0,
                      error=f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: '
-                           f'{exc}; the members after byte {position} of its uncompressed '
+                           f'{exc}; the members after byte {at} of its uncompressed '
                            'data cannot be read'), None
 
 
-def _stream_member(member: Member, open_member,
-                   depth: int) -> Iterator[tuple[Member, bytes | None]]:
-    """(member, its bytes) of a file in a streamed archive, or the members of the archive it
-    is; `open_member()` gives a file object of its bytes."""
+def _stream_member(member: Member, open_member, depth: int,
+                   pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
+    """(member, its bytes if kept) of a file in a streamed archive, or the members of the
+    archive it is; `open_member()` gives a file object of its bytes."""
     kind = suffix(member.name)
     if kind and depth >= MAX_DEPTH:
         yield dataclasses.replace(
@@ -628,15 +660,20 @@ def _stream_member(member: Member, open_member,
         inner = open_member()
         if kind != '.tar':
             inner = _gunzip(inner)
-        yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1)
+        yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1, pass_)
     elif kind == '.zip':
-        yield from _zip_in_stream(member, open_member().read(), depth + 1)
-    else:
+        yield from _zip_in_stream(member, open_member().read(), depth + 1, pass_)
+    elif pass_.wants(member):
         yield member, open_member().read()
+    else:
+        data = open_member()
+        while data.read(READ_BLOCK):
+            pass
+        yield member, None
 
 
-def _zip_in_stream(member: Member, data: bytes,
-                   depth: int) -> Iterator[tuple[Member, bytes | None]]:
+def _zip_in_stream(member: Member, data: bytes, depth: int,
+                   pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
     """A zip inside a streamed tar, from its bytes in memory (one member's worth), archives
     inside it expanded."""
     try:
@@ -661,7 +698,7 @@ def _zip_in_stream(member: Member, data: bytes,
                     yield dataclasses.replace(entry, error=error), None
                     continue
                 try:
-                    yield from _stream_member(entry, lambda: inner.open(info), depth)
+                    yield from _stream_member(entry, lambda: inner.open(info), depth, pass_)
                 except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
                     yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
     except (zipfile.BadZipFile, OSError, ValueError) as exc:

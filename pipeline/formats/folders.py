@@ -135,11 +135,6 @@ def _archive_files(place: Place, expand: bool) -> Iterator[File]:
     """The members below `place` (inside its archive) as Files; with `expand`, archives among
     them are replaced by their own members, to any depth."""
     archive = place.archive
-    if archive.streamed:
-        for member, _ in archives.stream(archive):   # Bytes are read again when converted.
-            if member.name.startswith(place.prefix) or member.unnamed:
-                yield _member_file(place, member)
-        return
     for member in place.members if place.members is not None else archives.members(archive):
         if not (member.name.startswith(place.prefix) or member.unnamed):
             continue
