@@ -7,7 +7,10 @@ import dataclasses
 import hashlib
 from typing import Any
 
+from pipeline.formats import pickling
 
+
+@pickling.values_only
 @dataclasses.dataclass(frozen=True)
 class ExampleRef:
     split: str
@@ -23,10 +26,6 @@ class ExampleRef:
     ignored: bool = False            # A hidden file: counted, never converted.
     member: Any = None               # The archive member (archives.Member) the image is in.
 
-    def __reduce__(self):
-        # Refs cross process boundaries often: pickle the values only, not the field names.
-        return ExampleRef, tuple(getattr(self, name) for name in _FIELDS)
-
     @property
     def location(self) -> Any:
         """What the image is read from: its archive member, else its path."""
@@ -35,9 +34,6 @@ class ExampleRef:
     @property
     def key_hash(self) -> int:
         return key_hash(self.key)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(ExampleRef))
 
 
 def key_hash(key: str) -> int:

@@ -32,7 +32,7 @@ import zipfile
 import zlib
 from typing import Callable, Iterable, Iterator
 
-from pipeline.formats import fileio
+from pipeline.formats import fileio, pickling
 
 SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')
 READ_BLOCK = 1 << 20                    # Bytes per read while indexing a tar.
@@ -61,6 +61,7 @@ class DamagedArchive(fileio.DamagedInput):
     """A member that cannot be read because its archive is damaged (CRC, truncation)."""
 
 
+@pickling.values_only
 @dataclasses.dataclass(frozen=True)
 class Archive:
     """An archive at bytes [start, start + size) of `file`; `path` is how users name it."""
@@ -71,10 +72,6 @@ class Archive:
     start: int = 0
     size: int | None = None     # None: to the end of the file.
     depth: int = 1              # 1: an archive file; 2: an archive inside one; and so on.
-
-    def __reduce__(self):
-        # Every member's ref carries its archive: pickle the values only, not the field names.
-        return Archive, tuple(getattr(self, name) for name in _ARCHIVE_FIELDS)
 
     @classmethod
     def of_file(cls, path: str, size: int, mtime: float | None) -> 'Archive':
@@ -96,6 +93,7 @@ class Archive:
         return self.file, self.file_size, self.file_mtime, self.start
 
 
+@pickling.values_only
 @dataclasses.dataclass(frozen=True)
 class Member:
     """One entry of an archive. `offset` is absolute in the archive's file: a tar member's
@@ -113,9 +111,6 @@ class Member:
     # A gzip tar's member: its place in the order of a pass over the archive, which finds it
     # again (name and offset do not: an archive appended twice inside it repeats both).
     index: int | None = None
-
-    def __reduce__(self):
-        return Member, tuple(getattr(self, name) for name in _MEMBER_FIELDS)
 
     @property
     def path(self) -> str:
@@ -167,10 +162,6 @@ class Member:
                                      f'{self.name}')
             return data
         return _read_zip_member(self)
-
-
-_ARCHIVE_FIELDS = tuple(f.name for f in dataclasses.fields(Archive))
-_MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
 
 
 def members(archive: Archive) -> Iterator[Member]:
