@@ -183,7 +183,7 @@ def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp
     stored = stored[:at] + bytes([stored[at] ^ 0xFF]) + stored[at + 1:]
     root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(classes),
                                         'validation.zip': stored})
-    summary = convert(f'--input_dir={root}', f'--output_dir={tmp_path}/out', '--max_error_ratio=0.5')
+    summary = convert(f'--input_dir={root}', f'--output_dir={tmp_path}/out', '--max_error_ratio=1')
     errors = {e['source']: e['reason'] for split in ('train', 'validation')
               for e in map(json.loads, open(f'{tmp_path}/out/errors-{split}.jsonl'))}
     n00 = f'{root}/train.tar/n00.tar'
@@ -199,6 +199,37 @@ def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp
     assert summary['splits']['train']['records'] == 27 - 1 - 4   # n01 lost 5, 6, 7 and cmyk.
     assert summary['splits']['train']['skipped'] == 2
     assert summary['splits']['validation']['records'] == 11
+
+
+CUT_CLASS = {f'{i:03d}.jpg': imagemaker.jpeg(32, 32, seed=i) for i in range(40)}
+
+
+@pytest.mark.parametrize('name, data', [
+    ('dog.tar', archivemaker.tar(CUT_CLASS)),
+    ('dog.tar.gz', archivemaker.tar(CUT_CLASS, 'gz')),
+    ('dog.zip', archivemaker.zip_(CUT_CLASS))])
+def test_a_cut_off_archive_fails_its_split_unless_every_error_is_accepted(tmp_path, name, data):
+    # Cut in the middle, the archive hides how many members lay behind the cut: 1 error in 61
+    # inputs is under 2%, yet the run fails, until --max_error_ratio=1 accepts any loss.
+    loose = {f'train/cat/{i}.jpg': imagemaker.jpeg(32, 32, seed=100 + i) for i in range(60)}
+    root = write_tree(tmp_path / 'in', {**loose, f'train/{name}': data[:len(data) // 2]})
+    out = f'{tmp_path}/out'
+    failed = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5',
+                     *IN_PROCESS)
+    assert failed.returncode == 2
+    assert failed.stderr.splitlines()[-1].startswith(
+        f"error: 1 archive(s) of split 'train' end in damage, e.g. {root}/train/{name}")
+    assert ('only --max_error_ratio 1 accepts it; nothing was committed. Fetch the archive '
+            'again, or pass --max_error_ratio=1 to convert what it holds') in failed.stderr
+    assert not os.path.exists(f'{out}/dataset_info.json')
+    convert_tolerating_errors(root, out)
+    names = {r[records.FILENAME] for r in read_split(out, 'train') if r[records.TEXT] == 'dog'}
+    [reason] = [r for s, r in error_reasons(out, 'train').items() if s.startswith(f'{root}/train/{name}')]
+    if name.endswith('.zip'):   # Its directory is at its end: nothing of it can be read.
+        assert not names and reason.startswith(f'damaged zip {root}/train/{name}: ')
+    else:
+        assert 10 < len(names) < 30 and names == {f'{i:03d}.jpg' for i in range(len(names))}
+        assert 'truncated archive' in reason or 'compressed data ends' in reason
 
 
 def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_path):
@@ -375,6 +406,19 @@ def test_a_pax_header_that_does_not_parse_reports_its_member_and_the_rest_is_rea
     data = pax(records) + entry('a.jpg', A) + entry('b.jpg', B) + END
     assert indexed(tmp_path, data) == [
         ('a.jpg', f'damaged pax header at byte 0 of {tmp_path}/x.tar: {reason}'), ('b.jpg', None)]
+
+
+def test_a_tar_without_its_end_blocks_or_damaged_to_its_end_says_so(tmp_path):
+    # Cut exactly after a member, a tar looks whole but for the two zero blocks that end it.
+    whole = entry('a.jpg', A) + entry('b.jpg', B)
+    assert indexed(tmp_path, whole) == [('a.jpg', None), ('b.jpg', None), (
+        f'/@{len(whole)}', f'{tmp_path}/x.tar ends at byte {len(whole)} without the zero blocks '
+                           'that end a tar: it may have been cut off there')]
+    bad = _corrupt_header(entry('b.jpg', B), 'b.jpg')
+    assert indexed(tmp_path, entry('a.jpg', A) + bad + A[:300]) == [('a.jpg', None), (
+        f'/@{len(entry("a.jpg", A))}', f'damaged tar header at byte {len(entry("a.jpg", A))} of '
+                                       f'{tmp_path}/x.tar: the members after byte '
+                                       f'{len(entry("a.jpg", A))} cannot be read')]
 
 
 def test_a_pax_record_whose_key_is_not_utf8_is_ignored(tmp_path):

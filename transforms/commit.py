@@ -161,13 +161,24 @@ def _error_lines(split: str, entries: list) -> bytes:
 def _check_error_ratio(errors: dict, facts: DatasetFacts, settings: ConversionSettings) -> None:
     for split, entries in errors.items():
         inputs = facts.split_counts.get(split, 0)
+        cut = sorted(facts.cut.get(split, ()))
+        if cut and settings.max_error_ratio < 1:
+            _fail(errors, split, settings,
+                  f'{len(cut)} archive(s) of split {split!r} end in damage, e.g. {cut[0]}: how '
+                  'many members lay behind it cannot be known, so only --max_error_ratio 1 '
+                  'accepts it; nothing was committed. Fetch the archive again, or pass '
+                  '--max_error_ratio=1 to convert what it holds')
         if inputs and len(entries) / inputs > settings.max_error_ratio:
-            for name, lines in errors.items():
-                fileio.write_bytes(fileio.join(settings.temp_dir, metadata.error_report_name(name)),
-                                   _error_lines(name, lines))
-            report = fileio.join(settings.temp_dir, metadata.error_report_name(split))
-            raise DatasetError(
-                f'{len(entries)} of {inputs} inputs of split {split!r} '
-                f'({100 * len(entries) / inputs:.1f}%) could not be converted, more than '
-                f'--max_error_ratio {settings.max_error_ratio}; nothing was committed. '
-                f'See {report} for each file and reason')
+            _fail(errors, split, settings,
+                  f'{len(entries)} of {inputs} inputs of split {split!r} '
+                  f'({100 * len(entries) / inputs:.1f}%) could not be converted, more than '
+                  f'--max_error_ratio {settings.max_error_ratio}; nothing was committed')
+
+
+def _fail(errors: dict, split: str, settings: ConversionSettings, reason: str) -> None:
+    """Raises `reason`, with every split's error report written to the temp folder first."""
+    for name, lines in errors.items():
+        fileio.write_bytes(fileio.join(settings.temp_dir, metadata.error_report_name(name)),
+                           _error_lines(name, lines))
+    report = fileio.join(settings.temp_dir, metadata.error_report_name(split))
+    raise DatasetError(f'{reason}. See {report} for each file and reason')

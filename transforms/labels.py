@@ -24,6 +24,7 @@ class DatasetFacts:
     split_counts: dict = dataclasses.field(default_factory=dict)       # split -> inputs
     ignored: dict = dataclasses.field(default_factory=dict)            # split -> hidden files
     streamed: dict = dataclasses.field(default_factory=dict)   # split -> {gzip archive paths}
+    cut: dict = dataclasses.field(default_factory=dict)   # split -> {errors of cut archives}
     known_bad: int = 0                 # Inputs with a problem found by listing (no features).
     texts: dict = dataclasses.field(default_factory=dict)              # label text -> {splits}
     int_labels: set = dataclasses.field(default_factory=set)
@@ -33,6 +34,8 @@ class DatasetFacts:
     def add(self, ref: ExampleRef) -> None:
         if ref.member is not None and ref.member.archive.streamed:
             self.streamed.setdefault(ref.split, set()).add(ref.member.archive.path)
+        if ref.member is not None and ref.member.cut:
+            self.cut.setdefault(ref.split, set()).add(ref.source)
         if ref.ignored:
             self.ignored[ref.split] = self.ignored.get(ref.split, 0) + 1
             return
@@ -55,6 +58,8 @@ class DatasetFacts:
             self.ignored[split] = self.ignored.get(split, 0) + n
         for split, paths in other.streamed.items():
             self.streamed.setdefault(split, set()).update(paths)
+        for split, sources in other.cut.items():
+            self.cut.setdefault(split, set()).update(sources)
         for text, splits in other.texts.items():
             self.texts.setdefault(text, set()).update(splits)
         self.int_labels |= other.int_labels

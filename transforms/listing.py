@@ -103,7 +103,7 @@ def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -
         return ExampleRef(split, file.key, file.path, file.name, None, ignored=True)
     if file.error is not None:   # Reported under the path through the archive, if any.
         return ExampleRef(split, file.key, file.path if file.member else '', file.name, label,
-                          problem=file.error)
+                          problem=file.error, member=file.member)
     return ExampleRef(split, file.key, file.path, file.name, label, file.size,
                       mtime=file.mtime, member=file.member)
 
@@ -377,7 +377,7 @@ def _path_ref(split: str, path: str, label: str | int, size: int | None, extras:
                           extras=extras)
     if member.error is not None:
         return ExampleRef(split, member.key, path, name or member.name, label, extras=extras,
-                          problem=member.error)
+                          problem=member.error, member=member.member)
     return ExampleRef(split, member.key, path, name or member.name, label, member.size,
                       extras=extras, mtime=member.mtime, member=member.member)
 

@@ -111,6 +111,9 @@ class Member:
     # A gzip tar's member: its place in the order of a pass over the archive, which finds it
     # again (name and offset do not: an archive appended twice inside it repeats both).
     index: int | None = None
+    # Its error ends what can be read of the archive (a cut-off end, a gzip pass stopped by
+    # damage, a zip without its directory): how many members lay behind it is unknown.
+    cut: bool = False
 
     @property
     def path(self) -> str:
@@ -267,6 +270,11 @@ def _tar_members(archive: Archive) -> Iterator[Member]:
         size = _number(header[124:136]) if _valid_header(header) else None
         if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
             resumed = _next_header(window, position + _BLOCK)
+            if resumed + _BLOCK > window.size:   # No header after it: damaged to the end.
+                yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                               f'{archive.path}: the members after byte {start} '
+                                               'cannot be read', cut=True)
+                return
             yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
                                            f'{archive.path}: the members in bytes '
                                            f'{start}-{resumed} cannot be read')
@@ -288,23 +296,28 @@ def _tar_members(archive: Archive) -> Iterator[Member]:
         if name is None or not (name or is_dir):
             yield _unnamed(archive, start, _unsafe(raw, start, archive))
         elif name:
-            error = damage
-            if error is None and data + size > window.size:
+            error, cut = damage, data + size > window.size
+            if cut:
                 error = f'truncated archive: {archive.path} ends inside {name}'
             elif error is None and kind not in _TAR_FILES and not is_dir:
                 what = {b'1': 'hard link', b'2': 'symbolic link'}.get(kind, 'special file')
                 error = f'a {what} inside an archive is not followed'
-            yield Member(archive, name, archive.start + data, size, is_dir, error)
+            yield Member(archive, name, archive.start + data, size, is_dir, error, cut=cut)
+            if cut:
+                return
         position = start = data + _padded(size)
         extended, damage = {}, None
     if position != start or window.read_at(position, _BLOCK).strip(b'\0'):
         yield _unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
-                                       f'header at byte {start}')
+                                       f'header at byte {start}', cut=True)
+    else:
+        yield _unnamed(archive, start, f'{archive.path} ends at byte {start} without the zero '
+                                       'blocks that end a tar: it may have been cut off there')
 
 
-def _unnamed(archive: Archive, position: int, error: str) -> Member:
+def _unnamed(archive: Archive, position: int, error: str, cut: bool = False) -> Member:
     """An error about the bytes of `archive` at `position` rather than a named member."""
-    return Member(archive, f'/@{position}', archive.start + position, 0, error=error)
+    return Member(archive, f'/@{position}', archive.start + position, 0, error=error, cut=cut)
 
 
 def _safe_name(raw: str) -> str | None:
@@ -396,7 +409,7 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
             infos = index.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         yield _unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
-                                   'can be read')
+                                   'can be read', cut=True)
         return
     ends = _zip_ends(infos, index.start_dir)
     for info in infos:
@@ -635,7 +648,7 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
         yield Member(archive, f'{prefix}/@{at}', at, 0,
                      error=f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: '
                            f'{exc}; the members after byte {at} of its uncompressed '
-                           'data cannot be read'), None
+                           'data cannot be read', cut=True), None
 
 
 def _stream_member(member: Member, open_member, depth: int,
@@ -693,5 +706,5 @@ def _zip_in_stream(member: Member, data: bytes, depth: int,
                 except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
                     yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        yield dataclasses.replace(member, name=f'{member.name}//@0',
+        yield dataclasses.replace(member, name=f'{member.name}//@0', cut=True,
                                   error=f'damaged zip {member.path}: {exc}'), None
