@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import tracemalloc
+import warnings
 import zipfile
 import zlib
 
@@ -696,6 +697,67 @@ def test_errors_about_an_archives_bytes_name_the_archive(tmp_path):
     assert list(error_reasons(out, 'validation')) == [f'{root}/validation/dog.zip//@0']
 
 
+def tar_of(*entries: tuple[str, bytes]) -> bytes:
+    """A tar of (name, bytes) in that order, names repeated as given."""
+    return b''.join(entry(name, data) for name, data in entries) + END
+
+
+def zip_of(*entries: tuple[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(out, 'w', zipfile.ZIP_STORED) as archive:
+        warnings.simplefilter('ignore')   # zipfile warns of a repeated name.
+        for name, data in entries:
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+def cut_inside(data: bytes, part: bytes) -> bytes:
+    return data[:data.index(part) + len(part) // 2]
+
+
+J = [imagemaker.jpeg(16, 16, seed=10 + i) for i in range(5)]
+REPEATS = {   # Case: (tar, the records it gives as (source in it, image), errors' sources in it).
+    'an inner tar again, the earlier with one more member': (
+        tar_of(('cat.tar', tar_of(('a.jpg', J[0]), ('only1.jpg', J[1]))),
+               ('cat.tar', tar_of(('a.jpg', J[2]))), ('dog/d.jpg', J[3])),
+        [('cat.tar/a.jpg', J[2]), ('dog/d.jpg', J[3])], ['/@0']),
+    'an inner tar three times': (
+        tar_of(*[('cat.tar', tar_of(('a.jpg', J[0]), ('b.jpg', J[1])))] * 3),
+        [('cat.tar/a.jpg', J[0]), ('cat.tar/b.jpg', J[1])], ['/@0', '/@4608']),
+    'a zip again': (
+        tar_of(('cat.zip', zip_of(('a.jpg', J[0]), ('only1.jpg', J[1]))),
+               ('cat.zip', zip_of(('a.jpg', J[2])))),
+        [('cat.zip/a.jpg', J[2])], ['/@0']),
+    'a name repeated in a zip after other members': (
+        tar_of(('dog/x.jpg', J[3]), ('cat.zip', zip_of(('a.jpg', J[0]), ('x.jpg', J[1]),
+                                                         ('a.jpg', J[2])))),
+        [('cat.zip/a.jpg', J[2]), ('cat.zip/x.jpg', J[1]), ('dog/x.jpg', J[3])], ['cat.zip//@0']),
+    'the later copy cut off': (
+        tar_of(('cat.tar', cut_inside(tar_of(('a.jpg', J[0]), ('b.jpg', J[1]), ('a.jpg', J[2])),
+                                      J[2])), ('dog/x.jpg', J[3])),
+        [('cat.tar/b.jpg', J[1]), ('dog/x.jpg', J[3])], ['cat.tar//@0', 'cat.tar/a.jpg']),
+    '__MACOSX at the top': (
+        tar_of(('cat/a.jpg', J[0]), ('__MACOSX/cat/a.jpg', J[1]), ('__MACOSX/cat/._a.jpg', b'x')),
+        [('cat/a.jpg', J[0])], []),
+}
+
+
+@pytest.mark.parametrize('case', REPEATS)
+def test_a_gzip_tar_converts_as_the_same_tar_uncompressed(tmp_path, case):
+    # Read in one pass or by ranged reads, the same tar gives the same records and errors,
+    # wherever names repeat: the last copy wins and an earlier archive hides what it holds.
+    data, expected_records, expected_errors = REPEATS[case]
+    for name, raw in (('train.tar', data), ('train.tar.gz', gzip.compress(data))):
+        root = write_tree(tmp_path / name, {name: raw})
+        out = f'{tmp_path}/out-{name}'
+        convert_tolerating_errors(root, out)
+        inside = f'{root}/{name}/'
+        assert sorted((r[records.SOURCE].removeprefix(inside), r[records.ENCODED])
+                      for r in read_split(out, 'train')) == expected_records, name
+        assert sorted(s.removeprefix(inside) for s in error_reasons(out, 'train')) == (
+            expected_errors), name
+
+
 def appended(folder: str) -> bytes:
     """A tar in which folder/a.jpg comes again after folder/b.jpg (as `tar -r` appends it)."""
     return entry(f'{folder}a.jpg', A) + entry(f'{folder}b.jpg', B) + entry(f'{folder}a.jpg', B) + END
@@ -712,8 +774,8 @@ def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path, nam
     convert_tolerating_errors(root, out)
     at = f'{root}/{name}/cat.tar' if inner == 'cat.tar' else f'{root}/{name}'
     assert error_reasons(out, 'train') == {
-        f'{at}//@0': f'{root}/{name}/{inner}/a.jpg is in {root}/{name} again later: the later '
-                     'one is read (as tar extracts it)'}
+        f'{at}//@0': f'{root}/{name}/{inner}/a.jpg is in {at} again later: the later one is '
+                     'read (as tar extracts it)'}
     assert sorted((r[records.FILENAME], r[records.SOURCE], r[records.ENCODED])
                   for r in read_split(out, 'train')) == [
         ('a.jpg', f'{root}/{name}/{inner}/a.jpg', B), ('b.jpg', f'{root}/{name}/{inner}/b.jpg', B)]

@@ -184,7 +184,7 @@ class StreamedSplit(Partition):
     def examples(self) -> Iterator[ExampleRef]:
         for relative, file in folders.walk(self.place):
             label, _, rest = relative.partition('/')
-            if rest and label and not _is_hidden(label):
+            if rest and label and not _is_hidden(label) and label != '__MACOSX':
                 yield _walked_ref(self.split, rest, file, label)
             else:
                 yield _unclassified(self.split, self.place, relative, file)

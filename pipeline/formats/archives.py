@@ -114,6 +114,8 @@ class Member:
     # Its error ends what can be read of the archive (a cut-off end, a gzip pass stopped by
     # damage, a zip without its directory): how many members lay behind it is unknown.
     cut: bool = False
+    # A gzip tar's member: the indexes of the archive entries of the pass it is inside.
+    within: tuple[int, ...] = ()
 
     @property
     def path(self) -> str:
@@ -168,33 +170,47 @@ class Member:
 
 
 def members(archive: Archive) -> Iterator[Member]:
-    """Every member of an archive, in archive order (a gzip tar's from one pass, `stream`). Of
-    members with the same name the last wins, as tar extracts them (`tar -r` appends a new
-    version): each earlier one is reported as an error about its bytes."""
+    """Every member of an archive, in archive order (a gzip tar's from one pass, `stream`).
+    Within each archive, of members with the same name the last wins, as tar extracts them
+    (`tar -r` appends a new version): each earlier one is reported as an error about its bytes,
+    and an earlier copy of an archive inside a gzip tar hides what it holds."""
     found = ([member for member, _ in stream(archive)] if archive.streamed
              else list(_zip_members(archive) if archive.kind == 'zip' else _tar_members(archive)))
-    last = {m.name: m.identity for m in found if not m.unnamed and not m.is_dir}
+    by_index = {m.index: m for m in found if m.index is not None}
+    last = {(m.within, m.name): m.identity for m in found if not m.unnamed and not m.is_dir}
+    hidden = set()   # Pass indices of earlier copies of archives inside a gzip tar.
     for member in found:
-        if member.unnamed or member.is_dir or last[member.name] == member.identity:
+        if hidden.intersection(member.within):
+            continue
+        if member.unnamed or member.is_dir:
             yield member
-        else:
-            yield _earlier_copy(member)
+        elif last[member.within, member.name] != member.identity:
+            yield _earlier_copy(member, by_index.get(member.within[-1] if member.within else None))
+            hidden.add(member.index)
+        elif not _holds_members(member):
+            yield member
 
 
-def _earlier_copy(member: Member) -> Member:
-    """The error about a member whose name comes again later in its archive, named after the
-    byte its header starts at (in a gzip tar, inside the innermost archive it is in)."""
+def _holds_members(member: Member) -> bool:
+    """Whether it is the entry of an archive inside a gzip tar, whose members follow it."""
+    return member.archive.streamed and bool(suffix(member.name)) and member.error is None
+
+
+def _earlier_copy(member: Member, inside: Member | None) -> Member:
+    """The error about a member whose name comes again later in the archive `inside` (None: its
+    own archive), named after the byte its header starts at in that archive."""
     archive = member.archive
-    header = member.offset - archive.start - (0 if member.zip_info else _BLOCK)
-    inner = ''
-    if archive.streamed:
-        parts = member.name.split('/')
-        nested = [i for i, part in enumerate(parts[:-1]) if suffix(part)]
-        inner = '/'.join(parts[:nested[-1] + 1]) + '/' if nested else ''
+    start = 0 if archive.streamed else archive.start   # A gzip tar's offsets: in its stream.
+    if inside is not None and inside.name.lower().endswith('.zip'):
+        header = member.offset - inside.offset
+    else:
+        header = member.offset - start - (0 if member.zip_info else _BLOCK)
+    name = f'{inside.name}//@{header}' if inside is not None else f'/@{header}'
+    where = f'{archive.path}/{inside.name}' if inside is not None else archive.path
     return dataclasses.replace(
-        member, name=f'{inner}/@{header}', offset=archive.start + header, size=0, is_dir=False,
-        zip_info=None, error=f'{member.path} is in {archive.path} again later: the later one is '
-                             'read (as tar extracts it)')
+        member, name=name, offset=start + header, size=0, is_dir=False,
+        zip_info=None, error=f'{member.path} is in {where} again later: the later one is read '
+                             '(as tar extracts it)')
 
 
 class _Window:
@@ -510,26 +526,30 @@ def _read_zip_member(member: Member) -> bytes:
 def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: False
            ) -> Iterator[tuple[Member, bytes | None]]:
     """(member, its bytes when `keep(member)`) of a gzip-compressed tar in one pass, archives
-    inside it expanded in the same pass (their members named by their path below `archive`).
+    inside it expanded in the same pass: an archive's own entry, then its members, named by
+    their path below `archive` and `within` it.
     Each member is read to its end whether kept or not (unkept ones in blocks), so damage is
     found the same way either way: a member that cannot be read has an error, and damage that
     ends the pass is a last member saying where."""
     source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
     pass_ = _Pass(keep)
     for member, data in _stream_tar(archive, source, '', archive.depth, pass_):
-        yield dataclasses.replace(member, index=pass_.index), data
+        yield pass_.placed(member), data
         pass_.index += 1
 
 
 class _Pass:
-    """A pass over a gzip tar: which members' bytes to keep, and the index of the next member
-    it yields (a member's place in the pass)."""
+    """A pass over a gzip tar: which members' bytes to keep, the index of the next member it
+    yields (a member's place in the pass) and the indexes of the archive entries it is in."""
 
     def __init__(self, keep: Callable[[Member], bool]):
-        self.keep, self.index = keep, 0
+        self.keep, self.index, self.within = keep, 0, ()
+
+    def placed(self, member: Member) -> Member:
+        return dataclasses.replace(member, index=self.index, within=self.within)
 
     def wants(self, member: Member) -> bool:
-        return self.keep(dataclasses.replace(member, index=self.index))
+        return self.keep(self.placed(member))
 
 
 def read_streamed(wanted: Iterable[Member]) -> dict[tuple[str, int], bytes | str]:
@@ -621,7 +641,7 @@ class _StrictTarInfo(tarfile.TarInfo):
 
 def _stream_tar(archive: Archive, source, prefix: str, depth: int,
                 pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
-    at = 0
+    at, pending = 0, None   # `pending`: a member being read, not yet yielded.
     try:
         with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
             for info in tar:
@@ -642,13 +662,16 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
                         member, error='a link or special file inside an archive is not '
                                       'followed'), None
                 else:
-                    yield from _stream_member(member, lambda: tar.extractfile(info), depth,
-                                              pass_)
+                    pending = member
+                    for item in _stream_member(member, lambda: tar.extractfile(info), depth,
+                                               pass_):
+                        pending = None
+                        yield item
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        yield Member(archive, f'{prefix}/@{at}', at, 0,
-                     error=f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: '
-                           f'{exc}; the members after byte {at} of its uncompressed '
-                           'data cannot be read', cut=True), None
+        error = (f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: {exc}; the '
+                 f'members after byte {at} of its uncompressed data cannot be read')
+        yield (dataclasses.replace(pending, error=error, cut=True) if pending is not None
+               else Member(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True)), None
 
 
 def _stream_member(member: Member, open_member, depth: int,
@@ -660,13 +683,18 @@ def _stream_member(member: Member, open_member, depth: int,
         yield dataclasses.replace(
             member, error=f'{member.path} is an archive nested more than {MAX_DEPTH} deep; '
                           'archives that deep are not read'), None
-    elif kind in ('.tar', '.tar.gz', '.tgz'):
-        inner = open_member()
-        if kind != '.tar':
-            inner = _gunzip(inner)
-        yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1, pass_)
-    elif kind == '.zip':
-        yield from _zip_in_stream(member, open_member().read(), depth + 1, pass_)
+    elif kind:
+        yield member, None   # The archive's own entry; its members follow, inside it.
+        pass_.within += (pass_.index - 1,)
+        try:
+            if kind == '.zip':
+                yield from _zip_in_stream(member, open_member().read(), depth + 1, pass_)
+            else:
+                inner = open_member() if kind == '.tar' else _gunzip(open_member())
+                yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1,
+                                       pass_)
+        finally:
+            pass_.within = pass_.within[:-1]
     elif pass_.wants(member):
         yield member, open_member().read()
     else:
