@@ -25,6 +25,7 @@ Archives nest at most MAX_DEPTH deep (an archive can hold itself).
 """
 import bz2
 import dataclasses
+import functools
 import io
 import struct
 import tarfile
@@ -48,7 +49,10 @@ _TAR_EXTENDED = (b'L', b'K', b'x', b'g')
 def suffix(name: str) -> str | None:
     """The archive suffix of a file name (`.tar`, `.tar.gz`, `.tgz`, `.zip`), or None."""
     lower = name.lower()
-    return next((s for s in SUFFIXES if lower.endswith(s) and len(name) > len(s)), None)
+    for found in SUFFIXES:
+        if lower.endswith(found) and len(name) > len(found):
+            return found
+    return None
 
 
 def folder_name(name: str) -> str:
@@ -77,7 +81,7 @@ class Archive:
     def of_file(cls, path: str, size: int, mtime: float | None) -> 'Archive':
         return cls(path, path, size, mtime, 0, size)
 
-    @property
+    @functools.cached_property
     def kind(self) -> str:
         found = suffix(self.path)
         return {'.zip': 'zip', '.tar': 'tar'}.get(found, 'tar.gz')
