@@ -233,6 +233,65 @@ def test_a_cut_off_archive_fails_its_split_unless_every_error_is_accepted(tmp_pa
         assert 'truncated archive' in reason or 'compressed data ends' in reason
 
 
+def cut_inside(data: bytes, part: bytes) -> bytes:
+    return data[:data.index(part) + len(part) // 2]
+
+
+CATS = {f'cat/{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=200 + i) for i in range(30)}
+DOGS = {f'dog/{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=300 + i) for i in range(30)}
+MAC_DOG = archivemaker.tar({k: v for name, image in sorted(DOGS.items())
+                            for k, v in ((f'._{name[4:]}', b'\0\5\26\7' + bytes(500)),
+                                         (name[4:], image))})
+DOG_TAR = archivemaker.tar(archivemaker.folder(DOGS, 'dog'))
+LOOSE_CATS = {f'train/{k}': v for k, v in CATS.items()}
+ENDING_DAMAGE = {   # Case: (files of the input folder, the archive the failure names).
+    'a class tar cut inside a hidden ._ member': (
+        {**LOOSE_CATS, 'train/dog.tar': cut_inside(MAC_DOG, b'._015.jpg')}, 'train/dog.tar'),
+    'a class tar cut inside the padding after a member': (
+        {**LOOSE_CATS, 'train/dog.tar': DOG_TAR[:DOG_TAR.index(DOGS['dog/014.jpg'])
+                                                + len(DOGS['dog/014.jpg']) + 10]},
+        'train/dog.tar'),
+    'a split tar of class folders cut inside a header': (
+        {'train.tar': cut_inside(archivemaker.tar({**CATS, **DOGS}), b'dog/015.jpg')},
+        'train.tar'),
+    'a split tar of class tars cut inside one': (
+        {'train.tar': cut_inside(archivemaker.tar(archivemaker.class_tars(
+            {f'train/{k}': v for k, v in {**CATS, **DOGS}.items()}, 'train')), DOGS['dog/015.jpg'])},
+        'train.tar'),
+}
+
+
+@pytest.mark.parametrize('case', ENDING_DAMAGE)
+def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
+    # However the archive is placed and wherever the cut falls, hidden members included.
+    files, archive = ENDING_DAMAGE[case]
+    root = write_tree(tmp_path / 'in', files)
+    out = f'{tmp_path}/out'
+    failed = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5',
+                     *IN_PROCESS)
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    assert failed.stderr.splitlines()[-1].startswith(
+        f"error: 1 archive(s) of split 'train' end in damage, e.g. {root}/{archive}: ")
+    assert not os.path.exists(f'{out}/dataset_info.json')
+    convert_tolerating_errors(root, out)
+    assert 30 <= len(read_split(out, 'train')) < 60
+
+
+def test_a_csv_row_through_a_cut_archive_is_one_input_lost(tmp_path):
+    # Each row is an input, so the loss is counted: no failure beyond the error ratio's.
+    flat = {f'{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=400 + i) for i in range(30)}
+    rows = ''.join(f'val.tar/{name},c{i % 2}\n' for i, name in enumerate(flat)).encode()
+    root = write_tree(tmp_path / 'in', {'val.csv': rows, 'val.tar': cut_inside(
+        archivemaker.tar(flat), flat['029.jpg'])})
+    out = f'{tmp_path}/out'
+    result = run_cli(f'--csv_validation={root}/val.csv', f'--output_dir={out}',
+                     '--max_error_ratio=0.05', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(read_split(out, 'validation')) == 29
+    assert error_reasons(out, 'validation') == {
+        f'{root}/val.tar/029.jpg': f'truncated archive: {root}/val.tar ends inside 029.jpg'}
+
+
 def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_path):
     files = {f'train/n0{i % 4}/{i}.JPEG': imagemaker.jpeg(24, 16, seed=i) for i in range(600)}
     root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train'))})
@@ -412,9 +471,10 @@ def test_a_pax_header_that_does_not_parse_reports_its_member_and_the_rest_is_rea
 def test_a_tar_without_its_end_blocks_or_damaged_to_its_end_says_so(tmp_path):
     # Cut exactly after a member, a tar looks whole but for the two zero blocks that end it.
     whole = entry('a.jpg', A) + entry('b.jpg', B)
-    assert indexed(tmp_path, whole) == [('a.jpg', None), ('b.jpg', None), (
-        f'/@{len(whole)}', f'{tmp_path}/x.tar ends at byte {len(whole)} without the zero blocks '
-                           'that end a tar: it may have been cut off there')]
+    for name, data in (('x.tar', whole), ('x.tar.gz', gzip.compress(whole))):
+        assert indexed(tmp_path, data, name) == [('a.jpg', None), ('b.jpg', None), (
+            f'/@{len(whole)}', f'{tmp_path}/{name} ends at byte {len(whole)} without the zero '
+                               'blocks that end a tar: it may have been cut off there')]
     bad = _corrupt_header(entry('b.jpg', B), 'b.jpg')
     assert indexed(tmp_path, entry('a.jpg', A) + bad + A[:300]) == [('a.jpg', None), (
         f'/@{len(entry("a.jpg", A))}', f'damaged tar header at byte {len(entry("a.jpg", A))} of '
@@ -709,10 +769,6 @@ def zip_of(*entries: tuple[str, bytes]) -> bytes:
         for name, data in entries:
             archive.writestr(name, data)
     return out.getvalue()
-
-
-def cut_inside(data: bytes, part: bytes) -> bytes:
-    return data[:data.index(part) + len(part) // 2]
 
 
 J = [imagemaker.jpeg(16, 16, seed=10 + i) for i in range(5)]

@@ -165,9 +165,9 @@ def _check_error_ratio(errors: dict, facts: DatasetFacts, settings: ConversionSe
         if cut and settings.max_error_ratio < 1:
             _fail(errors, split, settings,
                   f'{len(cut)} archive(s) of split {split!r} end in damage, e.g. {cut[0]}: how '
-                  'many members lay behind it cannot be known, so only --max_error_ratio 1 '
-                  'accepts it; nothing was committed. Fetch the archive again, or pass '
-                  '--max_error_ratio=1 to convert what it holds')
+                  'many members lay behind the damage cannot be known, so only '
+                  '--max_error_ratio 1 accepts it; nothing was committed. Fetch the archive '
+                  'again, or pass --max_error_ratio=1 to convert what it holds')
         if inputs and len(entries) / inputs > settings.max_error_ratio:
             _fail(errors, split, settings,
                   f'{len(entries)} of {inputs} inputs of split {split!r} '

@@ -24,7 +24,7 @@ class DatasetFacts:
     split_counts: dict = dataclasses.field(default_factory=dict)       # split -> inputs
     ignored: dict = dataclasses.field(default_factory=dict)            # split -> hidden files
     streamed: dict = dataclasses.field(default_factory=dict)   # split -> {gzip archive paths}
-    cut: dict = dataclasses.field(default_factory=dict)   # split -> {errors of cut archives}
+    cut: dict = dataclasses.field(default_factory=dict)   # split -> {archives ending in damage}
     known_bad: int = 0                 # Inputs with a problem found by listing (no features).
     texts: dict = dataclasses.field(default_factory=dict)              # label text -> {splits}
     int_labels: set = dataclasses.field(default_factory=set)
@@ -35,7 +35,7 @@ class DatasetFacts:
         if ref.member is not None and ref.member.archive.streamed:
             self.streamed.setdefault(ref.split, set()).add(ref.member.archive.path)
         if ref.member is not None and ref.member.cut:
-            self.cut.setdefault(ref.split, set()).add(ref.source)
+            self.cut.setdefault(ref.split, set()).add(ref.member.archive.path)
         if ref.ignored:
             self.ignored[ref.split] = self.ignored.get(ref.split, 0) + 1
             return

@@ -98,14 +98,19 @@ def _ignored_in_archive(relative: str, file: folders.File) -> bool:
 
 def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -> ExampleRef:
     """The ref of a listed file or archive member: ignored when hidden, a problem when
-    unreadable."""
-    if hidden:
+    unreadable (damage that ends its archive too, hidden or not)."""
+    if hidden and not _ends_archive(file):
         return ExampleRef(split, file.key, file.path, file.name, None, ignored=True)
     if file.error is not None:   # Reported under the path through the archive, if any.
         return ExampleRef(split, file.key, file.path if file.member else '', file.name, label,
                           problem=file.error, member=file.member)
     return ExampleRef(split, file.key, file.path, file.name, label, file.size,
                       mtime=file.mtime, member=file.member)
+
+
+def _ends_archive(file: folders.File) -> bool:
+    """Whether it is damage that ends what can be read of its archive (archives.Member.cut)."""
+    return file.member is not None and file.member.cut
 
 
 def _walked_ref(split: str, relative: str, file: folders.File, label: str | None) -> ExampleRef:
@@ -154,11 +159,11 @@ class SplitFolderFiles(Partition):
 
 def _unclassified(split: str, place: folders.Place, relative: str,
                   file: folders.File) -> ExampleRef:
-    if _is_hidden(relative) or _ignored_in_archive(relative, file):
+    if (_is_hidden(relative) or _ignored_in_archive(relative, file)) and not _ends_archive(file):
         return _file_ref(split, file, None, hidden=True)
     return ExampleRef(split, file.key, file.path if file.member else '', file.name, None,
                       problem=file.error or f'not in a class folder: move it to '
-                      f'{place.path}/<class>/{file.name}')
+                      f'{place.path}/<class>/{file.name}', member=file.member)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,7 +382,7 @@ def _path_ref(split: str, path: str, label: str | int, size: int | None, extras:
                           extras=extras)
     if member.error is not None:
         return ExampleRef(split, member.key, path, name or member.name, label, extras=extras,
-                          problem=member.error, member=member.member)
+                          problem=member.error)   # One row, one input: its loss is counted.
     return ExampleRef(split, member.key, path, name or member.name, label, member.size,
                       extras=extras, mtime=member.mtime, member=member.member)
 

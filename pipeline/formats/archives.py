@@ -330,9 +330,17 @@ def _tar_members(archive: Archive) -> Iterator[Member]:
     if position != start or window.read_at(position, _BLOCK).strip(b'\0'):
         yield _unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
                                        f'header at byte {start}', cut=True)
+    elif position > window.size:
+        yield _unnamed(archive, window.size, f'truncated archive: {archive.path} ends at byte '
+                                             f'{window.size}, inside the padding after a member',
+                       cut=True)
     else:
-        yield _unnamed(archive, start, f'{archive.path} ends at byte {start} without the zero '
-                                       'blocks that end a tar: it may have been cut off there')
+        yield _unnamed(archive, start, _unended(archive.path, start))
+
+
+def _unended(path: str, end: int) -> str:
+    return (f'{path} ends at byte {end} without the zero blocks that end a tar: it may have been '
+            'cut off there')
 
 
 def _unnamed(archive: Archive, position: int, error: str, cut: bool = False) -> Member:
@@ -621,10 +629,15 @@ class _Gunzip(io.RawIOBase):
                 return len(data)
 
 
+class _Unended(Exception):
+    """A tar's data ends where a header or the zero blocks that end it should be."""
+
+
 class _StrictTarInfo(tarfile.TarInfo):
     """tarfile's header, stricter for a one-pass read: a damaged or cut header and a negative
-    size are errors (tarfile takes them for the archive's end), and an extended header over
-    EXTENDED_MAX is refused before it is read into memory."""
+    size are errors (tarfile takes them for the archive's end), so is data that ends without
+    the zero blocks (`_Unended`), and an extended header over EXTENDED_MAX is refused before
+    it is read into memory."""
 
     @classmethod
     def fromtarfile(cls, tar):
@@ -632,6 +645,8 @@ class _StrictTarInfo(tarfile.TarInfo):
             info = super().fromtarfile(tar)
         except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError) as exc:
             raise tarfile.ReadError(str(exc)) from None
+        except tarfile.EmptyHeaderError:   # Taken for the end by tarfile, or an empty file.
+            raise _Unended() from None
         if info.size < 0:
             raise tarfile.ReadError(f'{info.name} has a negative size')
         return info
@@ -645,11 +660,12 @@ class _StrictTarInfo(tarfile.TarInfo):
 
 def _stream_tar(archive: Archive, source, prefix: str, depth: int,
                 pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
-    at, pending = 0, None   # `pending`: a member being read, not yet yielded.
+    at, end, pending = 0, 0, None   # `pending`: a member being read, not yet yielded.
+    where = f'{archive.path}/{prefix.rstrip("/")}' if prefix else archive.path
     try:
         with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
             for info in tar:
-                at = info.offset_data
+                at, end = info.offset_data, tar.offset
                 name = _safe_name(info.name)
                 if name is None or not (name or info.isdir()):
                     yield Member(archive, f'{prefix}/@{info.offset}', info.offset, 0,
@@ -671,9 +687,11 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
                                                pass_):
                         pending = None
                         yield item
+    except _Unended:
+        yield Member(archive, f'{prefix}/@{end}', end, 0, error=_unended(where, end)), None
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        error = (f'damaged archive {archive.path}{"/" + prefix if prefix else ""}: {exc}; the '
-                 f'members after byte {at} of its uncompressed data cannot be read')
+        error = (f'damaged archive {where}: {exc}; the members after byte {at} of its '
+                 'uncompressed data cannot be read')
         yield (dataclasses.replace(pending, error=error, cut=True) if pending is not None
                else Member(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True)), None
 
