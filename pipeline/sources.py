@@ -40,7 +40,8 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
     labels = LabelSettings(label_names=names, names_origin=f'--labels_file {opts.labels_file}',
                            num_labels=opts.num_labels, label_offset=opts.label_offset)
     if opts.input_dir:
-        folder = _folder_source(opts.input_dir.rstrip('/'), labels, bool(csvs))
+        folder = _folder_source(opts.input_dir.rstrip('/'), labels, bool(csvs),
+                                accept_cut=opts.max_error_ratio >= 1)
         return _with_csvs(folder, _csv_source(csvs, labels)) if csvs else folder
     if csvs:
         return _csv_source(csvs, labels)
@@ -64,9 +65,16 @@ def _with_csvs(folder: Source, csvs: Source) -> Source:
         identity=f'{folder.identity} {csvs.identity}')
 
 
-def _folder_source(root: str, labels: LabelSettings, optional: bool = False) -> Source:
+def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
+                   accept_cut: bool = False) -> Source:
     place = folders.place_of(root)
-    found = [p for p in folders.children(place)[0] if p.name in SPLITS]
+    places, files = folders.children(place)
+    cut = [f.path for f in files if f.member is not None and f.member.cut]
+    if cut and not accept_cut:   # Damage above the split folders: no split can count it.
+        raise DatasetError(f'{root} ends in damage ({cut[0]}): a split or some of its images may '
+                           'lie behind it and how many cannot be known. Fetch the archive again, '
+                           'or pass --max_error_ratio=1 to convert what it holds')
+    found = [p for p in places if p.name in SPLITS]
     for split in SPLITS:
         twins = [p.path for p in found if p.name == split]
         if len(twins) > 1:

@@ -109,8 +109,10 @@ def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -
 
 
 def _ends_archive(file: folders.File) -> bool:
-    """Whether it is damage that ends what can be read of its archive (archives.Member.cut)."""
-    return file.member is not None and file.member.cut
+    """Whether it is damage that ends what can be read of its archive (archives.Member.cut),
+    unless the archive is itself a hidden file (macOS leaves `._NAME.tar` beside `NAME.tar`)."""
+    return (file.member is not None and file.member.cut
+            and not fileio.basename(file.member.archive.path).startswith('.'))
 
 
 def _walked_ref(split: str, relative: str, file: folders.File, label: str | None) -> ExampleRef:

@@ -281,20 +281,28 @@ def _tar_members(archive: Archive) -> Iterator[Member]:
     error."""
     window = _Window(archive)
     # `start`: where the headers of the next member begin (extended headers come first).
-    position, start, extended, damage = 0, 0, {}, None
+    position, start, extended, damage, resynced = 0, 0, {}, None, False
     while position + _BLOCK <= window.size:
         header = window.read_at(position, _BLOCK)
         if header == bytes(_BLOCK) and position == start:
+            if resynced and _data_after(window, position):
+                # Resumed inside a tar stored in it, whose end this is, not the archive's.
+                yield _unnamed(archive, position, f'damaged tar: zero blocks at byte {position} '
+                                                  f'of {archive.path}, after a damaged header, '
+                                                  'are followed by more data; the members after '
+                                                  'them cannot be read', cut=True)
             return
         kind = header[156:157]
         size = _number(header[124:136]) if _valid_header(header) else None
         if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
             resumed = _next_header(window, position + _BLOCK)
-            if resumed + _BLOCK > window.size:   # No header after it: damaged to the end.
+            if resumed + _BLOCK > window.size:   # No header after it: damaged to the end,
+                ended = window.read_at(window.size - _BLOCK, _BLOCK) == bytes(_BLOCK)
                 yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
                                                f'{archive.path}: the members after byte {start} '
-                                               'cannot be read', cut=True)
+                                               'cannot be read', cut=not ended)   # or its end.
                 return
+            resynced = True
             yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
                                            f'{archive.path}: the members in bytes '
                                            f'{start}-{resumed} cannot be read')
@@ -336,6 +344,17 @@ def _tar_members(archive: Archive) -> Iterator[Member]:
                        cut=True)
     else:
         yield _unnamed(archive, start, _unended(archive.path, start))
+
+
+def _data_after(window: '_Window', position: int) -> bool:
+    """Whether anything but zeros follows byte `position` of the window (read to the first
+    byte that is not zero: an archive's end is zeros to a record's end, a few KB)."""
+    while position < window.size:
+        length = min(READ_BLOCK, window.size - position)
+        if window.read_at(position, length).strip(b'\0'):
+            return True
+        position += length
+    return False
 
 
 def _unended(path: str, end: int) -> str:
@@ -439,6 +458,11 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         yield _unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
                                    'can be read', cut=True)
         return
+    if _cut_after_inner_end(window):
+        yield _unnamed(archive, 0, f'damaged zip {archive.path}: it ends inside a member (the '
+                                   'last end record in it is that of a zip stored in it); none '
+                                   'of its members can be read', cut=True)
+        return
     ends = _zip_ends(infos, index.start_dir)
     for info in infos:
         name = _safe_name(info.filename)
@@ -457,6 +481,17 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         yield Member(archive, name, archive.start + info.header_offset, info.file_size,
                      info.is_dir(), error, (info.compress_type, info.compress_size, info.CRC,
                                             name_length, archive.start + end))
+
+
+def _cut_after_inner_end(window: _Window) -> bool:
+    """Whether member headers follow the last end record in a zip's tail: a zip cut after a
+    zip stored in it, whose end record zipfile then takes for its own."""
+    tail = window.read_at(max(0, window.size - ZIP_TAIL), ZIP_TAIL)
+    at = tail.rfind(b'PK\5\6')
+    if at < 0 or at + 22 > len(tail):
+        return False
+    after = tail[at + 22 + int.from_bytes(tail[at + 20:at + 22], 'little'):]
+    return b'PK\3\4' in after or b'PK\1\2' in after
 
 
 def _zip_problem(info: zipfile.ZipInfo) -> str | None:
@@ -688,12 +723,25 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
                         pending = None
                         yield item
     except _Unended:
-        yield Member(archive, f'{prefix}/@{end}', end, 0, error=_unended(where, end)), None
+        try:
+            source.read(1)   # A cut-off gzip stream ends once, then says so when read again.
+        except (EOFError, OSError, zlib.error) as exc:
+            yield _stream_damage(archive, prefix, end, None, exc), None
+        else:
+            yield Member(archive, f'{prefix}/@{end}', end, 0, error=_unended(where, end)), None
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        error = (f'damaged archive {where}: {exc}; the members after byte {at} of its '
-                 'uncompressed data cannot be read')
-        yield (dataclasses.replace(pending, error=error, cut=True) if pending is not None
-               else Member(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True)), None
+        yield _stream_damage(archive, prefix, at, pending, exc), None
+
+
+def _stream_damage(archive: Archive, prefix: str, at: int, pending: Member | None,
+                   exc: Exception) -> Member:
+    """The error that ends a pass over a gzip tar (or an archive inside it): on the member it
+    was reading, else at byte `at` of the uncompressed data."""
+    where = f'{archive.path}/{prefix.rstrip("/")}' if prefix else archive.path
+    error = (f'damaged archive {where}: {exc}; the members after byte {at} of its uncompressed '
+             'data cannot be read')
+    return (dataclasses.replace(pending, error=error, cut=True) if pending is not None
+            else Member(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True))
 
 
 def _stream_member(member: Member, open_member, depth: int,
