@@ -69,11 +69,12 @@ def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
                    accept_cut: bool = False) -> Source:
     place = folders.place_of(root)
     places, files = folders.children(place)
-    cut = [f.path for f in files if f.member is not None and f.member.cut]
-    if cut and not accept_cut:   # Damage above the split folders: no split can count it.
-        raise DatasetError(f'{root} ends in damage ({cut[0]}): a split or some of its images may '
-                           'lie behind it and how many cannot be known. Fetch the archive again, '
-                           'or pass --max_error_ratio=1 to convert what it holds')
+    damage = [f for f in files if f.member is not None and f.member.unnamed]
+    if damage and not accept_cut:   # Above the split folders: no split can count what it hides.
+        raise DatasetError(f'{root} is damaged above its split folders ({damage[0].error}): a '
+                           'split or some of its images may be missing and how many cannot be '
+                           'known. Fetch the archive again, or pass --max_error_ratio=1 to '
+                           'convert what it holds')
     found = [p for p in places if p.name in SPLITS]
     for split in SPLITS:
         twins = [p.path for p in found if p.name == split]

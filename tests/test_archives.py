@@ -240,6 +240,10 @@ def cut_inside(data: bytes, part: bytes) -> bytes:
 CATS = {f'cat/{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=200 + i) for i in range(30)}
 DOGS = {f'dog/{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=300 + i) for i in range(30)}
 EELS = {f'eel/{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=500 + i) for i in range(30)}
+DOG_ZIP = archivemaker.zip_(archivemaker.folder(DOGS, 'dog'), zipfile.ZIP_STORED)
+CLASS_ZIPS = archivemaker.zip_({'cat.zip': archivemaker.zip_(archivemaker.folder(CATS, 'cat')),
+                                'dog.zip': DOG_ZIP, 'eel.zip': archivemaker.zip_(EELS)},
+                               zipfile.ZIP_STORED)
 MAC_DOG = archivemaker.tar({k: v for name, image in sorted(DOGS.items())
                             for k, v in ((f'._{name[4:]}', b'\0\5\26\7' + bytes(500)),
                                          (name[4:], image))})
@@ -260,6 +264,8 @@ ENDING_DAMAGE = {   # Case: (files of the input folder, the archive the failure 
             {f'{c}.zip': archivemaker.zip_(archivemaker.folder(files, c), zipfile.ZIP_STORED)
              for c, files in (('cat', CATS), ('dog', DOGS), ('eel', EELS))},
             zipfile.ZIP_STORED), EELS['eel/010.jpg'])}, 'train.zip'),
+    'a zip cut right after a zip stored in it': (
+        {'train.zip': CLASS_ZIPS[:CLASS_ZIPS.index(DOG_ZIP) + len(DOG_ZIP)]}, 'train.zip'),
     'a damaged header of a class tar in a split tar': (
         {'train.tar': archivemaker.tar({'cat.tar': archivemaker.tar(archivemaker.folder(CATS, 'cat')),
                                         'bird.tar': archivemaker.tar({'b.jpg': DOGS['dog/000.jpg']}),
@@ -291,15 +297,18 @@ def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
     assert readable <= len(read_split(out, 'train')) < 60
 
 
-def test_damage_in_an_input_archive_above_its_splits_fails_the_run(tmp_path):
+@pytest.mark.parametrize('cut', ['inside a header', 'at a header'])
+def test_damage_in_an_input_archive_above_its_splits_fails_the_run(tmp_path, cut):
     # --input_dir=data.tar cut inside validation/: the split may be missing altogether.
     data = archivemaker.tar({**{f'train/{k}': v for k, v in CATS.items()},
                              **{f'validation/{k}': v for k, v in DOGS.items()}})
-    root = write_tree(tmp_path / 'in', {'data.tar': cut_inside(data, b'validation/dog/002.jpg')})
+    at = data.index(b'validation/dog/002.jpg') + (10 if cut == 'inside a header' else 0)
+    root = write_tree(tmp_path / 'in', {'data.tar': data[:at]})
     out = f'{tmp_path}/out'
     failed = run_cli(f'--input_dir={root}/data.tar', f'--output_dir={out}', *IN_PROCESS)
     assert failed.returncode == 2
-    assert failed.stderr.splitlines()[-1].startswith(f'error: {root}/data.tar ends in damage (')
+    assert failed.stderr.splitlines()[-1].startswith(
+        f'error: {root}/data.tar is damaged above its split folders (')
     assert run_cli(f'--input_dir={root}/data.tar', f'--output_dir={out}', '--max_error_ratio=1',
                    *IN_PROCESS).returncode == 0
     assert len(read_split(out, 'train')) == 30
@@ -307,17 +316,19 @@ def test_damage_in_an_input_archive_above_its_splits_fails_the_run(tmp_path):
 
 def test_damage_that_leaves_the_end_of_a_tar_is_bounded(tmp_path):
     # A macOS ._dog.tar beside dog.tar is hidden: its own damage fails nothing. A bad header
-    # of the last member loses that member only: the end blocks follow.
+    # of the last member loses that member only: the end blocks follow. Bytes after a zip's
+    # end record are no damage.
     last = DOG_TAR.index(b'dog/029.jpg'.removeprefix(b'dog/'))
     root = write_tree(tmp_path / 'in', {
         **LOOSE_CATS, 'train/._dog.tar': b'\0\5\26\7' + bytes(4092),
-        'train/dog.tar': DOG_TAR[:last] + b'X' + DOG_TAR[last + 1:]})
+        'train/dog.tar': DOG_TAR[:last] + b'X' + DOG_TAR[last + 1:],
+        'train/eel.zip': archivemaker.zip_(EELS) + b'PK\3\4 and more after its end'})
     out = f'{tmp_path}/out'
     result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.05',
                      *IN_PROCESS)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.load(open(f'{out}/summary.json'))['splits']['train']
-    assert (summary['records'], summary['skipped'], summary['ignored']) == (59, 1, 1)
+    assert (summary['records'], summary['skipped'], summary['ignored']) == (89, 1, 1)
 
 
 def test_a_csv_row_through_a_cut_archive_is_one_input_lost(tmp_path):

@@ -297,7 +297,8 @@ def _tar_members(archive: Archive) -> Iterator[Member]:
         if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
             resumed = _next_header(window, position + _BLOCK)
             if resumed + _BLOCK > window.size:   # No header after it: damaged to the end,
-                ended = window.read_at(window.size - _BLOCK, _BLOCK) == bytes(_BLOCK)
+                ended = window.size % _BLOCK == 0 and not window.read_at(
+                    window.size - 2 * _BLOCK, 2 * _BLOCK).strip(b'\0')
                 yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
                                                f'{archive.path}: the members after byte {start} '
                                                'cannot be read', cut=not ended)   # or its end.
@@ -458,7 +459,7 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
         yield _unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
                                    'can be read', cut=True)
         return
-    if _cut_after_inner_end(window):
+    if _inner_end_record(window, index.start_dir):
         yield _unnamed(archive, 0, f'damaged zip {archive.path}: it ends inside a member (the '
                                    'last end record in it is that of a zip stored in it); none '
                                    'of its members can be read', cut=True)
@@ -483,15 +484,24 @@ def _zip_members(archive: Archive) -> Iterator[Member]:
                                             name_length, archive.start + end))
 
 
-def _cut_after_inner_end(window: _Window) -> bool:
-    """Whether member headers follow the last end record in a zip's tail: a zip cut after a
-    zip stored in it, whose end record zipfile then takes for its own."""
+def _inner_end_record(window: _Window, start_dir: int) -> bool:
+    """Whether the end record zipfile took for a zip's own is that of a zip stored in it (the
+    zip was cut after it): its directory is then shifted to where a stored member's data
+    begins, right behind that member's local header."""
     tail = window.read_at(max(0, window.size - ZIP_TAIL), ZIP_TAIL)
     at = tail.rfind(b'PK\5\6')
     if at < 0 or at + 22 > len(tail):
         return False
-    after = tail[at + 22 + int.from_bytes(tail[at + 20:at + 22], 'little'):]
-    return b'PK\3\4' in after or b'PK\1\2' in after
+    shift = start_dir - int.from_bytes(tail[at + 16:at + 20], 'little')
+    before = window.read_at(max(0, shift - ZIP_TAIL), min(shift, ZIP_TAIL))
+    header = before.rfind(b'PK\3\4')
+    while shift > 0 and header >= 0:
+        local = before[header:header + _LOCAL_HEADER.size]
+        if (len(local) == _LOCAL_HEADER.size
+                and header + _local_length(local) == len(before)):
+            return True
+        header = before.rfind(b'PK\3\4', 0, header)
+    return False
 
 
 def _zip_problem(info: zipfile.ZipInfo) -> str | None:
