@@ -58,8 +58,8 @@ class DatasetFacts:
             self.ignored[split] = self.ignored.get(split, 0) + n
         for split, paths in other.streamed.items():
             self.streamed.setdefault(split, set()).update(paths)
-        for split, sources in other.cut.items():
-            self.cut.setdefault(split, set()).update(sources)
+        for split, paths in other.cut.items():
+            self.cut.setdefault(split, set()).update(paths)
         for text, splits in other.texts.items():
             self.texts.setdefault(text, set()).update(splits)
         self.int_labels |= other.int_labels

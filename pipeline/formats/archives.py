@@ -736,18 +736,18 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
         try:
             source.read(1)   # A cut-off gzip stream ends once, then says so when read again.
         except (EOFError, OSError, zlib.error) as exc:
-            yield _stream_damage(archive, prefix, end, None, exc), None
+            yield _stream_damage(archive, prefix, where, end, None, exc), None
         else:
             yield Member(archive, f'{prefix}/@{end}', end, 0, error=_unended(where, end)), None
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        yield _stream_damage(archive, prefix, at, pending, exc), None
+        yield _stream_damage(archive, prefix, where, at, pending, exc), None
 
 
-def _stream_damage(archive: Archive, prefix: str, at: int, pending: Member | None,
-                   exc: Exception) -> Member:
-    """The error that ends a pass over a gzip tar (or an archive inside it): on the member it
-    was reading, else at byte `at` of the uncompressed data."""
-    where = f'{archive.path}/{prefix.rstrip("/")}' if prefix else archive.path
+def _stream_damage(archive: Archive, prefix: str, where: str, at: int,
+                   pending: Member | None, exc: Exception) -> Member:
+    """The error that ends a pass over the gzip tar `archive` or an archive inside it (`where`
+    its path, `prefix` its members' names' start): on the member it was reading, else at byte
+    `at` of the uncompressed data."""
     error = (f'damaged archive {where}: {exc}; the members after byte {at} of its uncompressed '
              'data cannot be read')
     return (dataclasses.replace(pending, error=error, cut=True) if pending is not None
