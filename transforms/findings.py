@@ -8,7 +8,7 @@ import apache_beam as beam
 
 from pipeline.formats import fileio, metadata
 from pipeline.formats.errors import DatasetError
-from transforms.pairing import MAX_BUCKET, RADIUS, Pair
+from transforms.pairing import MAX_BUCKET, PAIR_ORDER, RADIUS, Pair
 from transforms.settings import ConversionSettings
 
 
@@ -37,19 +37,20 @@ class Leakage:
                                     for band, value, images, examples in self.crowded]}
 
 
-def _collect(pairs: list, flat: dict, crowded: list) -> Leakage:
-    return Leakage(tuple(sorted(pairs)), tuple(sorted(flat.items())), tuple(sorted(crowded)))
+def _collect(pair_lists: list, flat: dict, crowded: list) -> Leakage:
+    pairs = sorted((pair for listed in pair_lists for pair in listed.pairs), key=PAIR_ORDER)
+    return Leakage(tuple(pairs), tuple(sorted(flat.items())), tuple(sorted(crowded)))
 
 
 class CollectLeakage(beam.PTransform):
-    """Pairs, with FindLeakage's flat counts and crowded buckets -> one Leakage."""
+    """PairLists, with FindLeakage's flat counts and crowded buckets -> one Leakage."""
 
     def __init__(self, flat: beam.PCollection, crowded: beam.PCollection):
         super().__init__()
         self._flat, self._crowded = flat, crowded
 
-    def expand(self, pairs: beam.PCollection) -> beam.PCollection:
-        return (pairs
+    def expand(self, pair_lists: beam.PCollection) -> beam.PCollection:
+        return (pair_lists
                 | 'All Pairs' >> beam.combiners.ToList()
                 | 'With Flat And Crowded' >> beam.Map(_collect, beam.pvalue.AsDict(self._flat),
                                                       beam.pvalue.AsList(self._crowded)))

@@ -5,12 +5,18 @@ sends one table per group of buckets (a band and the top bits of its value, as m
 keep each at about GROUP_SIZE members), so the shuffle moves a few compact elements per part
 and memory per worker stays bounded at any scale.
 
+The candidates a group finds travel on as one list per group and partition of the pair keys
+(`candidate_partition`, as many partitions as groups per band), and the pairs as one list per
+partition: the shuffle that keeps the nearest sighting of each pair, and the collection of
+the pairs for the commit, move a few elements per group (PairList), not several per pair.
+
 With --leakage=drop the eval-side copy of each pair (the later split of train, validation, test)
 is left out of its shard when the shard's parts are joined (`drop_from_part`), found by its
 place (shard, chunk, place in the part file), which the pair carries.
 """
 import dataclasses
-from typing import Iterator
+import zlib
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -18,8 +24,8 @@ from apache_beam.metrics import Metrics
 
 from pipeline.formats import fileio, records
 from pipeline.formats.metadata import SPLITS
-from transforms.pairing import (BAND_BITS, MAX_BUCKET, ROW, Pair, Table, band_values, best,
-                                filed, filings, pair_band, sha_digest)
+from transforms.pairing import (BAND_BITS, MAX_BUCKET, PAIR_ORDER, ROW, PairList, Table,
+                                band_values, best, filed, filings, pair_band, sha_digest)
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
@@ -45,28 +51,36 @@ def part_table(part) -> Table:
     return Table(rows, [h[0] for h in part.hashes])
 
 
+def candidate_partition(key: tuple, bits: int) -> int:
+    """The partition of the pair keys a candidate pair (its key) is deduplicated in: a stable
+    hash of its first source, so every sighting of a pair meets in one."""
+    return zlib.crc32(key[0][1].encode()) & ((1 << bits) - 1)
+
+
 def _flat(records: Table) -> Iterator[tuple[str, int]]:
     count = int(np.count_nonzero(records.rows['phash'] == FLAT))
     if count:
         yield SPLITS[int(records.rows['split'][0])], count
 
 
-def _groups(records: Table, plans: dict) -> Iterator[tuple[tuple[int, int], Table]]:
-    """The part's filings, one Table per shuffle group (band, top bits of the filed value): a
-    few elements per part instead of eight per image."""
-    shift = BAND_BITS - group_bits(sum(plan.count for plan in plans.values()))
+def _groups(records: Table, plans: dict) -> Iterator[tuple[tuple[int, int, int], Table]]:
+    """The part's filings, one Table per shuffle group (band, top bits of the filed value), each
+    keyed with the group bits: a few elements per part instead of eight per image."""
+    bits = group_bits(sum(plan.count for plan in plans.values()))
+    shift = BAND_BITS - bits
     for band, members in filings(records):
         tops = band_values(filed(members), band) >> shift
         for top in np.unique(tops).tolist():
             chosen = np.flatnonzero(tops == top)
-            yield (band, top), Table(members.rows[chosen],
-                                     [members.sources[i] for i in chosen.tolist()],
-                                     members.mirrored[chosen])
+            yield (band, top, bits), Table(members.rows[chosen],
+                                           [members.sources[i] for i in chosen.tolist()],
+                                           members.mirrored[chosen])
 
 
 class PairGroup(beam.DoFn):
-    """(group, its Tables) -> candidate pairs within RADIUS in each bucket; a crowded bucket goes
-    to the 'crowded' output as (band, value, images, a few sources).
+    """(group, its Tables) -> (partition, [candidate pairs within RADIUS in each bucket]) for
+    each partition of the pair keys (candidate_partition) it found candidates in; a crowded
+    bucket goes to the 'crowded' output as (band, value, images, a few sources).
 
     Members of a bucket past MAX_BUCKET are counted, not kept (a part's at most), so memory
     stays bounded by the group's size however degenerate its hashes."""
@@ -75,7 +89,7 @@ class PairGroup(beam.DoFn):
         self._crowded = Metrics.counter(NAMESPACE, 'leakage_crowded_buckets')
 
     def process(self, element: tuple) -> Iterator:
-        (band, _), tables = element
+        (band, _, bits), tables = element
         counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
         kept = []
         for members in tables:
@@ -88,12 +102,25 @@ class PairGroup(beam.DoFn):
         for bucket in full:
             self._crowded.inc()
             yield beam.pvalue.TaggedOutput('crowded', bucket)
-        yield from found
+        partitions: dict[int, list] = {}
+        for candidate in found:
+            partitions.setdefault(candidate_partition(candidate[0], bits), []).append(candidate)
+        yield from partitions.items()
+
+
+def _nearest(partition: tuple[int, Iterable[list]]) -> PairList:
+    """The pairs of a partition, each at the smallest distance any bucket found it, in order."""
+    found: dict[tuple, list] = {}
+    for candidates in partition[1]:
+        for key, value in candidates:
+            found.setdefault(key, []).append(value)
+    return PairList(tuple(sorted((best(key, values) for key, values in found.items()),
+                                 key=PAIR_ORDER)))
 
 
 class FindLeakage(beam.PTransform):
-    """Part tables (part_table) -> a dict of PCollections: 'pairs' (Pair), 'flat' ((split, flat
-    images)) and 'crowded' ((band, value, images, sources)).
+    """Part tables (part_table) -> a dict of PCollections: 'pairs' (PairLists; every pair in
+    one of them), 'flat' ((split, flat images)) and 'crowded' ((band, value, images, sources)).
 
     `plans`: the shard plans as a dict side input; their example counts size the shuffle groups
     (known before any image is converted, so nothing waits for them)."""
@@ -113,17 +140,18 @@ class FindLeakage(beam.PTransform):
                        'crowded', main='candidates'))
         pairs = (buckets.candidates
                  | 'Group Candidates' >> beam.GroupByKey()
-                 | 'Best Distance' >> beam.MapTuple(best))
+                 | 'Best Distance' >> beam.Map(_nearest))
         return {'pairs': pairs, 'flat': flat, 'crowded': buckets.crowded}
 
 
-def dropped_copy(pair: Pair) -> tuple[tuple, tuple]:
-    """((split, shard, chunk, place) of the eval-side copy, (the reason it is left out, its
-    source, label id, passed through))."""
-    shard, chunk, place, label, passed = pair.where
-    reason = (f'near-duplicate of {pair.first[0]} image {pair.first[1]} '
-              f'(distance {pair.distance}{", mirrored" if pair.mirrored else ""})')
-    return (pair.second[0], shard, chunk, place), (reason, pair.second[1], label, passed)
+def dropped_copies(pairs: PairList) -> Iterator[tuple[tuple, tuple]]:
+    """For each pair, ((split, shard, chunk, place) of the eval-side copy, (the reason it is
+    left out, its source, label id, passed through))."""
+    for pair in pairs.pairs:
+        shard, chunk, place, label, passed = pair.where
+        reason = (f'near-duplicate of {pair.first[0]} image {pair.first[1]} '
+                  f'(distance {pair.distance}{", mirrored" if pair.mirrored else ""})')
+        yield (pair.second[0], shard, chunk, place), (reason, pair.second[1], label, passed)
 
 
 def by_shard(copy: tuple[tuple, tuple]) -> tuple[tuple[str, int], tuple]:

@@ -19,10 +19,12 @@ a few bytes and microseconds per record, whatever the language's per-object cost
 """
 import dataclasses
 import hashlib
+import operator
 from typing import Iterable, Iterator
 
 import numpy as np
 
+from pipeline.formats import pickling
 from pipeline.formats.metadata import SPLITS
 from transforms.phash import FLAT
 
@@ -67,6 +69,7 @@ class Table:
                      np.concatenate([t.mirrored for t in tables]))
 
 
+@pickling.values_only
 @dataclasses.dataclass(frozen=True, order=True)
 class Pair:
     """Two records of different splits, `first` in the earlier split (train < validation <
@@ -83,6 +86,18 @@ class Pair:
         return {'split_a': self.first[0], 'source_a': self.first[1], 'split_b': self.second[0],
                 'source_b': self.second[1], 'distance': self.distance, 'mirrored': self.mirrored,
                 'exact': self.exact}
+
+
+# A Pair's order (its compared fields) as a sort key: sorting by it gives the same order as
+# comparing Pairs, a few times faster.
+PAIR_ORDER = operator.attrgetter('first', 'second', 'distance', 'mirrored', 'exact')
+
+
+@dataclasses.dataclass(frozen=True)
+class PairList:
+    """Pairs in order, as one element between stages: pickled in one call, where Beam encodes
+    (and, to measure it, encodes again) a plain list item by item."""
+    pairs: tuple[Pair, ...]
 
 
 def sha_digest(sha256: str) -> int:
@@ -155,22 +170,26 @@ def pair_band(members: Table, band: int, counts: np.ndarray | None = None
             near = ~members.mirrored[x] & (d <= RADIUS)
             if not one_way:
                 near &= members.mirrored[y]
-            found += [_candidate(members, i, j, k) for i, j, k in
-                      zip(x[near].tolist(), y[near].tolist(), d[near].tolist())]
+            found += _candidates(members, x[near], y[near], d[near])
         offset += 1
         active = active[ends[active] - active > offset]
     return found, full
 
 
-def _candidate(members: Table, i: int, j: int, d: int) -> tuple[tuple, tuple]:
-    """(pair key, (distance, mirrored, exact, where of the later split's record))."""
-    first, second = sorted((i, j), key=lambda k: members.rows['split'][k])
-    row = members.rows[second]
-    key = tuple((SPLITS[members.rows['split'][k]], members.sources[k]) for k in (first, second))
-    where = (int(row['shard']), int(row['chunk']), int(row['index']), int(row['label']),
-             bool(row['passed']))
-    return key, (d, bool(members.mirrored[j]),
-                 bool(members.rows['sha'][i] == members.rows['sha'][j]), where)
+def _candidates(members: Table, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> list[tuple]:
+    """[(pair key, (distance, mirrored, exact, where of the later split's record))] of members
+    i[k] (filed under its own hash) and j[k] at distance d[k]."""
+    rows = members.rows
+    later = rows['split'][j] > rows['split'][i]
+    first, second = np.where(later, i, j), np.where(later, j, i)
+    places = zip(*(rows[name][second].tolist()
+                   for name in ('shard', 'chunk', 'index', 'label', 'passed')))
+    return [(((SPLITS[a_split], members.sources[a]), (SPLITS[b_split], members.sources[b])),
+             (distance, mirrored, exact, place))
+            for a, b, a_split, b_split, distance, mirrored, exact, place in zip(
+                first.tolist(), second.tolist(), rows['split'][first].tolist(),
+                rows['split'][second].tolist(), d.tolist(), members.mirrored[j].tolist(),
+                (rows['sha'][i] == rows['sha'][j]).tolist(), places)]
 
 
 def crowded(band: int, value: int, count: int, sources: list[str]) -> tuple:
@@ -197,4 +216,4 @@ def find_pairs(entries: Iterable[Entry]) -> tuple[list[Pair], dict, list]:
         full += crowded_buckets
         for key, value in candidates:
             found.setdefault(key, []).append(value)
-    return sorted(best(k, v) for k, v in found.items()), flat, full
+    return sorted((best(k, v) for k, v in found.items()), key=PAIR_ORDER), flat, full

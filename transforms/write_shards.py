@@ -24,7 +24,7 @@ from pipeline.formats import archives, faults, fileio, output_folder, records
 from pipeline.formats.errors import DatasetError
 from transforms import resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
-from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copy, part_table
+from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copies, part_table
 from transforms.phash import to_int64
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
@@ -127,7 +127,7 @@ class WriteShards(beam.PTransform):
         if self._settings.leakage == 'drop':
             drops['dropped'] = beam.pvalue.AsMultiMap(
                 leakage['pairs']
-                | 'Eval-Side Copies' >> beam.Map(dropped_copy)
+                | 'Eval-Side Copies' >> beam.FlatMap(dropped_copies)
                 | 'One Reason Each' >> beam.CombinePerKey(min)
                 | 'By Shard' >> beam.Map(by_shard))
         shards = (encoded.parts
