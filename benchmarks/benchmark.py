@@ -49,10 +49,11 @@ def _rss(process: psutil.Process) -> int:
         return 0
 
 
-def measure(cmd: list[str]) -> Run:
-    """Runs cmd, sampling the RSS of its process tree every 50 ms."""
+def measure(cmd: list[str], env: dict | None = None) -> Run:
+    """Runs cmd (in `env`, default this one's), sampling the RSS of its process tree every 50 ms."""
     started = time.perf_counter()
-    process = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           env=env)
     launcher = worker = total = 0
     while process.poll() is None:
         try:
