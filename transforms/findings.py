@@ -8,29 +8,34 @@ import apache_beam as beam
 
 from pipeline.formats import fileio, metadata
 from pipeline.formats.errors import DatasetError
-from transforms.pairing import MAX_BUCKET, PAIR_ORDER, RADIUS, Pair
+from transforms.pairing import MAX_BUCKET, RADIUS, Pair, PairList
 from transforms.settings import ConversionSettings
 
 
 @dataclasses.dataclass(frozen=True)
 class Leakage:
-    """Every pair found, flat images per split, and crowded buckets (band, value, images,
-    example sources)."""
-    pairs: tuple[Pair, ...] = ()
+    """Every pair found (in order), flat images per split, and crowded buckets (band, value,
+    images, example sources)."""
+    found: PairList = PairList()
     flat: tuple[tuple[str, int], ...] = ()
     crowded: tuple[tuple, ...] = ()
+
+    @property
+    def pairs(self) -> tuple[Pair, ...]:
+        return self.found.pairs
 
     def lines(self) -> bytes:
         return ''.join(json.dumps(p.line()) + '\n' for p in self.pairs).encode()
 
     def summary(self, action: str) -> dict:
+        pairs = self.pairs
         between: dict[str, int] = {}
-        for pair in self.pairs:
+        for pair in pairs:
             name = f'{pair.first[0]}/{pair.second[0]}'
             between[name] = between.get(name, 0) + 1
-        return {'action': action, 'radius': RADIUS, 'pairs': len(self.pairs),
-                'exact': sum(p.exact for p in self.pairs),
-                'mirrored': sum(p.mirrored for p in self.pairs),
+        return {'action': action, 'radius': RADIUS, 'pairs': len(pairs),
+                'exact': sum(p.exact for p in pairs),
+                'mirrored': sum(p.mirrored for p in pairs),
                 'between': dict(sorted(between.items())), 'flat_images': dict(self.flat),
                 'crowded_buckets': [{'band': band, 'value': value, 'images': images,
                                      'examples': examples}
@@ -38,8 +43,8 @@ class Leakage:
 
 
 def _collect(pair_lists: list, flat: dict, crowded: list) -> Leakage:
-    pairs = sorted((pair for listed in pair_lists for pair in listed.pairs), key=PAIR_ORDER)
-    return Leakage(tuple(pairs), tuple(sorted(flat.items())), tuple(sorted(crowded)))
+    return Leakage(PairList.merge(pair_lists), tuple(sorted(flat.items())),
+                   tuple(sorted(crowded)))
 
 
 class CollectLeakage(beam.PTransform):

@@ -24,7 +24,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.formats import fileio, records
 from pipeline.formats.metadata import SPLITS
-from transforms.pairing import (BAND_BITS, MAX_BUCKET, PAIR_ORDER, ROW, PairList, Table,
+from transforms.pairing import (BAND_BITS, MAX_BUCKET, ROW, PairList, Table,
                                 band_values, best, filed, filings, pair_band, sha_digest)
 from transforms.phash import FLAT
 
@@ -114,8 +114,7 @@ def _nearest(partition: tuple[int, Iterable[list]]) -> PairList:
     for candidates in partition[1]:
         for key, value in candidates:
             found.setdefault(key, []).append(value)
-    return PairList(tuple(sorted((best(key, values) for key, values in found.items()),
-                                 key=PAIR_ORDER)))
+    return PairList.of(best(key, values) for key, values in found.items())
 
 
 class FindLeakage(beam.PTransform):

@@ -24,7 +24,6 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from pipeline.formats import pickling
 from pipeline.formats.metadata import SPLITS
 from transforms.phash import FLAT
 
@@ -69,7 +68,6 @@ class Table:
                      np.concatenate([t.mirrored for t in tables]))
 
 
-@pickling.values_only
 @dataclasses.dataclass(frozen=True, order=True)
 class Pair:
     """Two records of different splits, `first` in the earlier split (train < validation <
@@ -93,11 +91,29 @@ class Pair:
 PAIR_ORDER = operator.attrgetter('first', 'second', 'distance', 'mirrored', 'exact')
 
 
+_FIELDS = operator.attrgetter('first', 'second', 'distance', 'mirrored', 'exact', 'where')
+
+
 @dataclasses.dataclass(frozen=True)
 class PairList:
-    """Pairs in order, as one element between stages: pickled in one call, where Beam encodes
-    (and, to measure it, encodes again) a plain list item by item."""
-    pairs: tuple[Pair, ...]
+    """Pairs in order, as one element between stages: their fields as plain tuples, which pickle
+    in one C call, where Beam encodes a list of objects item by item (and again to measure it),
+    pickling each apart."""
+    rows: tuple[tuple, ...] = ()
+
+    @staticmethod
+    def of(pairs: Iterable[Pair]) -> 'PairList':
+        return PairList(tuple(sorted(_FIELDS(pair) for pair in pairs)))
+
+    @staticmethod
+    def merge(lists: Iterable['PairList']) -> 'PairList':
+        return PairList(tuple(sorted(row for listed in lists for row in listed.rows)))
+
+    @property
+    def pairs(self) -> tuple[Pair, ...]:
+        """The pairs, in order (sorting their fields sorts them as Pairs compare: two pairs
+        never agree on the compared fields)."""
+        return tuple(Pair(*row) for row in self.rows)
 
 
 def sha_digest(sha256: str) -> int:
