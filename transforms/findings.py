@@ -64,13 +64,13 @@ class CollectLeakage(beam.PTransform):
 def check_leakage(leakage: Leakage, settings: ConversionSettings) -> None:
     """With --leakage=fail, fails (committing nothing) when any pair was found; the pairs are
     then in the run's temporary folder."""
-    if settings.leakage != 'fail' or not leakage.pairs:
+    if settings.leakage != 'fail' or not leakage.found.rows:
         return
     report = fileio.join(settings.temp_dir, metadata.LEAKAGE)
     fileio.write_bytes(report, leakage.lines())
-    first = leakage.pairs[0]
+    first = Pair(*leakage.found.rows[0])
     raise DatasetError(
-        f'{len(leakage.pairs)} image(s) have a near-duplicate in another split, e.g. '
+        f'{len(leakage.found.rows)} image(s) have a near-duplicate in another split, e.g. '
         f'{first.second[1]} ({first.second[0]}) and {first.first[1]} ({first.first[0]}), '
         f'distance {first.distance}; --leakage=fail: nothing was committed. See {report} for '
         'every pair; --leakage=drop leaves the later split\'s copy out')

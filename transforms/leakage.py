@@ -25,7 +25,7 @@ from apache_beam.metrics import Metrics
 from pipeline.formats import fileio, records
 from pipeline.formats.metadata import SPLITS
 from transforms.pairing import (BAND_BITS, MAX_BUCKET, ROW, PairList, Table,
-                                band_values, best, filed, filings, pair_band, sha_digest)
+                                band_values, filed, filings, nearest, pair_band, sha_digest)
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
@@ -109,12 +109,8 @@ class PairGroup(beam.DoFn):
 
 
 def _nearest(partition: tuple[int, Iterable[list]]) -> PairList:
-    """The pairs of a partition, each at the smallest distance any bucket found it, in order."""
-    found: dict[tuple, list] = {}
-    for candidates in partition[1]:
-        for key, value in candidates:
-            found.setdefault(key, []).append(value)
-    return PairList.of(best(key, values) for key, values in found.items())
+    """The pairs of a partition of the pair keys, from its groups' lists of candidates."""
+    return nearest(candidate for candidates in partition[1] for candidate in candidates)
 
 
 class FindLeakage(beam.PTransform):

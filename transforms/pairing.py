@@ -86,11 +86,6 @@ class Pair:
                 'exact': self.exact}
 
 
-# A Pair's order (its compared fields) as a sort key: sorting by it gives the same order as
-# comparing Pairs, a few times faster.
-PAIR_ORDER = operator.attrgetter('first', 'second', 'distance', 'mirrored', 'exact')
-
-
 _FIELDS = operator.attrgetter('first', 'second', 'distance', 'mirrored', 'exact', 'where')
 
 
@@ -213,10 +208,13 @@ def crowded(band: int, value: int, count: int, sources: list[str]) -> tuple:
     return band, value, count, sorted(sources)[:CROWDED_EXAMPLES]
 
 
-def best(key: tuple, found: Iterable[tuple]) -> Pair:
-    """The pair of `key` at the smallest distance any bucket found it."""
-    d, mirrored, exact, where = min(found)
-    return Pair(key[0], key[1], d, mirrored, exact, where)
+def nearest(candidates: Iterable[tuple[tuple, tuple]]) -> PairList:
+    """The pairs of `candidates` (pair_band's, from any bands), each at the smallest distance
+    any bucket found it."""
+    found: dict[tuple, list] = {}
+    for key, value in candidates:
+        found.setdefault(key, []).append(value)
+    return PairList.of(Pair(*key, *min(values)) for key, values in found.items())
 
 
 def find_pairs(entries: Iterable[Entry]) -> tuple[list[Pair], dict, list]:
@@ -225,11 +223,9 @@ def find_pairs(entries: Iterable[Entry]) -> tuple[list[Pair], dict, list]:
     flat: dict[str, int] = {}
     for split in records.rows['split'][records.rows['phash'] == FLAT].tolist():
         flat[SPLITS[split]] = flat.get(SPLITS[split], 0) + 1
-    found: dict[tuple, list] = {}
-    full = []
+    candidates, full = [], []
     for band, members in filings(records):
-        candidates, crowded_buckets = pair_band(members, band)
+        found, crowded_buckets = pair_band(members, band)
+        candidates += found
         full += crowded_buckets
-        for key, value in candidates:
-            found.setdefault(key, []).append(value)
-    return sorted((best(k, v) for k, v in found.items()), key=PAIR_ORDER), flat, full
+    return list(nearest(candidates).pairs), flat, full

@@ -493,9 +493,11 @@ def _inner_end_record(window: _Window, start_dir: int) -> bool:
     if at < 0 or at + 22 > len(tail):
         return False
     shift = start_dir - int.from_bytes(tail[at + 16:at + 20], 'little')
+    if shift <= 0:   # The directory is where the record says: it is the zip's own.
+        return False
     before = window.read_at(max(0, shift - ZIP_TAIL), min(shift, ZIP_TAIL))
     header = before.rfind(b'PK\3\4')
-    while shift > 0 and header >= 0:
+    while header >= 0:
         local = before[header:header + _LOCAL_HEADER.size]
         if (len(local) == _LOCAL_HEADER.size
                 and header + _local_length(local) == len(before)):
