@@ -1,7 +1,7 @@
 """What the data-quality checks add to a conversion, on the same workload as
 benchmarks/benchmark.py, in the same run.
 
-    python -m benchmarks.quality_cost [--n 20000] [--rounds 2] [--before COMMIT]
+    python -m benchmarks.quality_cost [--n 20000] [--rounds 2] [--before COMMIT] [--distinct]
 
 By default this version is compared with itself with parts of the checks taken out
 (benchmarks/without_hashes): without the pairing, and without the perceptual hashes and the
@@ -14,6 +14,10 @@ CPU time of its process tree at n, the steady rate, and the ratios to the versio
 With --before COMMIT the comparison is instead with that version (a temporary git worktree of
 it), which also differs in everything else changed since. Runs are interleaved, each figure the
 fastest of --rounds rounds (shared machines are noisy); ratios are printed, never asserted.
+
+The workload's crops of 16 photos are about one near-duplicate pair per image, the pairing's
+worst case; --distinct converts the workload's distinct variant instead (benchmarks/workload.py:
+the same photos, no two images alike), what the checks cost a dataset with little leakage.
 """
 import argparse
 import dataclasses
@@ -69,10 +73,13 @@ def main() -> None:
     parser.add_argument('--before', default=None,
                         help='Compare with this commit instead of this version without hashes.')
     parser.add_argument('--workdir', default=os.path.join(tempfile.gettempdir(), 'image-tfrecords-bench'))
+    parser.add_argument('--distinct', action='store_true',
+                        help='Convert images no two of which are alike (the workload\'s variant).')
     args = parser.parse_args()
     n, n_small = args.n, max(100, args.n // 50)
-    full = make_workload(os.path.join(args.workdir, f'images-{n}'), n)
-    small = linked_workload(full, os.path.join(args.workdir, f'images-{n}-small'), every=n // n_small)
+    name = f'images-{n}{"-distinct" if args.distinct else ""}'
+    full = make_workload(os.path.join(args.workdir, name), n, distinct=args.distinct)
+    small = linked_workload(full, os.path.join(args.workdir, f'{name}-small'), every=n // n_small)
     out = os.path.join(args.workdir, 'quality-cost-out')
     variants = {size: _variants(args, [f'--input_dir={workload}', f'--output_dir={out}',
                                        '--overwrite'])

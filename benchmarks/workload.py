@@ -4,6 +4,11 @@ Random crops of the photos, resized to 300-500 px on the long side, written as t
 layout ROOT/<split>/<class>/<image>: ~94% RGB JPEG (quality 90), ~3% PNG, ~2% grayscale JPEG,
 ~1% CMYK JPEG; 80/10/10 train/validation/test over 10 classes. Photos compress like photos;
 random noise would not.
+
+Crops of 16 photos overlap, so many images are near-duplicates of each other (about one pair
+across splits per image): the worst case for the leakage check. With `distinct`, each crop is
+cut into a 4x4 grid whose cells are shuffled and turned by random quarter turns before it is
+resized: the same photos, compressing about the same, but no two images alike.
 """
 import multiprocessing
 import os
@@ -29,8 +34,17 @@ def _photos() -> list[np.ndarray]:
 _PHOTOS: list = []
 
 
-def _make(task: tuple[str, int, int]) -> None:
-    path, index, seed = task
+def _mosaic(image: np.ndarray, rng: random.Random) -> np.ndarray:
+    """The image's 4x4 grid of square cells, shuffled, each turned by 0-3 quarter turns."""
+    side = min(image.shape[0], image.shape[1]) // 4
+    cells = [np.rot90(image[y * side:(y + 1) * side, x * side:(x + 1) * side], rng.randrange(4))
+             for y in range(4) for x in range(4)]
+    rng.shuffle(cells)
+    return np.concatenate([np.concatenate(cells[r * 4:r * 4 + 4], axis=1) for r in range(4)])
+
+
+def _make(task: tuple[str, int, int, bool]) -> None:
+    path, index, seed, distinct = task
     if not _PHOTOS:
         _PHOTOS.extend(_photos())
     rng = random.Random(seed)
@@ -38,7 +52,8 @@ def _make(task: tuple[str, int, int]) -> None:
     h, w = photo.shape[:2]
     ch, cw = rng.randint(h // 2, h), rng.randint(w // 2, w)
     y, x = rng.randint(0, h - ch), rng.randint(0, w - cw)
-    image = Image.fromarray(photo[y:y + ch, x:x + cw, :3])
+    crop = photo[y:y + ch, x:x + cw, :3]
+    image = Image.fromarray(np.ascontiguousarray(_mosaic(crop, rng) if distinct else crop))
     side = rng.randint(300, 500)
     scale = side / max(image.size)
     image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
@@ -56,9 +71,9 @@ def _make(task: tuple[str, int, int]) -> None:
         image.save(path, 'JPEG', quality=90)
 
 
-def make_workload(root: str, n: int, seed: int = 0) -> str:
+def make_workload(root: str, n: int, seed: int = 0, distinct: bool = False) -> str:
     """Writes n images under root (skipped if a complete workload is there); returns root."""
-    marker = os.path.join(root, f'.complete-{n}-{seed}')
+    marker = os.path.join(root, f'.complete-{n}-{seed}{"-distinct" if distinct else ""}')
     if os.path.exists(marker):
         return root
     tasks, rng = [], random.Random(seed)
@@ -72,7 +87,8 @@ def make_workload(root: str, n: int, seed: int = 0) -> str:
         label = rng.randrange(CLASSES)
         folder = os.path.join(root, split, f'class_{label:02d}')
         os.makedirs(folder, exist_ok=True)
-        tasks.append((os.path.join(folder, f'img_{index:07d}.jpg'), index, rng.getrandbits(32)))
+        tasks.append((os.path.join(folder, f'img_{index:07d}.jpg'), index, rng.getrandbits(32),
+                      distinct))
     with multiprocessing.Pool() as pool:
         pool.map(_make, tasks, chunksize=64)
     open(marker, 'w').close()
