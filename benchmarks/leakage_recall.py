@@ -6,10 +6,10 @@ photos: the basis of the radius chosen (transforms/pairing.py RADIUS).
 Distinct images are the non-overlapping tiles of the photos benchmarks/workload.py draws from
 (its own images are overlapping crops of 16 photos, so they are not distinct), scaled to 256 px
 and stored as JPEG at quality 90. Each tile gets one copy of each kind (resized to 40-90% and
-re-encoded at quality 60-90, brightness +20% and -20%, greyscale, mirrored). Images go through
-the converter's own path (convert_image: the strict decode and the hashes); pairs are found
-exhaustively and by multi-index hashing (pairing.find_pairs, which the pipeline uses), each copy
-in a split of its own. Flat tiles (blank sky, black space) are counted apart: they are never
+re-encoded at quality 60-90, brightness +20% and -20%, greyscale, mirrored, enlarged three times
+and stored as PNG). Images go through the converter's own path (convert_image: the strict
+decode and the hashes); pairs are found exhaustively and by multi-index hashing
+(pairing.find_pairs, which the pipeline uses), each copy in a split of its own. Flat tiles (blank sky, black space) are counted apart: they are never
 paired.
 """
 import argparse
@@ -32,6 +32,8 @@ KINDS = {
     'brightness -20%': lambda im, rng: _jpeg(ImageEnhance.Brightness(im).enhance(0.8), 85),
     'greyscale': lambda im, rng: _jpeg(im.convert('L'), 85),
     'mirrored': lambda im, rng: _jpeg(im.transpose(Image.Transpose.FLIP_LEFT_RIGHT), 85),
+    'enlarged 3x, PNG': lambda im, rng: _png(im.resize((im.width * 3, im.height * 3),
+                                                      Image.Resampling.BICUBIC)),
 }
 RADII = (4, 6, 8, 10, 12)
 
@@ -39,6 +41,12 @@ RADII = (4, 6, 8, 10, 12)
 def _jpeg(image: Image.Image, quality: int = 90) -> bytes:
     out = io.BytesIO()
     image.save(out, 'JPEG', quality=quality)
+    return out.getvalue()
+
+
+def _png(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, 'PNG')
     return out.getvalue()
 
 

@@ -1,7 +1,8 @@
 """Near-duplicates across splits: copies of training images planted in the test split (resized
-and re-encoded at quality 60-90, brightened or darkened by 20%, greyscale, mirrored, exact) among
-distinct photo-like images are found, listed in leakage.jsonl, counted, and reported, dropped or
-refused as --leakage says. Through the command line, as a user runs it."""
+and re-encoded at quality 60-90, brightened or darkened by 20%, greyscale, mirrored, enlarged
+three times as a PNG, exact) among distinct photo-like images are found, listed in
+leakage.jsonl, counted, and reported, dropped or refused as --leakage says. Through the command
+line, as a user runs it."""
 import io
 import json
 import os
@@ -23,6 +24,8 @@ COPIES = {
     'darker': lambda im, rng: _jpeg(ImageEnhance.Brightness(im).enhance(0.8), 85),
     'greyscale': lambda im, rng: _jpeg(im.convert('L'), 85),
     'mirrored': lambda im, rng: _jpeg(im.transpose(Image.Transpose.FLIP_LEFT_RIGHT), 85),
+    'enlarged': lambda im, rng: imagemaker.encode(
+        im.resize((im.width * 3, im.height * 3), Image.Resampling.BICUBIC), 'PNG'),
     'exact': None,
 }
 PER_KIND = 20
@@ -48,7 +51,7 @@ def planted(tmp_path_factory):
     for k, (kind, copy) in enumerate(COPIES.items()):
         for n in range(PER_KIND):
             i = k * PER_KIND + n
-            name = f'test/c{i % 4}/{kind}{n}.jpg'
+            name = f'test/c{i % 4}/{kind}{n}.{"png" if kind == "enlarged" else "jpg"}'
             files[name] = copy(photos[i], rng) if copy else files[f'train/c{i % 4}/p{i}.jpg']
             expected[name] = (f'train/c{i % 4}/p{i}.jpg', kind)
     for split in ('train', 'validation'):
