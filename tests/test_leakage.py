@@ -12,9 +12,11 @@ import pytest
 from PIL import Image, ImageEnhance
 
 from pipeline.formats import records
+from pipeline.formats.errors import DatasetError
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, read_split, run_cli, write_tree
+from tests.helpers import IN_PROCESS, convert, read_split, run_cli, write_tree
+from transforms import leakage
 
 COPIES = {
     'resized': lambda im, rng: _jpeg(im.resize((int(im.width * rng.uniform(0.4, 0.9)),
@@ -134,3 +136,32 @@ def test_fail_commits_nothing(planted, tmp_path):
     assert 'have a near-duplicate in another split' in result.stderr
     assert '--leakage=fail: nothing was committed' in result.stderr
     assert not os.path.exists(f'{out}/dataset_info.json')
+
+
+def _runs(pairs: list[dict]) -> int:
+    """How many sorted runs the pairs make, in the order the file lists them."""
+    keys = [(p['split_a'], p['source_a'], p['split_b'], p['source_b']) for p in pairs]
+    return 1 + sum(later < earlier for earlier, later in zip(keys, keys[1:]))
+
+
+def test_pairs_found_in_many_partitions_are_the_same_pairs(planted, tmp_path, monkeypatch):
+    """Past ~32,768 images the pairing splits the pair keys into partitions, each written as a
+    part of leakage.jsonl (forced here with small shuffle groups): the file lists the pairs the
+    records give, sorted within each part, with their counts, and --leakage=fail names the
+    first of them all."""
+    root, _, expected = planted
+    monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)
+    out = f'{tmp_path}/out'
+    summary = convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2')
+    pairs = _pairs(root, out)
+    assert _runs(pairs) > 1 and len(pairs) >= 0.95 * len(expected)
+    assert summary['leakage']['pairs'] == len(pairs)
+    assert summary['leakage']['exact'] == sum(p['exact'] for p in pairs) == PER_KIND
+    problems = verify(out, processes=1)   # No problem with leakage.jsonl: the same pairs.
+    assert len(problems) == PER_KIND + 1
+    first = min(pairs, key=lambda p: (p['split_a'], p['source_a'], p['split_b'], p['source_b']))
+    with pytest.raises(DatasetError) as failed:
+        convert(f'--input_dir={root}', f'--output_dir={tmp_path}/refused', '--num_shards=2',
+                '--leakage=fail')
+    assert (f'have a near-duplicate in another split, e.g. {root}/{first["source_b"]} (test) and '
+            f'{root}/{first["source_a"]} (train)') in str(failed.value)

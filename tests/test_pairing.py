@@ -1,6 +1,10 @@
 """Multi-index pairing alone (pairing.py) and as a Beam stage (FindLeakage): distances, mirror
 hashes, flat images, and the cap that reports a degenerate hash instead of pairing it with
-everything."""
+everything; and the collection of the pairs for the commit (CollectLeakage), which writes them
+as parts of leakage.jsonl and passes on only their counts."""
+import json
+import os
+import pickle
 import random
 
 import apache_beam as beam
@@ -9,8 +13,9 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms import leakage, pairing
+from transforms.findings import CollectLeakage
 from transforms.leakage import GROUP_SIZE, FindLeakage, group_bits, part_table
-from transforms.pairing import MAX_BUCKET, RADIUS, Pair, find_pairs
+from transforms.pairing import MAX_BUCKET, RADIUS, Pair, PairList, find_pairs
 from transforms.phash import FLAT, to_int64
 from transforms.sharding import ShardPlan
 from transforms.write_shards import ShardResult
@@ -126,3 +131,33 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_pair
         assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs), equal_to([]), label='pairs')
         assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
                     equal_to([(band, 300, 3) for band in range(4)]), label='crowded')
+
+
+def test_the_commit_gets_parts_of_leakage_jsonl_not_the_pairs(tmp_path):
+    """Each PairList becomes a file of leakage.jsonl lines; the Leakage the commit reads holds
+    their paths and counts, so its size does not grow with the pairs."""
+    def pair(i: int, later: str) -> Pair:
+        return Pair(('train', f'a{i:05d}'), (later, f'b{i:05d}'), i % 9, i % 2 == 0, i % 9 == 0,
+                    (0, 0, i, 0, True))
+    many = PairList.of(pair(i, 'test') for i in range(5000))
+    few = PairList.of(pair(i, 'validation') for i in range(5000, 5003))
+
+    def check(collected: list) -> None:
+        (found,) = collected
+        assert [part.pairs for part in found.parts] == [5000, 3]   # By their first pairs.
+        assert len(pickle.dumps(found)) < 2000
+        summary = found.summary('report')
+        assert (summary['pairs'], summary['exact'], summary['mirrored']) == (5003, 556, 2502)
+        assert summary['between'] == {'train/test': 5000, 'train/validation': 3}
+        assert summary['flat_images'] == {'train': 2}
+        found.write(f'{tmp_path}/leakage.jsonl')
+        lines = [json.loads(line) for line in open(f'{tmp_path}/leakage.jsonl')]
+        assert lines == [p.line() for p in many.pairs + few.pairs]
+        assert sorted(os.listdir(f'{tmp_path}/pairs')) == sorted(
+            os.path.basename(part.path) for part in found.parts)
+
+    with test_pipeline.TestPipeline() as p:
+        flat = p | 'Flat' >> beam.Create([('train', 2)])
+        crowded = p | 'Crowded' >> beam.Create([])
+        found = p | beam.Create([few, many]) | CollectLeakage(flat, crowded, str(tmp_path))
+        assert_that(found, check)

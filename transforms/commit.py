@@ -38,7 +38,7 @@ class CommitDataset(beam.PTransform):
         if self._leakage:
             found = {'leakage': beam.pvalue.AsSingleton(
                 self._leakage['pairs'] | 'Collect Leakage' >> CollectLeakage(
-                    self._leakage['flat'], self._leakage['crowded']))}
+                    self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))}
         return (results
                 | 'Collect Results' >> beam.combiners.ToList()
                 | 'Put In Place' >> beam.Map(commit_dataset,
@@ -134,6 +134,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
         }
     summary['damaged_images'] = settings.image.damaged_images
     summary['leakage'] = leakage.summary(settings.leakage)
+    leakage.write(fileio.join(staged, metadata.LEAKAGE))
+    moves.append((f'final/{metadata.LEAKAGE}', metadata.LEAKAGE))
     names = ''.join(name + '\n' for name in label_map.names).encode()
     files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
              metadata.FEATURES: metadata.dumps(metadata.features_json(len(label_map.names),
@@ -143,7 +145,6 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                 for split, entries in errors.items()},
              **{metadata.damaged_report_name(split): damaged_lines(split, shard_results)
                 for split, shard_results in by_split.items()},
-             metadata.LEAKAGE: leakage.lines(),
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
                  settings.dataset_name, settings.version, settings.description,
                  settings.output_formats, splits_info))}

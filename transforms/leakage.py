@@ -8,7 +8,8 @@ and memory per worker stays bounded at any scale.
 The candidates a group finds travel on as one list per group and partition of the pair keys
 (`candidate_partition`, as many partitions as groups per band), and the pairs as one list per
 partition: the shuffle that keeps the nearest sighting of each pair, and the collection of
-the pairs for the commit, move a few elements per group (PairList), not several per pair.
+the pairs for the commit, move a few elements per group (PairList), not several per pair; the
+commit gets each list as a part of leakage.jsonl, written where it was found (findings.py).
 
 With --leakage=drop the eval-side copy of each pair (the later split of train, validation, test)
 is left out of its shard when the shard's parts are joined (`drop_from_part`), found by its

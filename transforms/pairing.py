@@ -100,10 +100,6 @@ class PairList:
     def of(pairs: Iterable[Pair]) -> 'PairList':
         return PairList(tuple(sorted(_FIELDS(pair) for pair in pairs)))
 
-    @staticmethod
-    def merge(lists: Iterable['PairList']) -> 'PairList':
-        return PairList(tuple(sorted(row for listed in lists for row in listed.rows)))
-
     @property
     def pairs(self) -> tuple[Pair, ...]:
         """The pairs, in order (sorting their fields sorts them as Pairs compare: two pairs

@@ -141,6 +141,11 @@ def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
     return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
 
 
+def pairs_path(temp_dir: str, name: str) -> str:
+    """A part of leakage.jsonl (transforms/findings.py), joined into it at the commit."""
+    return fileio.join(temp_dir, 'pairs', f'{name}.jsonl')
+
+
 def in_format(shard_file: str, shard_format: ShardFormat) -> str:
     """The path of the same temporary shard in another format."""
     return f'{shard_file.rsplit(".", 1)[0]}.{shard_format.suffix}'

@@ -42,7 +42,8 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
     listed = fileio.read_if_exists(fileio.join(output_dir, metadata.LEAKAGE))
     if listed is None:
         return []
-    lines = [json.loads(line) for line in listed.decode().splitlines() if line]
-    if lines != [p.line() for p in pairs]:
+    lines = sorted((json.loads(line) for line in listed.decode().splitlines() if line),
+                   key=lambda p: (p['split_a'], p['source_a'], p['split_b'], p['source_b']))
+    if lines != [p.line() for p in pairs]:   # Pairs come sorted by those fields.
         return [f'{metadata.LEAKAGE}: lists {len(lines)} pair(s), the records give {len(pairs)}']
     return []
