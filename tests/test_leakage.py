@@ -126,6 +126,8 @@ def test_drop_leaves_the_test_copies_out_and_accounts_for_them(planted, tmp_path
     assert summary['records'] + summary['dropped_copies'] == summary['inputs'] == len(inputs)
     assert f'; {len(dropped)} later-split copies dropped; see leakage.jsonl' in result.stdout
     assert len(read_split(out, 'train')) == 201
+    problems = verify(out, processes=1)   # The records give no pair: each later copy is out.
+    assert len(problems) == 1 and problems[0].endswith('duplicate across splits (leakage)')
 
 
 def test_fail_commits_nothing(planted, tmp_path):
@@ -133,7 +135,7 @@ def test_fail_commits_nothing(planted, tmp_path):
     out = f'{tmp_path}/out'
     result = _convert(root, out, '--leakage=fail')
     assert result.returncode == 2
-    assert 'have a near-duplicate in another split' in result.stderr
+    assert 'near-duplicate pair(s) of images in different splits, e.g. ' in result.stderr
     assert '--leakage=fail: nothing was committed' in result.stderr
     assert not os.path.exists(f'{out}/dataset_info.json')
 
@@ -163,5 +165,6 @@ def test_pairs_found_in_many_partitions_are_the_same_pairs(planted, tmp_path, mo
     with pytest.raises(DatasetError) as failed:
         convert(f'--input_dir={root}', f'--output_dir={tmp_path}/refused', '--num_shards=2',
                 '--leakage=fail')
-    assert (f'have a near-duplicate in another split, e.g. {root}/{first["source_b"]} (test) and '
+    assert (f'{len(pairs)} near-duplicate pair(s) of images in different splits, e.g. '
+            f'{root}/{first["source_b"]} (test) and '
             f'{root}/{first["source_a"]} (train)') in str(failed.value)

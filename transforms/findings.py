@@ -111,7 +111,7 @@ def check_leakage(leakage: Leakage, settings: ConversionSettings) -> None:
     leakage.write(report)
     first = Pair(*min(part.first for part in leakage.parts))
     raise DatasetError(
-        f'{leakage.count} image(s) have a near-duplicate in another split, e.g. '
+        f'{leakage.count} near-duplicate pair(s) of images in different splits, e.g. '
         f'{first.second[1]} ({first.second[0]}) and {first.first[1]} ({first.first[0]}), '
         f'distance {first.distance}; --leakage=fail: nothing was committed. See {report} for '
         'every pair; --leakage=drop leaves the later split\'s copy out')

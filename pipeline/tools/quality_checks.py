@@ -34,7 +34,7 @@ def stored_hashes(example: dict) -> tuple[int, int]:
 
 def leakage_problems(output_dir: str, entries: list) -> list[str]:
     """Recomputes the pairs across splits; prints how many; a problem when leakage.jsonl (if
-    the dataset has one) lists others."""
+    the dataset has one) lists others, or, after --leakage=drop, when the records give any."""
     pairs, flat, crowded = find_pairs(entries)
     print(f'leakage: {len(pairs)} near-duplicate pair(s) across splits within {RADIUS} of 64 bits'
           f' ({sum(p.exact for p in pairs)} exact); {sum(flat.values())} flat image(s), '
@@ -42,6 +42,10 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
     listed = fileio.read_if_exists(fileio.join(output_dir, metadata.LEAKAGE))
     if listed is None:
         return []
+    summary = json.loads(fileio.read_if_exists(fileio.join(output_dir, metadata.SUMMARY)) or '{}')
+    if summary.get('leakage', {}).get('action') == 'drop':   # Each pair's later copy is out.
+        return [f'{metadata.LEAKAGE}: --leakage=drop left out the later copy of each pair it '
+                f'lists, yet the records give {len(pairs)} pair(s)'] if pairs else []
     lines = sorted((json.loads(line) for line in listed.decode().splitlines() if line),
                    key=lambda p: (p['split_a'], p['source_a'], p['split_b'], p['source_b']))
     if lines != [p.line() for p in pairs]:   # Pairs come sorted by those fields.
