@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 from pipeline.formats import records
 from pipeline.testing import imagemaker
 from tests.helpers import (
-    convert, output_files, pixels, read_files, read_split, shard_paths, write_tree)
+    convert, output_files, pixels, read_files, read_split, run_cli, shard_paths, write_tree)
 
 
 @pytest.fixture(scope='module')
@@ -122,3 +122,29 @@ def test_shards_mix_classes_and_are_deterministic_across_worker_counts(tmp_path)
         shard_labels = [r[records.LABEL] for r in read_files([path])]
         assert len(set(shard_labels)) >= 3 and 12 <= len(shard_labels) <= 20
 
+
+
+def test_names_not_in_utf8_are_reported_not_fatal(tmp_path):
+    """A file, or a class folder, named in another encoding (Latin-1 'café') is one skipped
+    input, reported under its name with the stray byte escaped; the rest converts."""
+    root = tmp_path / 'in'
+    files = {f'{split}/cat/{i}.jpg': imagemaker.jpeg(64, 48, seed=i + 10 * n)
+             for n, split in enumerate(('train', 'test')) for i in range(4)}
+    write_tree(root, files)
+    for name in (b'train/cat/caf\xe9.jpg', b'test/r\xe9d/x.jpg'):
+        path = os.fsencode(root) + b'/' + name
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'wb') as stream:
+            stream.write(imagemaker.jpeg(64, 48, seed=99))
+    out = tmp_path / 'out'
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.25')
+    assert result.returncode == 0, result.stderr
+    summary = json.load(open(out / 'summary.json'))['splits']
+    assert [(summary[s]['records'], summary[s]['skipped']) for s in ('train', 'test')] == [
+        (4, 1), (4, 1)]
+    for split, shown in (('train', f'{root}/train/cat/caf\\xe9.jpg'),
+                         ('test', f'{root}/test/r\\xe9d/x.jpg')):
+        (error,) = [json.loads(line) for line in open(out / f'errors-{split}.jsonl')]
+        assert error['source'] == shown
+        assert error['reason'].startswith('its path is not valid UTF-8')
+    assert open(out / 'labels.txt').read() == 'cat\n'

@@ -96,9 +96,38 @@ def _ignored_in_archive(relative: str, file: folders.File) -> bool:
     return file.member is not None and (file.is_dir or '__MACOSX' in relative.split('/'))
 
 
+NOT_UTF8 = ('its path is not valid UTF-8 (written in another encoding, shown here with the bytes '
+            'escaped): rename it, e.g. convmv -f latin1 -t utf8 -r --notest FOLDER')
+
+
+def _not_utf8(text: str | None) -> bool:
+    """Whether a name listed from disk holds bytes that are not UTF-8 (Python keeps them as
+    lone surrogates, which no later step could encode)."""
+    try:
+        (text or '').encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _escaped(text: str) -> str:
+    """A name that is not valid UTF-8 as printable text: each stray byte as \\xNN."""
+    return text.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+
+
+def _utf8_named(file: folders.File, label: str | None) -> tuple[folders.File, str | None]:
+    """The file and label as listed; a file whose name (or class folder's) is not UTF-8 becomes
+    a problem under its escaped name, without a class."""
+    if not (_not_utf8(file.key) or _not_utf8(label)):
+        return file, label
+    return dataclasses.replace(file, path=_escaped(file.path), key=_escaped(file.key),
+                               name=_escaped(file.name), error=file.error or NOT_UTF8), None
+
+
 def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -> ExampleRef:
     """The ref of a listed file or archive member: ignored when hidden, a problem when
-    unreadable (damage that ends its archive too, hidden or not)."""
+    unreadable or not named in UTF-8 (damage that ends its archive too, hidden or not)."""
+    file, label = _utf8_named(file, label)
     if hidden and not _ends_archive(file):
         return ExampleRef(split, file.key, file.path, file.name, None, ignored=True)
     if file.error is not None:   # Reported under the path through the archive, if any.
@@ -161,6 +190,7 @@ class SplitFolderFiles(Partition):
 
 def _unclassified(split: str, place: folders.Place, relative: str,
                   file: folders.File) -> ExampleRef:
+    file, _ = _utf8_named(file, None)
     if (_is_hidden(relative) or _ignored_in_archive(relative, file)) and not _ends_archive(file):
         return _file_ref(split, file, None, hidden=True)
     return ExampleRef(split, file.key, file.path if file.member else '', file.name, None,
