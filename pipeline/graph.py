@@ -13,6 +13,7 @@ A plan-only job (`--plan_only`) runs the first three stages and writes the plan 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.local_runner import runner_for
 from pipeline.plan import write_plan
 from pipeline.progress import plan_path
 from transforms.commit import CommitDataset
@@ -26,7 +27,7 @@ from transforms.write_shards import WriteShards
 def build_pipeline(options: PipelineOptions, partitions: list[Partition],
                    settings: ConversionSettings) -> beam.Pipeline:
     """The conversion of `partitions` into a committed dataset under settings.output_dir."""
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(runner=runner_for(options), options=options)
     measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
     facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
     if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
@@ -48,7 +49,7 @@ def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam
 def build_plan_pipeline(options: PipelineOptions, partitions: list[Partition],
                         settings: ConversionSettings, plan_path: str) -> beam.Pipeline:
     """Lists and plans without converting: the plan document goes to `plan_path`."""
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(runner=runner_for(options), options=options)
     measure_sizes = not all(x.sizes_known for x in partitions)
     facts, label_map, _, plans = _plan(p, partitions, settings, measure_sizes)
     _ = facts | 'Write Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),

@@ -26,6 +26,7 @@ from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.formats import fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
+from pipeline.local_runner import is_direct
 from pipeline.options import ConverterOptions, Options, parse
 from pipeline.plan import estimate
 from pipeline.progress import Progress
@@ -226,11 +227,6 @@ def _temp_folders(settings: ConversionSettings, opts: ConverterOptions) -> bool:
 def _sizes(folders: list[output_folder.TempFolder]) -> str:
     return ', '.join(f'{fileio.basename(f.path)} ({fileio.tree_bytes(f.path) / 1e6:.1f} MB)'
                      for f in folders)
-
-
-def is_direct(options: PipelineOptions) -> bool:
-    runner = options.view_as(StandardOptions).runner
-    return runner is None or str(runner).lower() in ('directrunner', 'direct')
 
 
 def _default_to_all_cores(options: PipelineOptions, given: set[str]) -> None:
