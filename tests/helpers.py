@@ -1,16 +1,25 @@
-"""Running conversions and reading their output back with TensorFlow, for the tests."""
+"""Running conversions and reading their output back with TensorFlow, for the tests.
+
+TensorFlow is imported by the functions that read records, so tests that read none start fast."""
 import glob
 import os
 import subprocess
 import sys
 
 import numpy as np
-import tensorflow as tf
+
+from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline import job
+from pipeline.local_runner import LocalRunner
 from pipeline.formats import records
 
 IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
+
+
+def stage_pipeline() -> TestPipeline:
+    """A TestPipeline on the runner of local runs (pipeline/local_runner.py)."""
+    return TestPipeline(runner=LocalRunner())
 
 
 def write_tree(root, files: dict) -> str:
@@ -60,6 +69,7 @@ def read_split(output_dir: str, split: str, extra_spec: dict | None = None) -> l
 
 
 def read_files(paths: list[str], extra_spec: dict | None = None) -> list[dict]:
+    import tensorflow as tf
     spec = records.parse_spec()
     spec.update(extra_spec or {})
     out = []
@@ -70,6 +80,7 @@ def read_files(paths: list[str], extra_spec: dict | None = None) -> list[dict]:
 
 
 def _value(tensor):
+    import tensorflow as tf
     if isinstance(tensor, tf.SparseTensor):
         tensor = tf.sparse.to_dense(tensor)
     value = tensor.numpy()
@@ -79,6 +90,7 @@ def _value(tensor):
 
 
 def pixels(record: dict) -> np.ndarray:
+    import tensorflow as tf
     return tf.io.decode_jpeg(record[records.ENCODED], channels=3).numpy()
 
 

@@ -9,9 +9,9 @@ import random
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.helpers import stage_pipeline
 from transforms import leakage, pairing
 from transforms.findings import CollectLeakage
 from transforms.leakage import GROUP_SIZE, FindLeakage, group_bits, part_table
@@ -83,7 +83,7 @@ def test_find_leakage_stage_gives_the_same_pairs():
                                                      ('f', 'y', FLAT, FLAT, 0, 1)]),
              ShardResult('test', 0, 'p1', hashes=[('b', 'z', to_int64(_flip(a, [5])),
                                                    to_int64(_hash()), 0, 1)])]
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3))
         assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs),
                     equal_to([Pair(('train', 'a'), ('test', 'b'), 1, False, False)]), label='pairs')
@@ -110,7 +110,7 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_pair(monkeypatch):
         parts.append(ShardResult(split, index, f'p{index}', hashes=hashes))
     expected, _, _ = find_pairs(entries)
     assert len(expected) > 100
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
         assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs), equal_to(expected))
         # A few elements per partition of the pair keys (64 here), not one per pair.
@@ -126,7 +126,7 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_pair
                          hashes=[(f's{index}-{r}', f'h{index}-{r}', to_int64(common),
                                   to_int64(common), 0, 1) for r in range(10)])
              for index in range(30)]
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
         assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs), equal_to([]), label='pairs')
         assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
@@ -156,7 +156,7 @@ def test_the_commit_gets_parts_of_leakage_jsonl_not_the_pairs(tmp_path):
         assert sorted(os.listdir(f'{tmp_path}/pairs')) == sorted(
             os.path.basename(part.path) for part in found.parts)
 
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         flat = p | 'Flat' >> beam.Create([('train', 2)])
         crowded = p | 'Crowded' >> beam.Create([])
         found = p | beam.Create([few, many]) | CollectLeakage(flat, crowded, str(tmp_path))

@@ -8,12 +8,11 @@ import os
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.formats import output_folder, records
 from pipeline.testing import imagemaker
-from tests.helpers import write_tree
+from tests.helpers import stage_pipeline, write_tree
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples
@@ -38,7 +37,7 @@ def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
 
 def test_plan_shards_honours_the_shard_count_with_even_shards():
     train, test = _refs(1000), _refs(7, 'test')
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         plans = p | beam.Create(train + test) | PlanShards(num_shards=4, target_shard_mb=128)
         sizes = plans | beam.Map(lambda kv: (kv[0], _shard_sizes(train if kv[0] == 'train' else test, kv[1])))
         assert_that(sizes, equal_to([('train', [250] * 4), ('test', [2, 2, 2, 1])]))
@@ -46,11 +45,11 @@ def test_plan_shards_honours_the_shard_count_with_even_shards():
 
 def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
     refs = _refs(1000)   # 1000 x 1000 bytes: about 1 MB.
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         counts = (p | beam.Create(refs) | PlanShards(num_shards=0, target_shard_mb=0.25)
                   | beam.Map(lambda kv: kv[1].num_shards))
         assert_that(counts, equal_to([4]))
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         counts = (p | beam.Create(refs[:3]) | PlanShards(num_shards=100, target_shard_mb=128)
                   | beam.Map(lambda kv: kv[1].num_shards))
         assert_that(counts, equal_to([3]))
@@ -59,7 +58,7 @@ def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
 def test_assign_chunks_puts_every_ref_in_one_chunk_at_its_rank():
     refs = _refs(1000)
     ranks = {r.key: i for i, r in enumerate(sorted(refs, key=lambda r: (r.key_hash, r.key)))}
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         plans = p | 'Refs For Plan' >> beam.Create(refs) | PlanShards(4, 128)
         chunks = (p | 'Refs' >> beam.Create(refs)
                   | beam.ParDo(AssignChunks(), plans=beam.pvalue.AsDict(plans))
@@ -101,7 +100,7 @@ def test_list_examples_accounts_for_every_file(tmp_path):
     from transforms.listing import FolderSplit
     root = write_tree(tmp_path, {'train/a/1.jpg': b'x', 'train/a/.hidden': b'x',
                                  'train/loose.jpg': b'x', 'train/b/sub/2.jpg': b'x'})
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         refs = p | ListExamples([FolderSplit('train', place_of(f'{root}/train'))], measure_sizes=False)
         assert_that(refs | beam.Map(lambda r: (r.filename, r.label, r.ignored, r.problem is None)),
                     equal_to([('1.jpg', 'a', False, True), ('.hidden', None, True, True),
@@ -111,7 +110,7 @@ def test_list_examples_accounts_for_every_file(tmp_path):
 def test_resolve_labels_counts_inputs_and_ignored_and_fixes_ids():
     refs = _refs(5) + [ExampleRef('train', '/data/.x', '/data/.x', '.x', None, ignored=True),
                        ExampleRef('train', '/data/bad', '', 'bad', 'zz', problem='broken link')]
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         facts, label_map = p | beam.Create(refs) | ResolveLabels(('train',), LabelSettings())
         assert_that(facts | beam.Map(lambda f: (f.split_counts, f.ignored)),
                     equal_to([({'train': 6}, {'train': 1})]), label='facts')
@@ -127,7 +126,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
             ExampleRef('train', f'{root}/gone.jpg', f'{root}/gone.jpg', 'gone.jpg', 'a'),
             ExampleRef('train', f'{root}/link', '', 'link', 'a', problem='broken link')]
     settings = ConversionSettings('d', ('train',), num_shards=1, output_dir=str(tmp_path / 'out'))
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         inputs = p | 'Refs' >> beam.Create(refs)
         plans = inputs | PlanShards(1, 128)
         _, label_map = inputs | ResolveLabels(('train',), LabelSettings())
@@ -153,7 +152,7 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
     token = output_folder.acquire(out, settings.run_id, 'DirectRunner', waits=True)
     settings = dataclasses.replace(settings, lock_token=token)
     output_folder.start_temp(out, settings.run_id)
-    with test_pipeline.TestPipeline() as p:
+    with stage_pipeline() as p:
         inputs = p | 'Refs' >> beam.Create(refs)
         facts, label_map = inputs | ResolveLabels(('train',), LabelSettings())
         written = inputs | WriteShards(settings, inputs | PlanShards(2, 128), label_map)
