@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from google.protobuf import text_encoding
 
@@ -28,6 +28,8 @@ _ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(
 _OURS = tuple(os.path.dirname(os.path.abspath(package.__file__)) + os.sep
               for package in (pipeline, transforms))
 TRACE = 'image_tfrecords.trace'   # For the log file; the console shows it with --verbose only.
+_watchers: list[Callable[[str], None]] = []   # Called with each line before it is shown.
+_output_lock = threading.RLock()   # Without the command line's console: orders our output.
 
 
 class _ConsoleFilter(logging.Filter):
@@ -67,6 +69,7 @@ class _OwnWorkerLines(logging.Filter):
         if record.msg == 'Worker: %s' and record.args:
             found = _worker_message(record)
             if found is not None and found[1]:
+                _tell_watchers(found[0])
                 logging.getLogger('image_tfrecords').log(record.levelno, '%s', found[0])
             return False
         return True
@@ -96,6 +99,7 @@ class _ConsoleHandler(logging.StreamHandler):
         self.status_line, self.status = status_line, ''
 
     def emit(self, record: logging.LogRecord) -> None:
+        _tell_watchers(record.getMessage())
         if self.status:
             self.stream.write('\r\x1b[K')
         super().emit(record)
@@ -111,6 +115,28 @@ class _ConsoleHandler(logging.StreamHandler):
 
 
 _console: _ConsoleHandler | None = None
+
+
+@contextlib.contextmanager
+def watching_lines(callback: Callable[[str], None]) -> Iterator[None]:
+    """While in the block, `callback(message)` runs before each of our lines is shown (on the
+    command line's console, or relayed from a worker with the Python API), under output_lock."""
+    _watchers.append(callback)
+    try:
+        yield
+    finally:
+        _watchers.remove(callback)
+
+
+def _tell_watchers(message: str) -> None:
+    with output_lock():
+        for callback in list(_watchers):
+            callback(message)
+
+
+def output_lock() -> threading.RLock:
+    """Held while a line or the status is written: what holds it writes in order."""
+    return _console.lock if _console is not None else _output_lock
 
 
 def show_status(text: str) -> bool:

@@ -5,11 +5,13 @@ in the run's temporary folder, and every converted chunk leaves a sidecar per pa
 (`parts/*.tfrecord.json`, a ShardResult with its records and errors; see transforms/resume.py).
 A thread in the launcher polls them and shows inputs done of the total, the rate and the time
 left: in place on a terminal (pipeline/console.py), else as a log line per tenth of the work
-(at most a minute apart; the shard lines and the summary tell the end). Parts an earlier
-attempt left are reused work, not counted as done.
+seen (at most a minute apart). When the shards are joined every input is done: a last line
+says so, at 100%, before the first shard line. Parts an earlier attempt left are reused work,
+not counted as done.
 """
 import json
 import logging
+import signal
 import threading
 import time
 
@@ -17,6 +19,7 @@ from pipeline import console
 from pipeline.formats import fileio, output_folder
 from pipeline.formats.errors import DatasetError
 from transforms.settings import ConversionSettings
+from transforms.write_shards import SHARD_LINE_PATTERN
 
 LOG = logging.getLogger('image_tfrecords')
 LINE_EVERY_SECONDS = 60
@@ -28,15 +31,22 @@ def plan_path(settings: ConversionSettings) -> str:
 
 
 class Progress:
-    """Shows the progress of a conversion while it runs: `with Progress(settings): run()`."""
+    """Shows the progress of a conversion while it runs: `with Progress(settings): run()`.
+
+    The display ends, at 100%, before the first line of the shard join is shown (the join starts
+    once every chunk is converted), and at once on Ctrl-C: nothing is redrawn after it."""
 
     def __init__(self, settings: ConversionSettings):
         self._plan = plan_path(settings)
         self._parts = fileio.join(settings.temp_dir, 'parts', '*.tfrecord.json')
-        self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.5
+        self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name='progress', daemon=True)
         self._seen: dict[str, int] = {}   # Sidecar path -> inputs it accounts for.
+        self._total = self._started = None
+        self._ended = False
+        self._watching = console.watching_lines(self._before_line)
+        self._previous_sigint = None
 
     def __enter__(self) -> 'Progress':
         try:
@@ -44,44 +54,81 @@ class Progress:
         except Exception:  # Progress is never worth failing a run for.
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
             self._reused = 0
+        self._watching.__enter__()
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous_sigint = signal.signal(signal.SIGINT, self._interrupted)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
+        self._end(finished=False)
         self._thread.join()
-        console.show_status('')
+        self._watching.__exit__(*exc)
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
         try:   # The note is for this attempt's launcher only.
             if fileio.exists(self._plan):
                 fileio.delete([self._plan])
         except Exception:
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
 
+    def _interrupted(self, signum, frame) -> None:
+        self._end(finished=False)
+        raise KeyboardInterrupt
+
+    def _before_line(self, message: str) -> None:
+        if SHARD_LINE_PATTERN.match(message):
+            self._end(finished=True)
+
+    def _end(self, finished: bool) -> None:
+        """Stops the display; `finished`: the conversion stage ended, so its last line says
+        every input is done."""
+        with console.output_lock():
+            if self._ended:
+                return
+            self._ended = True
+            self._stop.set()
+            console.show_status('')
+            if finished and self._read_plan():
+                todo = self._total - self._reused
+                if todo > 0:
+                    LOG.info('%s', status_text(todo, todo, self._reused,
+                                               time.time() - self._started))
+
+    def _read_plan(self) -> bool:
+        """Whether the plan (the total and the conversion's start) is known, reading it once."""
+        if self._total is None:
+            noted = fileio.match(self._plan)
+            if not noted:
+                return False
+            plan = json.loads(fileio.read_bytes(self._plan))
+            self._total = sum(s['inputs'] for s in plan['splits'].values())
+            self._started = noted[0].last_updated_in_seconds   # Conversion starts.
+        return True
+
     def _watch(self) -> None:
-        total = started = None
         done, last_line, next_step = 0, time.monotonic(), 1
         while not self._stop.wait(self._poll):
             try:
-                if total is None:
-                    noted = fileio.match(self._plan)
-                    if not noted:
-                        continue
-                    plan = json.loads(fileio.read_bytes(self._plan))
-                    total = sum(s['inputs'] for s in plan['splits'].values())
-                    started = noted[0].last_updated_in_seconds   # Conversion starts.
+                if not self._read_plan():
+                    continue
                 done += sum(self._inputs_of_new_parts())
             except Exception:  # Progress is never worth failing a run for.
                 logging.getLogger(console.TRACE).info('progress', exc_info=True)
                 continue
-            todo = total - self._reused
-            text = status_text(done, todo, self._reused, time.time() - started)
-            if console.show_status(text):
-                continue
-            step = int(10 * done / max(1, todo))
-            if 0 < done < todo and (step >= next_step
-                                    or time.monotonic() - last_line > LINE_EVERY_SECONDS):
-                LOG.info('%s', text)
-                last_line, next_step = time.monotonic(), step + 1
+            todo = self._total - self._reused
+            text = status_text(min(done, todo), todo, self._reused, time.time() - self._started)
+            with console.output_lock():
+                if self._ended:
+                    return
+                if console.show_status(text):
+                    continue
+                step = int(10 * done / max(1, todo))
+                if 0 < done < todo and (step >= next_step
+                                        or time.monotonic() - last_line > LINE_EVERY_SECONDS):
+                    LOG.info('%s', text)
+                    last_line, next_step = time.monotonic(), step + 1
 
     def _inputs_of_new_parts(self) -> list[int]:
         found = []
@@ -107,7 +154,9 @@ def status_text(done: int, todo: int, reused: int, seconds: float) -> str:
     if reused:
         text += f' ({reused:,} reused from an earlier attempt)'
     if rate:
-        text += f', {rate:,.0f} inputs/s, about {_duration(max(0, todo - done) / rate)} left'
+        text += f', {rate:,.0f} inputs/s'
+        if done < todo:
+            text += f', about {_duration((todo - done) / rate)} left'
     return text
 
 

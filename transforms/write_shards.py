@@ -12,6 +12,7 @@ DatasetError naming it. Finished parts and shards are marked so that a rerun aft
 import dataclasses
 import hashlib
 import logging
+import re
 import time
 from concurrent.futures import Future
 from typing import Iterable, Iterator
@@ -33,6 +34,9 @@ from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
 NAMESPACE = 'image_tfrecords'
+# A joined shard's line; the first one means every chunk is converted (the join waits for all).
+SHARD_LINE = '%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s'
+SHARD_LINE_PATTERN = re.compile(r'\S+ shard \d+/\d+ (written|reused from an earlier attempt): ')
 READ_AHEAD_BYTES = 64 << 20   # Per worker thread: images read, or being read, not yet converted.
 
 
@@ -396,7 +400,7 @@ class WriteShard(beam.DoFn):
         self._shards.inc()
         total = plans[split].num_shards
         if total <= 100 or shard % (total // 100) == 0:  # About a hundred lines per split.
-            LOG.info('%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s', split, shard + 1, total,
+            LOG.info(SHARD_LINE, split, shard + 1, total,
                      'reused from an earlier attempt' if reused else 'written', result.records,
                      result.bytes / 1e6, len(result.errors), '' if reused or not result.seconds else
                      f'; converted at {result.records / result.seconds:.0f} images/s per worker')
