@@ -71,7 +71,9 @@ class ConverterOptions(PipelineOptions):
         flag('config', metavar='MODULE:CLASS', help='An ImageClassificationConfig subclass that '
              'describes the dataset with example_generator(mode).')
         flag('config_arg', action='append', default=[], metavar='KEY=VALUE',
-             help='Keyword argument for the --config class; repeat for several.')
+             help='Keyword argument for the --config class\'s __init__, VALUE read as a Python '
+             'literal (else as text); repeat for several. A keyword the class does not take is '
+             'an error.')
         # Output.
         flag('output_dir', help='Where shards and metadata go: a local folder or gs:// prefix. '
              'Without any input flag, a generated sample dataset is converted into '

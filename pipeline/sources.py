@@ -147,6 +147,11 @@ def load_config(spec: str, args: list[str]) -> ImageClassificationConfig:
         raise DatasetError(f'--config {spec}: {exc}; pass its arguments with --config_arg key=value') from None
     if not isinstance(config, ImageClassificationConfig):
         raise DatasetError(f'--config {spec} is not an ImageClassificationConfig subclass')
+    dropped = [key for key in kwargs if key in getattr(config, 'ignored_arguments', ())]
+    if dropped:
+        raise DatasetError(f'--config_arg {dropped[0]}: {spec} does not take a {dropped[0]!r} '
+                           'argument (its __init__ passes it on unused); use one of the keywords '
+                           'its __init__ names')
     return config
 
 

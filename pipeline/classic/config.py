@@ -12,11 +12,13 @@ class ImageClassificationConfig(abc.ABC):
     """Describes a dataset: its labels, its modes (splits) and an example generator per mode.
 
     The keyword arguments of the old TFDS BuilderConfig (`name`, `description`, `version`,
-    `supported_versions`, `release_notes`) are accepted and stored.
+    `supported_versions`, `release_notes`) are accepted and stored; any other keyword that a
+    subclass passes on to this constructor is noted in `ignored_arguments`.
     """
 
     def __init__(self, name: str = 'default', description: str = '', version: Any = '1.0.0',
-                 supported_versions: Iterable = (), release_notes: Any = None, **_ignored):
+                 supported_versions: Iterable = (), release_notes: Any = None, **ignored):
+        self.ignored_arguments = tuple(ignored)   # Reached no constructor that takes them.
         self.name = name
         self.description = description or ''
         self.version = str(version)

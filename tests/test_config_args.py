@@ -1,0 +1,63 @@
+"""--config_arg KEY=VALUE reaches the --config class's __init__; a keyword the class passes on
+unused is refused in one line instead of converting a default dataset."""
+import json
+import os
+
+import pytest
+
+from pipeline.testing import imagemaker
+from tests.helpers import run_cli, write_tree
+
+CONFIG = '''
+import os
+from pipeline.config import ImageClassificationConfig
+
+
+class FolderConfig(ImageClassificationConfig):
+    def __init__(self, image_dir='{default}', **kwargs):
+        super().__init__(**kwargs)
+        self.image_dir = image_dir
+
+    @property
+    def num_labels(self):
+        return 2
+
+    @property
+    def supported_modes(self):
+        return ['train']
+
+    def example_generator(self, mode):
+        for name in sorted(os.listdir(self.image_dir)):
+            yield {{'image_path': os.path.join(self.image_dir, name), 'label': len(name) % 2}}
+'''
+
+
+@pytest.fixture
+def config_env(tmp_path) -> dict:
+    """A module folder_config.FolderConfig on PYTHONPATH, converting 3 images by default and the
+    5 of tmp_path/five with image_dir=...."""
+    write_tree(tmp_path / 'three', {f'{i}.jpg': imagemaker.jpeg(20, 20, seed=i) for i in range(3)})
+    write_tree(tmp_path / 'five', {f'{i}.jpg': imagemaker.jpeg(20, 20, seed=i) for i in range(5)})
+    (tmp_path / 'mods').mkdir()
+    (tmp_path / 'mods' / 'folder_config.py').write_text(CONFIG.format(default=tmp_path / 'three'))
+    paths = [str(tmp_path / 'mods'), os.environ.get('PYTHONPATH', ''), os.getcwd()]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
+def test_a_keyword_the_class_does_not_take_is_refused(tmp_path, config_env):
+    result = run_cli('--config=folder_config:FolderConfig', '--config_arg=imagedir=/elsewhere',
+                     f'--output_dir={tmp_path}/out', env=config_env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --config_arg imagedir: folder_config:FolderConfig does not take a 'imagedir' "
+        "argument (its __init__ passes it on unused); use one of the keywords its __init__ names")
+    assert not os.path.exists(f'{tmp_path}/out/summary.json')
+
+
+@pytest.mark.slow
+def test_a_keyword_the_class_takes_reaches_it(tmp_path, config_env):
+    result = run_cli('--config=folder_config:FolderConfig', f'--config_arg=image_dir={tmp_path}/five',
+                     f'--output_dir={tmp_path}/out', env=config_env)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())
+    assert summary['splits']['train']['records'] == 5
