@@ -123,7 +123,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     token = output_folder.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
     try:
         settings = dataclasses.replace(settings, lock_token=token)
-        if _nothing_to_do(settings):
+        if _nothing_to_do(settings, options, source.partitions):
             return Job(None, settings, options, sample_dir)
         _check_existing(settings)
         settings = dataclasses.replace(settings, resuming=_temp_folders(settings, opts))
@@ -148,10 +148,11 @@ def _plan_path(options: PipelineOptions, settings: ConversionSettings) -> str:
     return fileio.join(temp, f'plan-{settings.run_id}-{uuid.uuid4().hex[:8]}.json')
 
 
-def _nothing_to_do(settings: ConversionSettings) -> bool:
+def _nothing_to_do(settings: ConversionSettings, options: PipelineOptions,
+                   partitions: list) -> bool:
     """Finishes what a killed run left half-done; True when the output then holds this very
-    run's dataset (a commit of this run was interrupted, or the same command ran before and
-    --overwrite does not ask to convert again)."""
+    run's dataset (a commit of this run was interrupted, or the same command ran before on the
+    same input and --overwrite does not ask to convert again)."""
     out = settings.output_dir
     lines, finished = output_folder.finish_interrupted(out, settings.run_id)
     for line in lines:
@@ -164,11 +165,47 @@ def _nothing_to_do(settings: ConversionSettings) -> bool:
             and (info.get('description'), info.get('version')) == (settings.description,
                                                                   settings.version))
     if ours and not settings.overwrite and output_folder.dataset_files(out):
-        LOG.warning('%s already holds the dataset of this command (run %s); nothing to do. Pass '
-                    '--overwrite to convert again (e.g. after the input changed)', out,
-                    settings.run_id)
+        if not is_direct(options):
+            LOG.warning('%s already holds the dataset of this command (run %s); nothing to do. '
+                        'The input was not listed again: pass --overwrite to convert again after '
+                        'it changed', out, settings.run_id)
+            return True
+        changes = _input_changes(summary, options, partitions, settings)
+        if changes:
+            raise DatasetError(f'{out} holds the dataset of this command, but its input changed '
+                               f'since ({"; ".join(changes)}); pass --overwrite to convert again')
+        LOG.warning('%s already holds the dataset of this command (run %s) and its input is '
+                    'unchanged; nothing to do', out, settings.run_id)
         return True
     return False
+
+
+def _input_changes(summary: dict, options: PipelineOptions, partitions: list,
+                   settings: ConversionSettings) -> list[str]:
+    """How the input listed now differs from the one `summary` records, per split, by count
+    and by listing fingerprint (names, sizes and labels; see refs.listing_hash). Empty for a
+    dataset written without fingerprints."""
+    then = summary.get('splits', {})
+    if not all('listing' in s for s in then.values()):
+        return []
+    handle, path = tempfile.mkstemp(prefix='image-tfrecords-listing-', suffix='.json')
+    os.close(handle)
+    try:
+        build_plan_pipeline(options, partitions, settings, path).run().wait_until_finish()
+        now = json.loads(fileio.read_bytes(path))['splits']
+    finally:
+        os.remove(path)
+    changes = []
+    for split in SPLITS:
+        old, new = then.get(split), now.get(split)
+        if old is None and new is None:
+            continue
+        count_now, count_then = (new or {}).get('inputs', 0), (old or {}).get('inputs', 0)
+        if count_now != count_then:
+            changes.append(f'{split}: {count_now} inputs now, {count_then} then')
+        elif (new or {}).get('listing') != (old or {}).get('listing'):
+            changes.append(f'{split}: {count_now} inputs as then, but other names, sizes or labels')
+    return changes
 
 
 def _check_existing(settings: ConversionSettings) -> None:
@@ -239,8 +276,9 @@ def _default_to_all_cores(options: PipelineOptions, given: set[str]) -> None:
 def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
             **values) -> dict:
     """Runs a conversion to the end and returns its summary (see summary.json), with the
-    seconds it took and the chunks it converted and reused (and the inputs in the chunks it
-    converted). Options as for `prepare`."""
+    seconds it took, whether it converted now (`converted_now`: False when the output already
+    held this command's dataset) and the chunks it converted and reused (and the inputs in the
+    chunks it converted). Options as for `prepare`."""
     started = time.monotonic()
     job = prepare(flags, config, **values)
     settings = job.settings
@@ -260,6 +298,7 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,
+                   converted_now=job.pipeline is not None,
                    chunks={'converted': counters.get('chunks_converted', 0),
                            'reused': counters.get('chunks_reused', 0),
                            'inputs_converted': (counters.get('images_written', 0)

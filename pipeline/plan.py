@@ -49,6 +49,7 @@ def plan_document(facts, label_map, plans: dict) -> dict:
     for split, plan in plans.items():
         labels = {t for t, where in facts.texts.items() if split in where} or facts.int_labels
         splits[split] = {'inputs': plan.count, 'ignored': facts.ignored.get(split, 0),
+                         'listing': facts.listing_fingerprint(split),
                          'labels': len(labels), 'shards': plan.num_shards,
                          'chunks': plan.num_chunks, 'input_bytes': plan.input_bytes,
                          'shard_bytes': plan.input_bytes // plan.num_shards}

@@ -36,11 +36,14 @@ def format_summary(summary: dict) -> str:
     records per class; the wall time and the rate of the inputs converted in it (work reused
     from an earlier attempt is counted apart)."""
     splits = {name: summary['splits'][name] for name in SPLITS if name in summary['splits']}
-    lines = [f'{"split":<12}{"inputs":>9}{"records":>9}{"skipped":>9}{"ignored":>9}{"shards":>8}'
-             f'{"MB":>9}{"kept as is":>12}{"damaged":>9}']
+    dropped = any(s.get('dropped_copies') for s in splits.values())   # --leakage=drop
+    lines = [f'{"split":<12}{"inputs":>9}{"records":>9}{"skipped":>9}'
+             + (f'{"dropped":>9}' if dropped else '')
+             + f'{"ignored":>9}{"shards":>8}{"MB":>9}{"kept as is":>12}{"damaged":>9}']
     for split, s in splits.items():
         lines.append(f'{split:<12}{s["inputs"]:>9}{s["records"]:>9}{s["skipped"]:>9}'
-                     f'{s["ignored"]:>9}{s["shards"]:>8}{s["bytes"] / 1e6:>9.1f}'
+                     + (f'{s.get("dropped_copies", 0):>9}' if dropped else '')
+                     + f'{s["ignored"]:>9}{s["shards"]:>8}{s["bytes"] / 1e6:>9.1f}'
                      f'{s["passed_through"]:>12}{s.get("damaged", 0):>9}')
     classes = sorted({c for s in splits.values() for c in s['classes']})
     shown = classes[:20]
@@ -60,7 +63,10 @@ def format_summary(summary: dict) -> str:
     total = sum(s['inputs'] for s in splits.values())
     chunks = summary.get('chunks', {})
     converted = chunks.get('inputs_converted', total) if chunks.get('reused') else total
-    if summary.get('seconds'):
+    if not summary.get('converted_now', True):
+        lines.append(f'\n{total} inputs, converted by an earlier run of this command; nothing '
+                     f'converted now ({summary.get("seconds", 0):.1f} s)')
+    elif summary.get('seconds'):
         rate = f'{converted / summary["seconds"]:.0f} inputs/s'
         if converted != total:
             rate = f'{converted} converted now: {rate}'

@@ -153,9 +153,36 @@ def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
     assert again.returncode == 0, again.stderr
     run_id = json.loads(before['summary.json'])['run_id']
     assert again.stderr.strip() == (
-        f'{tmp_path}/out already holds the dataset of this command (run {run_id}); nothing to do. '
-        'Pass --overwrite to convert again (e.g. after the input changed)')
+        f'{tmp_path}/out already holds the dataset of this command (run {run_id}) and its input '
+        'is unchanged; nothing to do')
+    assert 'inputs/s' not in again.stdout
+    assert '8 inputs, converted by an earlier run of this command; nothing converted now' in (
+        again.stdout)
     assert {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
             for n in os.listdir(tmp_path / 'out')} == before
     other = subprocess.run([*argv, '--jpeg_quality=80'], capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and 'already holds a dataset (' in other.stderr
+
+
+@pytest.mark.slow
+def test_a_rerun_after_the_input_changed_says_what_changed_and_converts_nothing(tmp_path, images):
+    argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
+            f'--output_dir={tmp_path}/out', '--direct_running_mode=in_memory']
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    before = {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
+              for n in os.listdir(tmp_path / 'out')}
+    refusal = (f'error: {tmp_path}/out holds the dataset of this command, but its input changed '
+               'since ({}); pass --overwrite to convert again')
+    write_tree(images, {'train/c0/new.jpg': imagemaker.jpeg(30, 20, seed=99)})
+    added = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert (added.returncode, added.stderr.strip()) == (2, refusal.format('train: 9 inputs now, 8 then'))
+    os.remove(f'{images}/train/c0/new.jpg')
+    write_tree(images, {'train/c0/0.jpg': imagemaker.jpeg(32, 20, seed=0)})   # Rewritten.
+    modified = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert (modified.returncode, modified.stderr.strip()) == (2, refusal.format(
+        'train: 8 inputs as then, but other names, sizes or labels'))
+    assert {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
+            for n in os.listdir(tmp_path / 'out')} == before
+    rebuilt = subprocess.run([*argv, '--overwrite'], capture_output=True, text=True, timeout=300)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads(open(f'{tmp_path}/out/summary.json').read())['splits']['train']['records'] == 8

@@ -1,5 +1,6 @@
 """The plan preview: what a conversion will write and cost, with nothing converted or written."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -24,6 +25,8 @@ def test_plan_only_lists_and_plans_without_writing(tmp_path):
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     train_bytes = sum(len(v) for k, v in files.items() if k.startswith('train/') and 'DS_' not in k)
+    listing = plan['splits']['train'].pop('listing')   # What a rerun compares (job.py).
+    assert re.fullmatch('[0-9a-f]{16}', listing) and listing != plan['splits']['test']['listing']
     assert plan['splits']['train'] == {
         'inputs': 30, 'ignored': 1, 'labels': 2, 'shards': 3, 'chunks': 1,
         'input_bytes': train_bytes, 'shard_bytes': train_bytes // 3}

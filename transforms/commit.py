@@ -124,6 +124,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                               'num_bytes': sum(r.bytes for r in kept)}
         summary['splits'][split] = {
             'inputs': facts.split_counts.get(split, 0), 'ignored': facts.ignored.get(split, 0),
+            'listing': facts.listing_fingerprint(split),
             'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
             'shards': len(kept), 'skipped': len(errors[split]),
             'passed_through': sum(r.passed_through for r in kept),

@@ -13,7 +13,7 @@ import apache_beam as beam
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
-from transforms.refs import ExampleRef
+from transforms.refs import ExampleRef, listing_hash
 from transforms.settings import LabelSettings
 
 _SHOW = 5
@@ -30,6 +30,7 @@ class DatasetFacts:
     int_labels: set = dataclasses.field(default_factory=set)
     extras: dict = dataclasses.field(default_factory=dict)   # name -> {'kind','is_list','count'}
     problems: list = dataclasses.field(default_factory=list)
+    listing: dict = dataclasses.field(default_factory=dict)   # split -> sum of listing_hash
 
     def add(self, ref: ExampleRef) -> None:
         if ref.member is not None and ref.member.archive.streamed:
@@ -40,6 +41,7 @@ class DatasetFacts:
             self.ignored[ref.split] = self.ignored.get(ref.split, 0) + 1
             return
         self.split_counts[ref.split] = self.split_counts.get(ref.split, 0) + 1
+        self.listing[ref.split] = (self.listing.get(ref.split, 0) + listing_hash(ref)) % 2**64
         if isinstance(ref.label, int):
             self.int_labels.add(ref.label)
         elif ref.label is not None:  # A class folder is a label even if its files are broken.
@@ -56,6 +58,8 @@ class DatasetFacts:
             self.split_counts[split] = self.split_counts.get(split, 0) + n
         for split, n in other.ignored.items():
             self.ignored[split] = self.ignored.get(split, 0) + n
+        for split, n in other.listing.items():
+            self.listing[split] = (self.listing.get(split, 0) + n) % 2**64
         for split, paths in other.streamed.items():
             self.streamed.setdefault(split, set()).update(paths)
         for split, paths in other.cut.items():
@@ -68,6 +72,10 @@ class DatasetFacts:
             self._add_extra(name, info)
         for problem in other.problems:
             self._problem(problem)
+
+    def listing_fingerprint(self, split: str) -> str:
+        """What listing saw of a split's inputs, as 16 hex digits (see refs.listing_hash)."""
+        return f'{self.listing.get(split, 0):016x}'
 
     def _add_extra(self, name: str, info: dict) -> None:
         """Counts `info['count']` examples with extra feature `name` of the given type."""

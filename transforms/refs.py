@@ -36,6 +36,12 @@ class ExampleRef:
         return key_hash(self.key)
 
 
+def listing_hash(ref: ExampleRef) -> int:
+    """A 64-bit hash of what listing knows of an input: key, size (when known) and label. Summed
+    over a split, it tells a rerun whether the input changed (pipeline/job.py)."""
+    return key_hash(repr((ref.key, ref.size, ref.label)))
+
+
 def key_hash(key: str) -> int:
     """A stable 64-bit hash of an example key (the same on every machine and run)."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), 'big')
