@@ -15,6 +15,14 @@ _PORTS = gcs_servers.free_port(), gcs_servers.free_port()
 gcs_servers.hermetic_environment(*_PORTS)
 
 
+def pytest_collection_modifyitems(items):
+    """A test that starts the Cloud Storage emulator is marked `gcs` and `slow`."""
+    for item in items:
+        if 'gcs_server' in item.fixturenames:
+            item.add_marker(pytest.mark.gcs)
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_beam():
     logging.getLogger('apache_beam').setLevel(logging.ERROR)

@@ -17,6 +17,7 @@ def _reasons(out: str, split: str) -> dict:
     return {os.path.basename(e['source']): e['reason'] for e in lines}
 
 
+@pytest.mark.slow
 def test_hostile_folder_every_input_is_a_record_an_error_or_ignored(tmp_path):
     root = write_tree(tmp_path / 'in', {
         'train/cat/ok1.jpg': imagemaker.jpeg(30, 20, seed=1),
@@ -47,6 +48,7 @@ def test_hostile_folder_every_input_is_a_record_an_error_or_ignored(tmp_path):
     assert open(os.path.join(out, 'labels.txt')).read() == 'bad\ncat\n'
 
 
+@pytest.mark.slow
 def test_hostile_csvs_are_read_as_the_csv_module_reads_them(tmp_path):
     images = {'a.jpg': imagemaker.jpeg(30, 20, seed=1), 'we\nird.jpg': imagemaker.jpeg(30, 20, seed=2),
               'b.jpg': imagemaker.jpeg(30, 20, seed=3), 'c.jpg': imagemaker.jpeg(30, 20, seed=4)}
@@ -66,7 +68,9 @@ def test_hostile_csvs_are_read_as_the_csv_module_reads_them(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_csv_header_columns_become_features_and_sizes(tmp_path):
+    import tensorflow as tf
     write_tree(tmp_path, {'a.jpg': imagemaker.jpeg(30, 20, seed=1), 'c.jpg': imagemaker.jpeg(30, 20)})
     (tmp_path / 'train.csv').write_text('path,label,size,photographer\n'
                                         'a.jpg,x,100,Ann\nc.jpg,y,12,"Bo, Jr."\nd.jpg,y,big,Cy\n')
@@ -82,6 +86,7 @@ def test_csv_header_columns_become_features_and_sizes(tmp_path):
         ('a.jpg', 'Ann'), ('c.jpg', 'Bo, Jr.')]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('typo,expected', [
     ('--num_shard=4', 'error: unknown flag --num_shard; did you mean --num_shards?'),
     ('--input-dir={inputs}', 'error: unknown flag --input-dir; did you mean --input_dir?'),
@@ -97,6 +102,7 @@ def test_typod_flags_are_an_error_naming_the_nearest_flag(tmp_path, typo, expect
     assert not out.exists() and not (tmp_path / 'sample_tfrecords').exists()
 
 
+@pytest.mark.slow
 def test_output_without_input_is_an_error_not_the_sample(tmp_path):
     result = run_cli(f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
@@ -105,6 +111,7 @@ def test_output_without_input_is_an_error_not_the_sample(tmp_path):
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['empty split', 'error ratio', 'disk full'])
 def test_a_failing_run_prints_one_line_and_no_traceback(tmp_path, case):
     files = {f'train/c/{i}.jpg': imagemaker.jpeg(40, 30, seed=i) for i in range(30)}
@@ -138,6 +145,7 @@ def test_a_failing_run_prints_one_line_and_no_traceback(tmp_path, case):
                                  'another --output_dir')
 
 
+@pytest.mark.slow
 def test_more_shards_than_inputs_is_said_in_one_line(tmp_path):
     inputs = write_tree(tmp_path / 'in', {f'train/c/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
                                           for i in range(7)})
@@ -148,6 +156,7 @@ def test_more_shards_than_inputs_is_said_in_one_line(tmp_path):
     assert len([n for n in os.listdir(tmp_path / 'out') if 'tfrecord' in n]) == 7
 
 
+@pytest.mark.slow
 def test_default_run_leaves_nothing_in_the_temp_folder(tmp_path):
     temp = tmp_path / 'tmp'
     temp.mkdir()

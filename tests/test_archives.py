@@ -17,7 +17,6 @@ import zlib
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 from pipeline.config import ImageClassificationConfig
@@ -39,6 +38,7 @@ IMAGES[f'train/n00/{"long" * 40}.JPEG'] = imagemaker.jpeg(20, 20, seed=9)   # A 
 
 def shards_without_source(out: str, split: str) -> list[list[bytes]]:
     """Per shard file, its records in order, serialized without image/source."""
+    import tensorflow as tf
     shards = []
     for path in sorted(p for p in os.listdir(out) if f'-{split}.tfrecord-' in p):
         shard = []
@@ -75,6 +75,7 @@ def swap(root, files: dict, archived: bool) -> str:
     return str(root)
 
 
+@pytest.mark.slow
 def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path):
     root = tmp_path / 'imagenet'
     flags = [f'--input_dir={root}', '--num_shards=2', *IN_PROCESS]
@@ -111,6 +112,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
             summary['test']['records']) == (27, 12, 9)
 
 
+@pytest.mark.slow
 def test_zip_as_the_input_root_with_hidden_and_macos_entries(tmp_path):
     files = {k: v for k, v in IMAGES.items() if k.startswith(('train/', 'validation/'))}
     write_tree(tmp_path / 'flowers', files)
@@ -135,6 +137,7 @@ def validation_csv(files: dict, folder: str) -> bytes:
                    for k in sorted(files) if k.startswith('validation/')).encode()
 
 
+@pytest.mark.slow
 def test_flat_tar_labelled_by_a_csv_of_paths_through_it(tmp_path):
     flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
     write_tree(tmp_path / 'in' / 'val', flat)
@@ -172,6 +175,7 @@ def _corrupt_header(tar: bytes, name: str) -> bytes:
     return tar[:at + 148] + b'9999999\0' + tar[at + 156:]   # A wrong header checksum.
 
 
+@pytest.mark.slow
 def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp_path):
     train = archivemaker.folder(IMAGES, 'train')
     classes = archivemaker.class_tars(IMAGES, 'train')
@@ -205,6 +209,7 @@ def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp
 CUT_CLASS = {f'{i:03d}.jpg': imagemaker.jpeg(32, 32, seed=i) for i in range(40)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name, data', [
     ('dog.tar', archivemaker.tar(CUT_CLASS)),
     ('dog.tar.gz', archivemaker.tar(CUT_CLASS, 'gz')),
@@ -280,6 +285,7 @@ ENDING_DAMAGE = {   # Case: (files of the input folder, the archive the failure 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ENDING_DAMAGE)
 def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
     # However the archive is placed and wherever the cut falls, hidden members included.
@@ -297,6 +303,7 @@ def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
     assert readable <= len(read_split(out, 'train')) < 60
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cut', ['inside a header', 'at a header'])
 def test_damage_in_an_input_archive_above_its_splits_fails_the_run(tmp_path, cut):
     # --input_dir=data.tar cut inside validation/: the split may be missing altogether.
@@ -314,6 +321,7 @@ def test_damage_in_an_input_archive_above_its_splits_fails_the_run(tmp_path, cut
     assert len(read_split(out, 'train')) == 30
 
 
+@pytest.mark.slow
 def test_damage_that_leaves_the_end_of_a_tar_is_bounded(tmp_path):
     # A macOS ._dog.tar beside dog.tar is hidden: its own damage fails nothing. A bad header
     # of the last member loses that member only: the end blocks follow. Bytes after a zip's
@@ -331,6 +339,7 @@ def test_damage_that_leaves_the_end_of_a_tar_is_bounded(tmp_path):
     assert (summary['records'], summary['skipped'], summary['ignored']) == (89, 1, 1)
 
 
+@pytest.mark.slow
 def test_a_csv_row_through_a_cut_archive_is_one_input_lost(tmp_path):
     # Each row is an input, so the loss is counted: no failure beyond the error ratio's.
     flat = {f'{i:03d}.jpg': imagemaker.jpeg(24, 24, seed=400 + i) for i in range(30)}
@@ -346,6 +355,7 @@ def test_a_csv_row_through_a_cut_archive_is_one_input_lost(tmp_path):
         f'{root}/val.tar/029.jpg': f'truncated archive: {root}/val.tar ends inside 029.jpg'}
 
 
+@pytest.mark.slow
 def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_path):
     files = {f'train/n0{i % 4}/{i}.JPEG': imagemaker.jpeg(24, 16, seed=i) for i in range(600)}
     root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train'))})
@@ -382,6 +392,7 @@ def _replace_on_gcs(prefix: str, files: dict) -> str:
     return upload(files, prefix)
 
 
+@pytest.mark.slow
 def test_archives_on_cloud_storage_give_the_loose_images_records_in_one_read_each(gcs, tmp_path):
     source = upload(IMAGES, 'imagenet')
     flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
@@ -402,6 +413,7 @@ def test_archives_on_cloud_storage_give_the_loose_images_records_in_one_read_eac
     assert archived['read'] == len([k for k in IMAGES if not k.startswith('test/')]) + 7
 
 
+@pytest.mark.slow
 def test_a_gzip_tar_of_several_chunks_is_listed_once_and_read_once_per_chunk(gcs, tmp_path):
     # The listing carries no member's bytes (a worker would hold the whole archive): each
     # chunk (about 128 images) reads the archive again, up to its last member.
@@ -456,6 +468,7 @@ def test_each_listed_member_of_a_gzip_tar_reads_its_own_bytes_when_an_inner_tar_
                                               for m, data in zip(listed, (old, new))}
 
 
+@pytest.mark.slow
 def test_csv_through_a_tar_on_cloud_storage(gcs, tmp_path):
     flat = {k.split('/')[-1]: v for k, v in IMAGES.items() if k.startswith('validation/')}
     upload({**{f'val/{k}': v for k, v in flat.items()}, 'val.csv': validation_csv(IMAGES, 'val')},
@@ -582,6 +595,7 @@ def test_member_names_are_normalised_and_unsafe_ones_reported(tmp_path, kind):
         f"unsafe member name '{name}'" for name in ('../d.jpg', '/e.jpg', 'cat/../f.jpg')]
 
 
+@pytest.mark.slow
 def test_a_member_named_like_a_damaged_stretch_is_a_member(tmp_path):
     cat = _corrupt_header(archivemaker.tar({'a.jpg': A, '@0': B}), 'a.jpg')
     root = write_tree(tmp_path / 'in', {'train/cat.tar': cat, 'train/dog/b.jpg': B,
@@ -595,6 +609,7 @@ def test_a_member_named_like_a_damaged_stretch_is_a_member(tmp_path):
         assert f'{root}/train/cat.tar/@0' in {r[records.SOURCE] for r in read_split(out, split)}
 
 
+@pytest.mark.slow
 def test_pax_headers_that_would_loop_are_reported_and_the_run_ends(tmp_path):
     root = write_tree(tmp_path / 'in', {
         'train/cat.tar': pax(b'0 x\n') + entry('a.jpg', A) + entry('b.jpg', B) + END,
@@ -640,6 +655,7 @@ def test_a_zip_member_inflating_past_its_size_is_an_error_in_bounded_memory(tmp_
     assert int(peak_kb) < 100_000
 
 
+@pytest.mark.slow
 def test_a_damaged_nested_zip_header_or_an_encrypted_member_is_reported_not_fatal(tmp_path):
     train = bytearray(archivemaker.zip_({'cat/inner.tar': archivemaker.tar({'x.jpg': A}),
                                          'cat/b.jpg': B}, zipfile.ZIP_STORED))
@@ -661,6 +677,7 @@ def test_a_damaged_nested_zip_header_or_an_encrypted_member_is_reported_not_fata
         assert [r[records.FILENAME] for r in read_split(out, split)] == ['b.jpg']
 
 
+@pytest.mark.slow
 def test_a_folder_named_like_an_archive_is_a_folder(tmp_path):
     root = write_tree(tmp_path / 'in', {'imgs.tar/a.jpg': A, 'imgs.tar/b.jpg': B,
                                         'train.csv': b'imgs.tar/a.jpg,cat\nimgs.tar/b.jpg,dog\n'})
@@ -684,6 +701,7 @@ def self_holding_zip() -> bytes:
     return local + name + central + end
 
 
+@pytest.mark.slow
 def test_an_archive_holding_itself_is_damaged(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/cat.zip': self_holding_zip(),
                                         'train/dog/a.jpg': A})
@@ -715,6 +733,7 @@ def fanning_zip(count: int) -> bytes:
                                          len(central), len(local), 0)
 
 
+@pytest.mark.slow
 def test_a_zip_whose_members_say_they_hold_the_rest_of_it_is_read_once(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/cat.zip': fanning_zip(3), 'train/dog/a.jpg': A})
     out = f'{tmp_path}/out'
@@ -726,6 +745,7 @@ def test_a_zip_whose_members_say_they_hold_the_rest_of_it_is_read_once(tmp_path)
     assert len(read_split(out, 'train')) == 2
 
 
+@pytest.mark.slow
 def test_archives_in_a_zip_in_a_gzip_tar_are_read(tmp_path):
     inner = archivemaker.tar({'x.jpg': A})
     train = archivemaker.tar({'cat.zip': archivemaker.zip_({'inner.tar': inner, 'b.jpg': B,
@@ -785,6 +805,7 @@ def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path, dama
     assert found[1][0] == '/@512' and found[1][1].startswith(f'damaged archive {path}: ')
 
 
+@pytest.mark.slow
 def test_a_cut_off_gzip_tar_converts_every_member_before_the_cut(tmp_path):
     tar = archivemaker.tar({f'{"cat" if i % 2 else "dog"}/{i:03d}.jpg': imagemaker.jpeg(
         64, 64, seed=i) for i in range(60)})
@@ -802,6 +823,7 @@ def test_a_cut_off_gzip_tar_converts_every_member_before_the_cut(tmp_path):
                              'the end of its gzip stream; the members after byte')
 
 
+@pytest.mark.slow
 def test_errors_about_an_archives_bytes_name_the_archive(tmp_path):
     root = write_tree(tmp_path / 'in', {'train.tar.gz': b'not gzip', 'validation/dog.zip': b'',
                                         'validation/cat/a.jpg': A})
@@ -852,6 +874,7 @@ REPEATS = {   # Case: (tar, the records it gives as (source in it, image), error
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', REPEATS)
 def test_a_gzip_tar_converts_as_the_same_tar_uncompressed(tmp_path, case):
     # Read in one pass or by ranged reads, the same tar gives the same records and errors,
@@ -873,6 +896,7 @@ def appended(folder: str) -> bytes:
     return entry(f'{folder}a.jpg', A) + entry(f'{folder}b.jpg', B) + entry(f'{folder}a.jpg', B) + END
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name, data, inner', [
     ('train.tar', appended('cat/'), 'cat'),
     ('train.tar.gz', gzip.compress(appended('cat/')), 'cat'),

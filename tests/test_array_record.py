@@ -46,6 +46,7 @@ def outputs(tmp_path_factory):
     return outs
 
 
+@pytest.mark.slow
 def test_array_record_shards_hold_the_tfrecord_records_in_the_same_order(outputs):
     tf_out, ar_out = outputs['tf'], outputs['ar']
     assert [os.path.basename(p) for p in _shards(ar_out, 'train', 'array_record')] == [
@@ -185,6 +186,7 @@ def test_readers_say_which_format_a_dataset_lacks(outputs):
         '(did you mean array_record?)')
 
 
+@pytest.mark.slow
 def test_kill_after_writing_shards_then_rerun_gives_identical_files(outputs, tmp_path):
     flags = [f'--input_dir={outputs["inputs"]}', *FLAGS, '--output_format=array_record',
              *IN_PROCESS, f'--output_dir={tmp_path}/out']
@@ -199,6 +201,7 @@ def test_kill_after_writing_shards_then_rerun_gives_identical_files(outputs, tmp
     assert output_files(f'{tmp_path}/out') == output_files(outputs['ar'])
 
 
+@pytest.mark.slow
 def test_array_record_on_cloud_storage_matches_local_and_reads_back(gcs, outputs, tmp_path):
     source = upload({k: v for k, v in IMAGES.items()}, 'raw')
     flags = [f'--input_dir={source}', *FLAGS, '--output_format=array_record']

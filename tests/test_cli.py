@@ -11,6 +11,7 @@ from pipeline.testing.gcs_servers import free_port
 from tests.helpers import read_split, run_cli, write_tree
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('flag,expected', [
     ('--num_shards=abc', "error: flag --num_shards: invalid int value: 'abc'"),
     ('--plan_format=xml', "error: flag --plan_format: invalid choice: 'xml' (choose from 'text', "
@@ -26,6 +27,7 @@ def test_a_bad_flag_value_is_one_line(tmp_path, flag, expected):
     assert not os.path.exists(f'{tmp_path}/out')
 
 
+@pytest.mark.slow
 def test_a_non_ascii_output_path_is_printed_as_is(tmp_path):
     inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
                                           for i in range(4)})
@@ -36,6 +38,7 @@ def test_a_non_ascii_output_path_is_printed_as_is(tmp_path):
     assert f'dataset committed to {out}' in result.stderr.splitlines()
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_on_the_users_error_leaves_no_log_file(tmp_path):
     temp = tmp_path / 'tmp'
     temp.mkdir()
@@ -50,6 +53,7 @@ def test_a_run_that_fails_on_the_users_error_leaves_no_log_file(tmp_path):
         assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
 
 
+@pytest.mark.slow
 def test_simple_example_leaves_nothing_in_the_temp_folder(tmp_path):
     temp = tmp_path / 'tmp'
     temp.mkdir()
@@ -63,6 +67,7 @@ def test_simple_example_leaves_nothing_in_the_temp_folder(tmp_path):
     assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
 
 
+@pytest.mark.slow
 def test_the_python_api_prints_no_runner_worker_logs(tmp_path):
     inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
                                           for i in range(4)})
@@ -77,6 +82,7 @@ def test_the_python_api_prints_no_runner_worker_logs(tmp_path):
     assert 'Worker:' not in result.stderr and 'apache_beam' not in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_credentials_for_a_cloud_storage_path_is_one_line_with_the_fix(tmp_path):
     inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
     env = {k: v for k, v in os.environ.items() if k != 'STORAGE_EMULATOR_HOST'}

@@ -42,6 +42,7 @@ def mixed(tmp_path_factory):
     return root, files, out, summary
 
 
+@pytest.mark.slow
 def test_records_labels_and_sizes(mixed):
     root, files, out, summary = mixed
     train = {os.path.basename(r[records.SOURCE]): r for r in read_split(out, 'train')}
@@ -105,6 +106,7 @@ def test_tfds_loads_decoded_images_and_class_names(mixed):
     assert open(os.path.join(out, 'labels.txt')).read() == 'bird\ncat\ndog\n'
 
 
+@pytest.mark.slow
 def test_shards_mix_classes_and_are_deterministic_across_worker_counts(tmp_path):
     files = {f'train/c{c}/img{i}.jpg': imagemaker.jpeg(40, 30, seed=c * 100 + i)
              for c in range(4) for i in range(12)}
@@ -124,6 +126,7 @@ def test_shards_mix_classes_and_are_deterministic_across_worker_counts(tmp_path)
 
 
 
+@pytest.mark.slow
 def test_names_not_in_utf8_are_reported_not_fatal(tmp_path):
     """A file, or a class folder, named in another encoding (Latin-1 'café') is one skipped
     input, reported under its name with the stray byte escaped; the rest converts."""

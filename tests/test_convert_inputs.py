@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-import tensorflow as tf
 
 from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
 from pipeline.formats import records
@@ -13,6 +12,7 @@ from pipeline.testing import imagemaker
 from tests.helpers import convert, read_split, write_tree
 
 
+@pytest.mark.slow
 def test_csv_with_header_labels_file_and_relative_paths(tmp_path):
     root = write_tree(tmp_path / 'imgs', {f'{n}.jpg': imagemaker.jpeg(50, 40, seed=i)
                                           for i, n in enumerate('abcde')})
@@ -67,11 +67,13 @@ class OldStyleConfig(ImageClassificationConfig):
         return ['train', 'validation']
 
     def example_generator(self, mode):
+        import tensorflow as tf
         for name in sorted(os.listdir(os.path.join(self.root, mode))):
             yield {'image_fobj': tf.io.gfile.GFile(os.path.join(self.root, mode, name), 'rb'),
                    'label': name.split('_')[0]}
 
 
+@pytest.mark.slow
 def test_old_style_config_through_builder(tmp_path):
     root = write_tree(tmp_path / 'in', {
         'train/cat_1.jpg': imagemaker.jpeg(30, 30, seed=1), 'train/dog_1.png': imagemaker.png(),
@@ -114,7 +116,9 @@ class MemoryConfig(ImageClassificationConfig):
             yield example
 
 
+@pytest.mark.slow
 def test_in_memory_images_label_map_partitions_and_extras(tmp_path):
+    import tensorflow as tf
     out = str(tmp_path / 'out')
     convert(f'--output_dir={out}', config=MemoryConfig())
     spec = {'weight': tf.io.FixedLenFeature([], tf.float32),
@@ -151,6 +155,7 @@ def test_job_api_takes_flags_and_options_by_name_and_rejects_unknown_names(tmp_p
     assert str(info.value) == "unknown option 'num_shard'; did you mean 'num_shards'?"
 
 
+@pytest.mark.slow
 def test_more_labels_than_num_labels_is_an_error(tmp_path):
     root = write_tree(tmp_path / 'in', {f'train/c{i}/x.jpg': imagemaker.jpeg(20, 20) for i in range(3)})
     with pytest.raises(Exception) as info:
@@ -158,6 +163,7 @@ def test_more_labels_than_num_labels_is_an_error(tmp_path):
     assert "found 3 distinct labels ('c0', 'c1', 'c2'), more than num_labels = 2" in DatasetError.find_in(info.value)
 
 
+@pytest.mark.slow
 def test_label_offset_reserves_background(tmp_path):
     root = write_tree(tmp_path / 'in', {f'train/c{i}/x.jpg': imagemaker.jpeg(20, 20) for i in range(2)})
     out = str(tmp_path / 'out')
@@ -166,6 +172,7 @@ def test_label_offset_reserves_background(tmp_path):
     assert open(os.path.join(out, 'labels.txt')).read() == 'background\nc0\nc1\n'
 
 
+@pytest.mark.slow
 def test_inconsistent_extras_and_bad_dicts_are_clear_errors(tmp_path):
     class Inconsistent(MemoryConfig):
         def example_generator(self, mode, partition):
@@ -190,6 +197,7 @@ def test_inconsistent_extras_and_bad_dicts_are_clear_errors(tmp_path):
         "Bad.example_generator('train') yielded a dict with keys ['image_path']; it needs 'label'")
 
 
+@pytest.mark.slow
 def test_simple_example_script_with_a_config_class_in_main(tmp_path):
     import subprocess
     import sys

@@ -36,6 +36,7 @@ def inputs(tmp_path):
     return write_tree(tmp_path / 'in', _images(60))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kill_at,left', [
     ('commit:journal', 'old'),          # Journal written, nothing moved yet.
     ('commit:replace:1', 'neither'),    # The old dataset_info.json moved aside.
@@ -69,6 +70,7 @@ def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs,
     assert not any(n.startswith('.') for n in os.listdir(out))
 
 
+@pytest.mark.slow
 def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
     """A real SIGKILL of the whole process tree once the first chunks are written."""
     inputs = write_tree(tmp_path / 'in', _images(900))
@@ -100,6 +102,7 @@ def _first_source_of_a_part(out: str) -> str:
     return read_files([part])[0][records.SOURCE]
 
 
+@pytest.mark.slow
 def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path):
     inputs = write_tree(tmp_path / 'in', _images(600))   # 5 chunks of about 128, 4 shards.
     flags = [f'--input_dir={inputs}', '--num_shards=4', *IN_PROCESS]
@@ -119,6 +122,7 @@ def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path):
     assert output_files(out) == output_files(reference)
 
 
+@pytest.mark.slow
 def test_per_run_settings_keep_the_run_so_a_rerun_with_them_changed_resumes(tmp_path):
     """The run id fingerprints what shapes the bytes; the description (dataset_info.json's
     text), the error threshold and the read-ahead do not, so changing them keeps the work."""
@@ -136,6 +140,7 @@ def test_per_run_settings_keep_the_run_so_a_rerun_with_them_changed_resumes(tmp_
     assert again.returncode == 2 and 'already holds a dataset' in again.stderr
 
 
+@pytest.mark.slow
 def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS]
@@ -153,6 +158,7 @@ def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path,
     assert not [n for n in os.listdir(out) if n.startswith('.')]
 
 
+@pytest.mark.slow
 def test_clean_temp_discards_this_runs_own_earlier_work(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS]
@@ -164,6 +170,7 @@ def test_clean_temp_discards_this_runs_own_earlier_work(tmp_path, inputs):
     assert 'resuming' not in rerun.stderr and 'reused' not in rerun.stdout
 
 
+@pytest.mark.slow
 def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
     inputs = write_tree(tmp_path / 'in', _images(900))
     out = str(tmp_path / 'out')
@@ -186,6 +193,7 @@ def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
     assert '900 inputs' in stdout and not os.path.exists(f'{out}/.lock')
 
 
+@pytest.mark.slow
 def test_lock_of_another_host_is_refused_until_broken(tmp_path, inputs):
     out = tmp_path / 'out'
     out.mkdir()
@@ -202,6 +210,7 @@ def test_lock_of_another_host_is_refused_until_broken(tmp_path, inputs):
     assert summary['splits']['train']['records'] == 60 and not (out / '.lock').exists()
 
 
+@pytest.mark.slow
 def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
     """A dataset that appears after the launch (written by a tool that ignores the lock) is
     not replaced without --overwrite."""
@@ -222,6 +231,7 @@ def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
     assert _info(out) == {'name': 'other', 'splits': []}
 
 
+@pytest.mark.slow
 def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
     source = upload(_images(40), 'raw')
     flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]

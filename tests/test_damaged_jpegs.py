@@ -16,6 +16,8 @@ from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, pixels, read_split, run_cli, write_tree
 
+pytestmark = pytest.mark.slow
+
 
 def _jpeg(seed: int) -> bytes:
     return imagemaker.encode(Image.fromarray(imagemaker.photo(192, 144, seed)), 'JPEG',

@@ -53,6 +53,7 @@ def _template_job(tmp_path, raw, *extra) -> tuple[dict, str]:
     return json.load(open(tmp_path / 'job.json')), str(tmp_path / 'staging')
 
 
+@pytest.mark.slow
 def test_dry_run_builds_the_whole_job_graph(raw):
     job = jobs.prepare([
         *CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp', f'--input_dir={raw}',
@@ -66,6 +67,7 @@ def test_dry_run_builds_the_whole_job_graph(raw):
     assert download('out') == {}   # A dry run takes no lock and writes nothing.
 
 
+@pytest.mark.slow
 def test_job_json_has_worker_defaults_and_overrides(tmp_path, raw):
     job, _ = _template_job(tmp_path, raw)
     pool = job['environment']['workerPools'][0]
@@ -94,6 +96,7 @@ def test_default_worker_settings_pass_beams_validator(gcs):
         'Invalid value (-2) for option: max_num_workers. Value needs to be positive.']
 
 
+@pytest.mark.slow
 def test_staged_package_holds_every_module_and_workers_can_unpickle_every_step(tmp_path, raw):
     job, staging = _template_job(tmp_path, raw)
     sdist = os.path.join(staging, 'workflow.tar.gz')
@@ -180,6 +183,7 @@ def test_hadolint_passes():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
     for sub in ('tmp', 'staging'):
         os.makedirs(tmp_path / sub)

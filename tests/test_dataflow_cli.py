@@ -8,6 +8,8 @@ from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import run_cli
 
+pytestmark = pytest.mark.slow
+
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 
 

@@ -2,7 +2,6 @@
 import os
 
 import pytest
-import tensorflow as tf
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
@@ -32,6 +31,7 @@ def _error(*argv) -> str:
     return DatasetError.find_in(info.value)
 
 
+@pytest.mark.slow
 def test_folder_on_gcs_to_gcs_matches_local_output_byte_for_byte(gcs, tmp_path):
     source = upload(IMAGES, 'raw')
     flags = [f'--input_dir={source}', '--num_shards=2', '--max_error_ratio=0.2']
@@ -52,6 +52,7 @@ def test_folder_on_gcs_to_gcs_matches_local_output_byte_for_byte(gcs, tmp_path):
     assert remote['labels.txt'] == b'c0\nc1\nc2\n'
 
 
+@pytest.mark.slow
 def test_multi_process_workers_read_and_write_gcs(gcs, tmp_path):
     source = upload({k: v for k, v in IMAGES.items() if 'broken' not in k}, 'raw')
     convert(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/mp', '--num_shards=3',
@@ -61,6 +62,7 @@ def test_multi_process_workers_read_and_write_gcs(gcs, tmp_path):
     assert len(_records(remote, 'validation', tmp_path)) == 15
 
 
+@pytest.mark.slow
 def test_csv_on_gcs_with_gcs_and_relative_uris(gcs, tmp_path):
     upload({'imgs/a.jpg': IMAGES['train/c0/train0.jpg'], 'imgs/b.jpg': IMAGES['train/c1/train0.jpg']},
            'csvdata')
@@ -71,7 +73,9 @@ def test_csv_on_gcs_with_gcs_and_relative_uris(gcs, tmp_path):
     assert sorted((r[records.FILENAME], r[records.TEXT]) for r in rows) == [('a.jpg', 'x'), ('b.jpg', 'y')]
 
 
+@pytest.mark.slow
 def test_config_yielding_gfile_objects_for_gcs_paths(gcs, tmp_path):
+    import tensorflow as tf
     from pipeline.classic.config import ImageClassificationConfig
     upload({'p/1.jpg': IMAGES['train/c0/train1.jpg'], 'p/2.jpg': IMAGES['train/c1/train1.jpg']}, 'cfg')
 
@@ -90,6 +94,7 @@ def test_config_yielding_gfile_objects_for_gcs_paths(gcs, tmp_path):
         [IMAGES['train/c0/train1.jpg'], IMAGES['train/c1/train1.jpg']])
 
 
+@pytest.mark.slow
 def test_failed_run_leaves_no_final_named_shards_on_gcs(gcs, tmp_path):
     """The run fails in its commit step (one broken image, no errors allowed), after every
     shard was written: nothing final-named appears, the finished shards wait for a rerun."""
@@ -102,6 +107,7 @@ def test_failed_run_leaves_no_final_named_shards_on_gcs(gcs, tmp_path):
     assert len([n for n in left if '/shards/' in n and n.endswith('.tfrecord')]) == 4 + 4
 
 
+@pytest.mark.slow
 def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
     source = upload({k: v for k, v in IMAGES.items() if k.startswith('validation/')}, 'raw')
     convert(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/ow', '--num_shards=3')
@@ -122,6 +128,7 @@ def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
         'be a .tar, .tar.gz or .zip)')
 
 
+@pytest.mark.slow
 def test_transient_503s_are_retried(gcs, tmp_path):
     import subprocess
     import sys

@@ -21,6 +21,8 @@ from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, output_files, run_cli, start_cli, write_tree
 
+pytestmark = pytest.mark.slow
+
 RUN_ID = '0123456789abcdef'
 
 

@@ -6,8 +6,12 @@ import os
 import signal
 import time
 
+import pytest
+
 from pipeline.testing import imagemaker
 from tests.helpers import read_split, run_cli, start_cli, write_tree
+
+pytestmark = pytest.mark.slow
 
 INTERRUPTED = 'interrupted; rerun the same command to resume'
 

@@ -18,6 +18,8 @@ from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, convert, read_split, run_cli, write_tree
 from transforms import leakage
 
+pytestmark = pytest.mark.slow
+
 COPIES = {
     'resized': lambda im, rng: _jpeg(im.resize((int(im.width * rng.uniform(0.4, 0.9)),
                                                 int(im.height * rng.uniform(0.4, 0.9))),
@@ -107,6 +109,7 @@ def test_planted_copies_are_found_and_distinct_images_are_not_paired(planted, tm
 
 
 def _int64():
+    import tensorflow as tf
     import tensorflow as tf
     return tf.io.FixedLenFeature([], tf.int64)
 

@@ -25,6 +25,7 @@ def images(tmp_path):
                                         for i in range(8)})
 
 
+@pytest.mark.slow
 def test_existing_dataset_is_refused_then_fully_replaced_with_overwrite(tmp_path, images):
     out = str(tmp_path / 'out')
     convert(f'--input_dir={images}', f'--output_dir={out}', '--num_shards=3', '--dataset_name=old')
@@ -42,6 +43,7 @@ def test_existing_dataset_is_refused_then_fully_replaced_with_overwrite(tmp_path
     assert [n for n in names if n.endswith('.labels.txt')] == ['image.class.label.labels.txt']
 
 
+@pytest.mark.slow
 def test_error_ratio_failure_commits_nothing_and_keeps_previous_dataset(tmp_path, images):
     out = str(tmp_path / 'out')
     convert(f'--input_dir={images}', f'--output_dir={out}')
@@ -60,6 +62,7 @@ def test_error_ratio_failure_commits_nothing_and_keeps_previous_dataset(tmp_path
     assert not [n for n in os.listdir(os.path.dirname(report)) if n.endswith('.tfrecord')]
 
 
+@pytest.mark.slow
 def test_failed_run_leaves_no_final_named_shards(tmp_path, images):
     """The run fails in its commit step, after every shard was written."""
     (tmp_path / 'in' / 'train' / 'c0' / 'bad.jpg').write_bytes(b'not an image')
@@ -73,6 +76,7 @@ def test_failed_run_leaves_no_final_named_shards(tmp_path, images):
     assert sorted(n for n in os.listdir(out) if not n.startswith('.tmp-')) == []
 
 
+@pytest.mark.slow
 def test_duplicates_are_an_error_or_dropped_and_reported(tmp_path, images):
     csv = tmp_path / 'train.csv'
     csv.write_text(f'{images}/train/c0/0.jpg,a\n{images}/train/c1/1.jpg,b\n{images}/train/c0/0.jpg,a\n')
@@ -87,12 +91,14 @@ def test_duplicates_are_an_error_or_dropped_and_reported(tmp_path, images):
     assert len(read_split(str(tmp_path / 'b'), 'train')) == 2
 
 
+@pytest.mark.slow
 def test_empty_split_is_an_error(tmp_path, images):
     os.makedirs(tmp_path / 'in' / 'test' / 'c0')
     message = _error(f'--input_dir={images}', f'--output_dir={tmp_path}/out')
     assert message == "split 'test' has no examples; add images for it or leave the split out of the input"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('argv,expected', [
     (['--input_dir=/no/such/folder', '--output_dir=/tmp/x'],
      'error: cannot list folder /no/such/folder: No such file or directory'),
@@ -111,6 +117,7 @@ def test_cli_errors_are_one_line(argv, expected):
     assert result.stderr.strip() == expected
 
 
+@pytest.mark.slow
 def test_cli_help_documents_every_flag():
     from pipeline.options import converter_flag_names
     result = run_cli('--help')
@@ -119,6 +126,7 @@ def test_cli_help_documents_every_flag():
         assert f'--{name}' in result.stdout, name
 
 
+@pytest.mark.slow
 def test_default_run_converts_a_generated_sample(tmp_path):
     result = run_cli(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -132,6 +140,7 @@ def test_default_run_converts_a_generated_sample(tmp_path):
     assert run_cli(cwd=tmp_path).returncode == 0  # Running it again replaces the sample output.
 
 
+@pytest.mark.slow
 def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):
     for out in (f'{images}/train/out', images):
         result = subprocess.run([sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
@@ -143,6 +152,7 @@ def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):
     assert not os.path.exists(f'{images}/train/out')
 
 
+@pytest.mark.slow
 def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
     argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
             f'--output_dir={tmp_path}/out', '--direct_running_mode=in_memory']

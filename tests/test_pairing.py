@@ -9,6 +9,7 @@ import random
 
 import apache_beam as beam
 import numpy as np
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.helpers import stage_pipeline
@@ -77,6 +78,7 @@ def test_a_degenerate_hash_is_reported_not_paired_with_everything():
     assert crowded[0][3] == sorted(f't{i}' for i in range(MAX_BUCKET))[:3]
 
 
+@pytest.mark.slow
 def test_find_leakage_stage_gives_the_same_pairs():
     a = _hash()
     parts = [ShardResult('train', 0, 'p0', hashes=[('a', 'x', to_int64(a), to_int64(_hash()), 0, 1),
@@ -91,6 +93,7 @@ def test_find_leakage_stage_gives_the_same_pairs():
         assert_that(found['crowded'], equal_to([]), label='crowded')
 
 
+@pytest.mark.slow
 def test_shuffle_groups_grow_with_the_dataset_and_split_no_pair(monkeypatch):
     assert [group_bits(n) for n in (0, GROUP_SIZE // 2, GROUP_SIZE, 10**8, 10**12)] == [
         0, 0, 1, 12, 16]
@@ -118,6 +121,7 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_pair(monkeypatch):
                     | beam.Map(lambda lists: lists <= 64), equal_to([True]), label='lists')
 
 
+@pytest.mark.slow
 def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_paired(monkeypatch):
     monkeypatch.setattr(leakage, 'MAX_BUCKET', 50)
     monkeypatch.setattr(pairing, 'MAX_BUCKET', 50)
@@ -133,6 +137,7 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_pair
                     equal_to([(band, 300, 3) for band in range(4)]), label='crowded')
 
 
+@pytest.mark.slow
 def test_the_commit_gets_parts_of_leakage_jsonl_not_the_pairs(tmp_path):
     """Each PairList becomes a file of leakage.jsonl lines; the Leakage the commit reads holds
     their paths and counts, so its size does not grow with the pairs."""

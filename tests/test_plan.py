@@ -1,9 +1,11 @@
 """The plan preview: what a conversion will write and cost, with nothing converted or written."""
 import json
-import re
 import os
+import re
 import subprocess
 import sys
+
+import pytest
 
 from pipeline.testing import imagemaker
 from tests.helpers import write_tree
@@ -14,6 +16,7 @@ def _plan_cli(*argv):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_plan_only_lists_and_plans_without_writing(tmp_path):
     files = {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i) for i in range(30)}
     files.update({f'test/c0/{i}.jpg': imagemaker.jpeg(40, 30, seed=100 + i) for i in range(5)})
@@ -44,6 +47,7 @@ def test_plan_only_lists_and_plans_without_writing(tmp_path):
     assert '35 images' in text.stdout and 'images/s per vCPU' in text.stdout
 
 
+@pytest.mark.slow
 def test_plan_of_a_csv_estimates_its_bytes_from_a_sample(tmp_path):
     image = imagemaker.jpeg(40, 30)
     (tmp_path / 'img.jpg').write_bytes(image)

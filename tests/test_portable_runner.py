@@ -21,6 +21,7 @@ def inputs(tmp_path):
     return write_tree(tmp_path / 'in', files)
 
 
+@pytest.mark.slow
 def test_portable_runner_writes_the_same_bytes_as_direct_runner(tmp_path, inputs):
     flags = [f'--input_dir={inputs}', '--num_shards=3', '--max_error_ratio=0.1']
     summary = job.convert([*flags, f'--output_dir={tmp_path}/portable', *PORTABLE])
@@ -30,6 +31,7 @@ def test_portable_runner_writes_the_same_bytes_as_direct_runner(tmp_path, inputs
     assert len(read_split(f'{tmp_path}/portable', 'test')) == 9
 
 
+@pytest.mark.slow
 def test_command_line_runs_an_in_process_portable_job_to_the_end(tmp_path, inputs):
     flags = [f'--input_dir={inputs}', '--num_shards=3', '--max_error_ratio=0.1']
     portable = run_cli(*flags, f'--output_dir={tmp_path}/portable', *PORTABLE)

@@ -26,6 +26,7 @@ def inputs(tmp_path):
                                         for i in range(1000)})
 
 
+@pytest.mark.slow
 def test_a_log_gets_progress_lines_while_chunks_are_converted(tmp_path, inputs):
     result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=2',
                      '--reencode', *IN_PROCESS)
@@ -66,6 +67,7 @@ def _read_until(parent: int, done=lambda shown: False) -> bytes:
     return shown
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_one_status_line_redrawn_in_place(tmp_path, inputs):
     process, parent = _on_a_terminal(inputs, f'{tmp_path}/out', *IN_PROCESS)
     shown = _read_until(parent)
@@ -89,6 +91,7 @@ def test_status_text_counts_reused_work_apart():
     assert status_text(0, 2000, 0, 1.0) == 'converting: 0 of 2,000 inputs (0%)'
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_the_status_line_at_once(tmp_path, inputs):
     process, parent = _on_a_terminal(inputs, f'{tmp_path}/out', '--direct_num_workers=2')
     converting = re.compile(rb'converting: [1-9][\d,]* of')

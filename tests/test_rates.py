@@ -5,8 +5,12 @@ import json
 import re
 import signal
 
+import pytest
+
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, run_cli, write_tree
+
+pytestmark = pytest.mark.slow
 
 TOTAL = re.compile(r'(\d+) inputs in [\d.]+ s of wall time, start-up included '
                    r'\(((\d+) converted now: )?\d+ inputs/s\)')

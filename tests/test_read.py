@@ -36,6 +36,7 @@ def _items(pairs) -> collections.Counter:
                                for image, label in pairs)
 
 
+@pytest.mark.slow
 def test_tf_data_returns_every_record_once(written):
     out, expected = written
     plain = list(dataset(out, 'train').as_numpy_iterator())

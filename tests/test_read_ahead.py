@@ -5,9 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, FlakyProxy, download, upload
 from tests.helpers import convert, output_files
+
+pytestmark = pytest.mark.slow
 
 IMAGES = {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(48 + i % 5, 32, seed=i) for i in range(60)}
 IMAGES.update({f'validation/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=100 + i)

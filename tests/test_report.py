@@ -3,11 +3,14 @@ import re
 import subprocess
 import sys
 
+import pytest
 from PIL import Image
 
 from pipeline.tools.report import write_report
 from pipeline.testing import imagemaker
 from tests.helpers import convert, write_tree
+
+pytestmark = pytest.mark.slow
 
 
 def test_report_references_real_images_and_lists_skipped_files(tmp_path):

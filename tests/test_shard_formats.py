@@ -12,9 +12,13 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from pipeline.formats import shard_formats
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, output_files, write_tree
+
+pytestmark = pytest.mark.slow
 
 FORMAT_MODULE = '''
 """Length-prefixed records with a CRC32 each."""

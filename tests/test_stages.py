@@ -35,6 +35,7 @@ def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
     return [sizes[s] for s in range(plan.num_shards)]
 
 
+@pytest.mark.slow
 def test_plan_shards_honours_the_shard_count_with_even_shards():
     train, test = _refs(1000), _refs(7, 'test')
     with stage_pipeline() as p:
@@ -43,6 +44,7 @@ def test_plan_shards_honours_the_shard_count_with_even_shards():
         assert_that(sizes, equal_to([('train', [250] * 4), ('test', [2, 2, 2, 1])]))
 
 
+@pytest.mark.slow
 def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
     refs = _refs(1000)   # 1000 x 1000 bytes: about 1 MB.
     with stage_pipeline() as p:
@@ -55,6 +57,7 @@ def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
         assert_that(counts, equal_to([3]))
 
 
+@pytest.mark.slow
 def test_assign_chunks_puts_every_ref_in_one_chunk_at_its_rank():
     refs = _refs(1000)
     ranks = {r.key: i for i, r in enumerate(sorted(refs, key=lambda r: (r.key_hash, r.key)))}
@@ -95,6 +98,7 @@ def test_planner_honours_any_shard_count_up_to_a_million_with_even_chunks(count,
     assert shard_count(count, 0, 2_000_000, 128) == min(count, 1_000_000)
 
 
+@pytest.mark.slow
 def test_list_examples_accounts_for_every_file(tmp_path):
     from pipeline.formats.folders import place_of
     from transforms.listing import FolderSplit
@@ -107,6 +111,7 @@ def test_list_examples_accounts_for_every_file(tmp_path):
                               ('loose.jpg', None, False, False), ('2.jpg', 'b', False, True)]))
 
 
+@pytest.mark.slow
 def test_resolve_labels_counts_inputs_and_ignored_and_fixes_ids():
     refs = _refs(5) + [ExampleRef('train', '/data/.x', '/data/.x', '.x', None, ignored=True),
                        ExampleRef('train', '/data/bad', '', 'bad', 'zz', problem='broken link')]
@@ -118,6 +123,7 @@ def test_resolve_labels_counts_inputs_and_ignored_and_fixes_ids():
                     label='label names')
 
 
+@pytest.mark.slow
 def test_write_shards_accounts_for_bad_refs(tmp_path):
     """A problem known at listing, a missing file and a non-image are errors; the rest records."""
     root = write_tree(tmp_path / 'in', {'ok.jpg': imagemaker.jpeg(20, 20), 'text.jpg': b'text'})
@@ -140,6 +146,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
         assert [records.decode_example(r)[records.FILENAME] for r in records.read_records(stream)] == [[b'ok.jpg']]
 
 
+@pytest.mark.slow
 def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summary(tmp_path):
     """The stage after WriteShards, as the launcher runs it: lock held, temporary folder marked."""
     images = {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i) for i in range(6)}

@@ -32,10 +32,12 @@ def copy(dataset, tmp_path):
     return target
 
 
+@pytest.mark.slow
 def test_sound_dataset_passes(dataset):
     assert verify(dataset, processes=2) == []
 
 
+@pytest.mark.slow
 def test_the_command_reads_a_local_dataset_without_apache_beam(dataset):
     """`python -m pipeline.verify` is a dataset checker, not a pipeline: with Beam made
     unimportable it still checks every shard."""
@@ -107,6 +109,7 @@ def test_wrong_label(copy):
                         f"but the record says {text!r}"]
 
 
+@pytest.mark.slow
 def test_duplicates_within_and_across_splits(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/a/x.jpg': SHARED, 'train/a/y.jpg': imagemaker.jpeg(seed=1),
                                         'train/b/x2.jpg': SHARED, 'test/a/z.jpg': SHARED})
@@ -121,6 +124,7 @@ def test_duplicates_within_and_across_splits(tmp_path):
     assert problems[1].endswith(': duplicate across splits (leakage)')
 
 
+@pytest.mark.slow
 def test_cli_exit_codes(dataset, copy):
     ok = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', dataset, '--sample=0.5'],
                         capture_output=True, text=True, timeout=300)
@@ -132,6 +136,7 @@ def test_cli_exit_codes(dataset, copy):
     assert none.returncode == 2 and none.stderr.startswith('error: /no/such has no readable dataset_info.json')
 
 
+@pytest.mark.slow
 def test_held_lock_and_leftover_temp_folders_are_warnings_with_their_size(copy):
     """Only folders that carry this tool's marker are its temporary folders."""
     for run_id, marker in [('0123456789abcdef', 'running'), ('fedcba9876543210', 'committed'),
