@@ -1,4 +1,4 @@
-"""The README's ImageNet recipe, command by command, on archives shaped like the official ones."""
+"""The ImageNet recipe of docs/imagenet.md, command by command, on archives shaped like the official ones."""
 import io
 import os
 import subprocess

@@ -1,0 +1,47 @@
+"""The shell and Python code blocks of README.md and docs/, with the `<!-- not run: REASON -->`
+marker that may stand on the line before a block."""
+import dataclasses
+import glob
+import os
+import re
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LANGUAGES = ('bash', 'sh', 'shell', 'python')
+_FENCE = re.compile(r'^```(\w*)\n(.*?)^```', re.S | re.M)
+_NOT_RUN = re.compile(r'<!-- not run: (.+?) -->\n$')
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    path: str          # relative to the repository
+    line: int          # of the opening fence
+    language: str
+    code: str
+    not_run: str | None   # the marker's reason, if the block is marked not runnable here
+
+    @property
+    def name(self) -> str:
+        return f'{self.path}:{self.line}'
+
+
+def pages() -> list[str]:
+    """README.md and every Markdown page under docs/, relative to the repository."""
+    found = glob.glob(os.path.join(REPO, 'docs', '**', '*.md'), recursive=True)
+    return ['README.md', *sorted(os.path.relpath(path, REPO) for path in found)]
+
+
+def blocks(path: str) -> list[Block]:
+    """The blocks of one page in the LANGUAGES, in order."""
+    with open(os.path.join(REPO, path)) as stream:
+        text = stream.read()
+    found = []
+    for match in _FENCE.finditer(text):
+        if match[1] in LANGUAGES:
+            marker = _NOT_RUN.search(text[:match.start()][-300:])
+            found.append(Block(path, text.count('\n', 0, match.start()) + 1, match[1], match[2],
+                               marker[1] if marker else None))
+    return found
+
+
+def all_blocks() -> list[Block]:
+    return [block for path in pages() for block in blocks(path)]
