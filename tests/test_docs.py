@@ -16,7 +16,6 @@ import pytest
 from pipeline.sample_data import write_sample_dataset
 from tests import doc_blocks
 
-INSTALL = re.compile(r"python3 -m venv \.venv && \.venv/bin/pip install -q -e '[^']*' && ")
 EXTRAS = {'tensorflow': 'tensorflow', 'torch': 'torch', 'grain': 'grain'}   # extra: module
 OTHERS = ['jax', *EXTRAS.values()]
 RUN_PYTHON = '''import atexit, re, sys
@@ -64,11 +63,7 @@ def inputs(tmp_path_factory) -> dict:
                              '--direct_running_mode=in_memory', '--direct_num_workers=1'],
                             cwd=root, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
-    bin_dir = root / 'bin'   # `python` on PATH is this interpreter, as in an activated venv.
-    bin_dir.mkdir()
-    (bin_dir / 'python').write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (bin_dir / 'python').chmod(0o755)
-    return {'data': data, 'sample': root / 'sample_tfrecords', 'bin': bin_dir}
+    return {'data': data, 'sample': root / 'sample_tfrecords'}
 
 
 def run_block(block: doc_blocks.Block, inputs: dict, work) -> subprocess.CompletedProcess:
@@ -81,14 +76,12 @@ def run_block(block: doc_blocks.Block, inputs: dict, work) -> subprocess.Complet
     if 'sample_tfrecords' in code or 'OUTPUT_DIR' in code:
         os.symlink(inputs['sample'], work / 'sample_tfrecords')
         code = code.replace('OUTPUT_DIR', 'sample_tfrecords')
-    env = {**os.environ, 'PATH': f'{inputs["bin"]}:{os.environ["PATH"]}'}
-    if block.language == 'python':
-        extra = _extra(code)
-        blocked = [module for module in OTHERS if extra and module != EXTRAS[extra]]
-        argv = [sys.executable, '-c', RUN_PYTHON.format(blocked=blocked, code=code, name=block.name)]
-    else:   # The install step is what the test environment already did.
-        argv = ['bash', '-euo', 'pipefail', '-c', INSTALL.sub('', code).replace('.venv/bin/python', 'python')]
-    return subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    if block.language != 'python':
+        return doc_blocks.run_shell(code, work)
+    extra = _extra(code)
+    blocked = [module for module in OTHERS if extra and module != EXTRAS[extra]]
+    return subprocess.run([sys.executable, '-c', RUN_PYTHON.format(blocked=blocked, code=code, name=block.name)],
+                          cwd=work, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
@@ -102,7 +95,7 @@ def test_a_documented_block_runs_as_printed(block, inputs, tmp_path):
         assert shape in result.stdout
     if extra == 'grain':   # 100 batches of a dataset that repeats forever, in bounded memory.
         assert int(re.search(r'peak RSS KB (\d+)', result.stderr)[1]) < 1_000_000
-    if INSTALL.search(block.code) and block.code.rstrip().endswith('pipeline.run'):   # The sample.
+    if doc_blocks.INSTALL.search(block.code) and block.code.rstrip().endswith('pipeline.run'):   # The sample.
         assert os.path.isfile(tmp_path / 'sample_tfrecords' / 'dataset_info.json')
         assert 'tfds.builder_from_directory' in result.stdout   # How to load it.
 
