@@ -26,8 +26,8 @@ setuptools.setup(
         # Reading the output back, TFDS loading, and configs written with tf.io.gfile.
         'tensorflow': TENSORFLOW,
         'report': ['matplotlib>=3.7'],    # pipeline.tools.report
-        # pipeline.readers.torch_data; install the CPU build of torch first (README: PyTorch
-        # without CUDA), else Linux gets the CUDA build and its nvidia-* packages.
+        # pipeline.readers.torch_data; install the CPU build of torch first (docs/loading.md:
+        # PyTorch without CUDA), else Linux gets the CUDA build and its nvidia-* packages.
         'torch': ['torch>=2.1'],
         'grain': ['grain>=0.2.18'],       # pipeline.readers.grain_data
         'imagenet': ['scipy>=1.10'],      # pipeline.tools.imagenet_labels reads the devkit's meta.mat

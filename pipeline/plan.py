@@ -13,7 +13,7 @@ it; fewer reads in flight can lower it, as a thread converts at most --reads_in_
 seconds per read images/s (32 / 50 ms = 640/s, above the measured rate). A bucket serves about 5,000 object reads/s
 at first and more only as Cloud Storage ramps it up; a plan that reads faster is told how long
 the reads alone take under that ramp. The rate is measured; everything else is an assumption
-stated in the output and in the README.
+stated in the output and in docs/cloud.md.
 """
 import json
 import math

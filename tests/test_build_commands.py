@@ -1,4 +1,4 @@
-"""The image build commands the Dockerfile, the build script and the README give use only what
+"""The image build commands the Dockerfile, the build script and docs/flex-template.md give use only what
 `gcloud builds submit` accepts, and the Cloud Build config builds the Dockerfile there is."""
 import os
 import re
@@ -21,7 +21,7 @@ def _text(path: str) -> str:
 def _submit_commands() -> list[list[str]]:
     commands = []
     for path in ('dataflow_templates/Dockerfile', 'dataflow_templates/build_and_run.sh',
-                 'README.md'):
+                 'docs/flex-template.md'):
         text = re.sub(r'\\\n\s*', ' ', _text(path))
         for line in re.findall(r'gcloud builds submit[^\n`]*', text):
             commands.append(shlex.split(line.replace('$', ''), comments=True))

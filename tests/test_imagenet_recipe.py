@@ -1,14 +1,16 @@
-"""The README's ImageNet recipe, command by command, on archives shaped like the official ones."""
+"""The ImageNet recipe of docs/imagenet.md, run as the page prints it, on archives shaped like the
+official ones."""
 import io
-import os
-import subprocess
-import sys
+import tarfile
 
 import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image
 
 from pipeline.testing import archivemaker, imagemaker
+from tests import doc_blocks
+
+PAGE = 'docs/imagenet.md'
 
 SYNSETS = [(1, 'n02119789', 0), (2, 'n01440764', 0), (3, 'n01443537', 0), (1001, 'n00001740', 3)]
 VALIDATION_IDS = [2, 1, 3, 3, 2, 1, 2]
@@ -38,31 +40,21 @@ def _train() -> dict:
     return {f'{wnid}.tar': archivemaker.tar(files) for wnid, files in classes.items()}
 
 
-def _run(*argv, cwd) -> str:
-    result = subprocess.run([sys.executable, '-m', *argv], capture_output=True, text=True,
-                            cwd=cwd, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
 def test_imagenet_from_its_official_archives(tmp_path):
     validation = {f'ILSVRC2012_val_{i:08d}.JPEG': imagemaker.jpeg(30, 30, seed=100 + i)
                   for i in range(1, len(VALIDATION_IDS) + 1)}
     (tmp_path / 'ILSVRC2012_img_train.tar').write_bytes(archivemaker.tar(_train()))
     (tmp_path / 'ILSVRC2012_img_val.tar').write_bytes(archivemaker.tar(validation))
     (tmp_path / 'ILSVRC2012_devkit_t12.tar.gz').write_bytes(_devkit())
-    # The recipe: the train tar as split `train`, the validation labels as a CSV through the
-    # validation tar, then one conversion.
-    os.mkdir(tmp_path / 'imagenet')
-    os.symlink(tmp_path / 'ILSVRC2012_img_train.tar', tmp_path / 'imagenet' / 'train.tar')
-    os.symlink(tmp_path / 'ILSVRC2012_img_val.tar', tmp_path / 'imagenet' / 'ILSVRC2012_img_val.tar')
-    csv = _run('pipeline.tools.imagenet_labels', 'ILSVRC2012_devkit_t12.tar.gz', cwd=tmp_path)
+    # The recipe as the page prints it: the train tar as split `train`, the validation labels as
+    # a CSV through the validation tar, a plan, then one conversion.
+    recipe = doc_blocks.find(PAGE, '> imagenet/validation.csv')
+    result = doc_blocks.run_shell(recipe.code, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    csv = (tmp_path / 'imagenet' / 'validation.csv').read_text()
     assert csv.splitlines()[:3] == ['uri,label', 'ILSVRC2012_img_val.tar/ILSVRC2012_val_00000001.JPEG,n01440764',
                                     'ILSVRC2012_img_val.tar/ILSVRC2012_val_00000002.JPEG,n02119789']
-    (tmp_path / 'imagenet' / 'validation.csv').write_text(csv)
-    out = _run('pipeline.run', '--input_dir=imagenet', '--csv_validation=imagenet/validation.csv',
-               '--output_dir=imagenet_tfrecords', cwd=tmp_path)
-    assert 'train' in out and 'validation' in out
+    assert 'train' in result.stdout and 'validation' in result.stdout
 
     builder = tfds.builder_from_directory(str(tmp_path / 'imagenet_tfrecords'))
     label = builder.info.features['image/class/label']
@@ -77,3 +69,15 @@ def test_imagenet_from_its_official_archives(tmp_path):
     assert {n: labels[n] for n in validation} == {
         f'ILSVRC2012_val_{i:08d}.JPEG': wnid[k] for i, k in enumerate(VALIDATION_IDS, 1)}
     assert labels['n01440764_png.JPEG'] == 'n01440764' and labels['n01443537_cmyk.JPEG'] == 'n01443537'
+
+
+def test_the_pages_account_of_the_devkit_gives_the_csv_rows(tmp_path, monkeypatch):
+    with tarfile.open(fileobj=io.BytesIO(_devkit())) as devkit:
+        devkit.extractall(tmp_path, filter='data')
+    account = doc_blocks.find(PAGE, "loadmat('data/meta.mat'")
+    names = {}
+    monkeypatch.chdir(tmp_path / 'ILSVRC2012_devkit_t12')
+    exec(account.code, names)
+    wnid = {number: w for number, w, children in SYNSETS if not children}
+    assert names['rows'] == [f'ILSVRC2012_img_val.tar/ILSVRC2012_val_{i:08d}.JPEG,{wnid[k]}'
+                             for i, k in enumerate(VALIDATION_IDS, 1)]

@@ -375,7 +375,7 @@ class ConfigPartition(Partition):
 
 
 def example_to_ref(split: str, example: Any, origin: str) -> ExampleRef:
-    """Turns a dict yielded by an example_generator into an ExampleRef (see README)."""
+    """Turns a dict yielded by an example_generator into an ExampleRef (see docs/inputs.md)."""
     where = f"{origin}.example_generator('{split}')"
     if not isinstance(example, dict):
         raise DatasetError(f'{where} yielded a {type(example).__name__}, not a dict; yield '

@@ -8,7 +8,7 @@ multi-index hashing: each 64-bit hash is cut into BANDS bands of 16 bits, and ea
 filed under (band, value) for every band of its hash and of its mirror hash; records that share
 a bucket are candidates, and their full distance decides. A pair that differs in at most
 BANDS - 1 bits always shares a bucket; one further apart does unless its differences fall in
-every band (recall measured in the README). At 10^8 images a bucket holds ~1,500 hashes on
+every band (recall measured in docs/performance.md). At 10^8 images a bucket holds ~1,500 hashes on
 average. A bucket with more than MAX_BUCKET entries is a degenerate hash (one look that many
 images share): it is reported as crowded, with its size and a few sources, and not paired, so
 memory stays bounded. Flat images (phash.FLAT) are counted and never filed.

@@ -4,7 +4,7 @@ ArrayRecord (a Riegeli file with an index and a footer) gives random access to e
 Grain and TFDS's `as_data_source()` use for a true global shuffle. The records are the same
 serialized `tf.train.Example`s as in the TFRecord shards, in the same order.
 
-WRITER_OPTIONS was chosen by measurement (benchmarks/array_record.py, numbers in the README):
+WRITER_OPTIONS was chosen by measurement (benchmarks/array_record.py, numbers in docs/performance.md):
 `group_size:1` puts every record in its own chunk, so reading one record decodes one record (with
 larger groups a random read decompresses the whole group); `uncompressed` because the records are
 JPEG bytes, which zstd does not shrink, and compressing them costs write time.

@@ -7,7 +7,7 @@
         grain.ReadOptions(num_threads=16, prefetch_buffer_size=256)).batch(256)
 
 (Batch after `to_iter_dataset`: the prefetch buffer counts elements. Images keep their own
-sizes, so make them one size before batching; the README has a complete example.)
+sizes, so make them one size before batching; docs/loading.md has a complete example.)
 
 Each element is {'image': HxWx3 uint8, 'label': int}. The shard list comes from
 dataset_info.json (written with --output_format=array_record, alone or with tfrecord). Local

@@ -1,0 +1,148 @@
+"""Every shell and Python block of README.md and docs/ runs as printed, or is marked
+`<!-- not run: REASON -->` on the line before it. Blocks run in a fresh folder each, in a
+subprocess, with `/data/` standing for a folder of small generated inputs (flowers/ in the
+folder layout, flowers.zip, train.csv, validation.csv, classes.txt) and `sample_tfrecords` (or
+OUTPUT_DIR) for the sample dataset converted in both formats; a loader block runs where the
+libraries of the other extras cannot be imported."""
+import csv
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.sample_data import write_sample_dataset
+from tests import doc_blocks
+
+EXTRAS = {'tensorflow': 'tensorflow', 'torch': 'torch', 'grain': 'grain'}   # extra: module
+OTHERS = ['jax', *EXTRAS.values()]
+RUN_PYTHON = '''import atexit, re, sys
+for name in {blocked!r}:
+    sys.modules[name] = None   # Not installed by this example's extra.
+atexit.register(lambda: print('peak RSS KB', re.search(r'VmHWM:\\s*(\\d+)',
+                              open('/proc/self/status').read())[1], file=sys.stderr))
+exec(compile({code!r}, {name!r}, 'exec'), {{'__name__': '__main__'}})
+'''
+
+
+def _runnable() -> list[doc_blocks.Block]:
+    """The unmarked blocks, a block printed on several pages once."""
+    unique = {}
+    for block in doc_blocks.all_blocks():
+        if block.not_run is None:
+            unique.setdefault((block.language, block.code), block)
+    return list(unique.values())
+
+
+RUNNABLE = _runnable()
+
+
+def _extra(code: str) -> str | None:
+    found = re.search(r"pip install -e '\.\[(\w+)\]'", code)
+    return found and found[1]
+
+
+@pytest.fixture(scope='module')
+def inputs(tmp_path_factory) -> dict:
+    """{'data': folder of generated inputs, 'sample': the sample dataset in both formats}."""
+    root = tmp_path_factory.mktemp('docs')
+    data = root / 'data'
+    flowers = write_sample_dataset(str(data / 'flowers'), num_classes=3, per_class=(2, 3))
+    shutil.make_archive(str(data / 'flowers'), 'zip', flowers)
+    for split, name in (('train', 'train.csv'), ('validation', 'validation.csv')):
+        with open(data / name, 'w', newline='') as stream:
+            rows = csv.writer(stream)
+            rows.writerow(['uri', 'label'])
+            for label in sorted(os.listdir(os.path.join(flowers, split))):
+                for image in sorted(os.listdir(os.path.join(flowers, split, label))):
+                    rows.writerow([f'flowers/{split}/{label}/{image}', label])
+    (data / 'classes.txt').write_text(''.join(f'class-{i}\n' for i in range(3)))
+    result = subprocess.run([sys.executable, '-m', 'pipeline.run', '--output_format=tfrecord,array_record',
+                             '--direct_running_mode=in_memory', '--direct_num_workers=1'],
+                            cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return {'data': data, 'sample': root / 'sample_tfrecords'}
+
+
+def run_block(block: doc_blocks.Block, inputs: dict, work) -> subprocess.CompletedProcess:
+    """Runs the block in `work`, with /data/ and the sample dataset substituted."""
+    data = work / 'data'
+    data.mkdir()
+    for name in os.listdir(inputs['data']):
+        os.symlink(inputs['data'] / name, data / name)
+    code = block.code.replace('/data/', f'{data}/').replace("'/data'", repr(str(data)))
+    if 'sample_tfrecords' in code or 'OUTPUT_DIR' in code:
+        os.symlink(inputs['sample'], work / 'sample_tfrecords')
+        code = code.replace('OUTPUT_DIR', 'sample_tfrecords')
+    if block.language != 'python':
+        return doc_blocks.run_shell(code, work)
+    extra = _extra(code)
+    blocked = [module for module in OTHERS if extra and module != EXTRAS[extra]]
+    return subprocess.run([sys.executable, '-c', RUN_PYTHON.format(blocked=blocked, code=code, name=block.name)],
+                          cwd=work, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('block', RUNNABLE, ids=lambda block: block.name)
+def test_a_documented_block_runs_as_printed(block, inputs, tmp_path):
+    result = run_block(block, inputs, tmp_path)
+    assert result.returncode == 0, f'{block.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}'
+    extra = _extra(block.code)
+    if block.language == 'python' and extra:   # A loader: fixed-size batches.
+        shape = '[32, 3, 224, 224]' if extra == 'torch' else '(32, 224, 224, 3)'
+        assert shape in result.stdout
+    if extra == 'grain':   # 100 batches of a dataset that repeats forever, in bounded memory.
+        assert int(re.search(r'peak RSS KB (\d+)', result.stderr)[1]) < 1_000_000
+    if doc_blocks.INSTALL.search(block.code) and block.code.rstrip().endswith('pipeline.run'):   # The sample.
+        assert os.path.isfile(tmp_path / 'sample_tfrecords' / 'dataset_info.json')
+        assert 'tfds.builder_from_directory' in result.stdout   # How to load it.
+
+
+def test_the_readme_holds_the_two_commands():
+    readme = {block.code.strip(): block for block in doc_blocks.blocks('README.md')}
+    sample = ("python3 -m venv .venv && .venv/bin/pip install -q -e '.[tensorflow,report]' && "
+              ".venv/bin/python -m pipeline.run")
+    with open(os.path.join(doc_blocks.REPO, '.ci', 'run')) as stream:
+        tests = stream.read().strip().splitlines()[-1]
+    assert readme[sample].not_run is None and tests in readme
+    assert os.path.getsize(os.path.join(doc_blocks.REPO, 'README.md')) <= 15_000
+
+
+def test_every_not_run_marker_stands_before_a_block():
+    for path in doc_blocks.pages():
+        with open(os.path.join(doc_blocks.REPO, path)) as stream:
+            markers = len(re.findall(r'^<!-- not run: ', stream.read(), re.M))
+        assert markers == sum(block.not_run is not None for block in doc_blocks.blocks(path)), path
+
+
+def test_the_docs_show_a_loader_for_each_reader():
+    loaders = [_extra(block.code) for block in doc_blocks.blocks('docs/loading.md')
+               if block.language == 'python']
+    assert sorted(loaders) == ['grain', 'tensorflow', 'tensorflow', 'torch']
+
+
+def _anchors(path: str) -> set[str]:
+    """GitHub's anchors of a Markdown page's headings."""
+    with open(path) as stream:
+        text = re.sub(r'^```.*?^```', '', stream.read(), flags=re.S | re.M)
+    return {re.sub(r'[^\w\- ]', '', title.strip().lower()).replace(' ', '-')
+            for title in re.findall(r'^#+ (.*)$', text, re.M)}
+
+
+def test_every_link_between_the_pages_leads_somewhere():
+    results = glob.glob(os.path.join(doc_blocks.REPO, 'benchmarks', 'results', '*.md'))
+    for page in [*doc_blocks.pages(), 'CHANGELOG.md', *results]:
+        path = os.path.join(doc_blocks.REPO, page)
+        with open(path) as stream:
+            links = re.findall(r'\]\(([^)\s]+)\)', stream.read())
+        for link in links:
+            if re.match(r'\w+://', link):
+                continue
+            target, _, anchor = link.partition('#')
+            target = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+            assert os.path.exists(target), f'{page}: {link}'
+            if anchor:
+                assert anchor in _anchors(target), f'{page}: {link}'
