@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 
 from pipeline.formats import records
 from pipeline.testing import imagemaker
@@ -88,6 +87,7 @@ def test_error_report_lists_every_skipped_file(mixed):
 
 
 def test_tfds_loads_decoded_images_and_class_names(mixed):
+    import tensorflow_datasets as tfds
     _, _, out, summary = mixed
     builder = tfds.builder_from_directory(out)
     assert builder.info.splits['train'].num_examples == summary['splits']['train']['records'] == 7

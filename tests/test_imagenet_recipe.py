@@ -4,7 +4,7 @@ import io
 import tarfile
 
 import numpy as np
-import tensorflow_datasets as tfds
+import pytest
 from PIL import Image
 
 from pipeline.testing import archivemaker, imagemaker
@@ -40,7 +40,9 @@ def _train() -> dict:
     return {f'{wnid}.tar': archivemaker.tar(files) for wnid, files in classes.items()}
 
 
+@pytest.mark.slow
 def test_imagenet_from_its_official_archives(tmp_path):
+    import tensorflow_datasets as tfds
     validation = {f'ILSVRC2012_val_{i:08d}.JPEG': imagemaker.jpeg(30, 30, seed=100 + i)
                   for i in range(1, len(VALIDATION_IDS) + 1)}
     (tmp_path / 'ILSVRC2012_img_train.tar').write_bytes(archivemaker.tar(_train()))
