@@ -2,7 +2,9 @@
 import io
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
+
+from pipeline.sample_data import photo  # noqa: F401  (tests and benchmarks make photos too)
 
 
 def gradient(width: int, height: int, seed: int = 0) -> np.ndarray:
@@ -37,25 +39,3 @@ def exif_rotated_jpeg(width: int, height: int, orientation: int) -> bytes:
 
 def decode(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert('RGB'))
-
-
-def photo(width: int = 256, height: int = 192, seed: int = 0) -> np.ndarray:
-    """A photo-like RGB image, distinct for every seed: colour noise with a natural image's 1/f
-    spectrum (structure at every scale) under a few shapes of random colours."""
-    rng = np.random.default_rng(seed)
-    fy, fx = np.fft.fftfreq(height)[:, None], np.fft.rfftfreq(width)[None, :]
-    falloff = 1 / np.maximum(np.hypot(fx, fy), 1 / max(width, height))
-    shared = rng.normal(size=falloff.shape) + 1j * rng.normal(size=falloff.shape)
-    channels = []
-    for _ in range(3):
-        own = rng.normal(size=falloff.shape) + 1j * rng.normal(size=falloff.shape)
-        plane = np.fft.irfft2((shared + 0.5 * own) * falloff ** 1.5, s=(height, width))
-        channels.append((plane - plane.min()) / (np.ptp(plane) or 1) * rng.uniform(120, 255))
-    image = Image.fromarray(np.stack(channels, -1).astype(np.uint8))
-    draw = ImageDraw.Draw(image)
-    for _ in range(rng.integers(2, 6)):
-        x, y = rng.integers(0, width), rng.integers(0, height)
-        w, h = rng.integers(width // 10, width // 3), rng.integers(height // 10, height // 3)
-        shape = draw.ellipse if rng.random() < 0.5 else draw.rectangle
-        shape((x, y, x + w, y + h), fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
-    return np.asarray(image)
