@@ -100,8 +100,8 @@ def format_plan(document: dict) -> str:
         lines.append(f'{split:<12}{s["inputs"]:>10}{s["ignored"]:>9}{s["labels"]:>8}'
                      f'{s["shards"]:>8}{s["chunks"]:>8}{s["input_bytes"] / 1e9:>10.2f}'
                      f'{s["shard_bytes"] / 1e6:>10.1f}')
-    streamed = sorted(archive for s in document['splits'].values()
-                      for archive in s.get('streamed_archives', ()))
+    streamed = sorted({archive for s in document['splits'].values()   # One may hold every split.
+                       for archive in s.get('streamed_archives', ())})
     if streamed:
         lines += ['', f'{len(streamed)} gzip-compressed archive(s), each listed in one pass and '
                   'read again in one pass per chunk of its members (gzip cannot be split; an '

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.testing import imagemaker
+from pipeline.testing import archivemaker, imagemaker
 from tests.helpers import write_tree
 
 
@@ -84,3 +84,15 @@ def test_a_plan_that_reads_faster_than_a_new_bucket_serves_says_how_long_the_rea
     assert 'more than the ~5,000 object reads/s a bucket serves at first' in text
     assert f'at least {e["read_limited_seconds"] / 3600:.1f} h' in text
     assert 'one work item per vCPU' in text
+
+
+@pytest.mark.slow
+def test_an_input_archive_of_every_split_is_named_once(tmp_path):
+    files = {f'{split}/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
+             for split in ('train', 'test') for i in range(4)}
+    (tmp_path / 'data.tar.gz').write_bytes(archivemaker.tar(files, 'gz'))
+    result = _plan_cli(f'--input_dir={tmp_path}/data.tar.gz')
+    assert result.returncode == 0, result.stderr
+    assert ('1 gzip-compressed archive(s), each listed in one pass and read again in one pass per '
+            'chunk of its members (gzip cannot be split; an uncompressed .tar is read by ranged '
+            f'reads): {tmp_path}/data.tar.gz\n') in result.stdout
