@@ -2,6 +2,7 @@
 # Builds the Flex Template image and spec, then (with RUN=1) launches a job from it.
 #   PROJECT=my-project REGION=us-central1 BUCKET=my-bucket dataflow_templates/build_and_run.sh
 #   RUN=1 INPUT=gs://my-bucket/raw OUTPUT=gs://my-bucket/tfrecords ... (same variables)
+# PRINT=1 prints the gcloud commands, one a line, instead of running them (no gcloud needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${PROJECT:?set PROJECT}" "${REGION:?set REGION}" "${BUCKET:?set BUCKET}"
@@ -9,18 +10,29 @@ REPOSITORY=${REPOSITORY:-dataflow}
 IMAGE=${IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$REPOSITORY/image-tfrecords:latest}
 SPEC=${SPEC:-gs://$BUCKET/templates/image-tfrecords.json}
 
+gcloud_() {   # gcloud ARGS, or the command line that would run with PRINT=1
+  if [[ "${PRINT:-0}" == 1 ]]; then
+    printf '%q' gcloud; printf ' %q' "$@"; printf '\n'
+  else
+    gcloud "$@"
+  fi
+}
+
 if [[ "${RUN:-0}" != 1 ]]; then
-  gcloud artifacts repositories describe "$REPOSITORY" --location="$REGION" --project="$PROJECT" >/dev/null 2>&1 ||
-    gcloud artifacts repositories create "$REPOSITORY" --repository-format=docker \
+  if [[ "${PRINT:-0}" == 1 ]] ||
+     ! gcloud artifacts repositories describe "$REPOSITORY" --location="$REGION" \
+       --project="$PROJECT" >/dev/null 2>&1; then   # Printed: made only where it is missing.
+    gcloud_ artifacts repositories create "$REPOSITORY" --repository-format=docker \
       --location="$REGION" --project="$PROJECT"
-  gcloud builds submit --project="$PROJECT" --region="$REGION" \
+  fi
+  gcloud_ builds submit --project="$PROJECT" --region="$REGION" \
     --config=dataflow_templates/cloudbuild.yaml --substitutions=_IMAGE="$IMAGE" .
-  gcloud dataflow flex-template build "$SPEC" --project="$PROJECT" \
+  gcloud_ dataflow flex-template build "$SPEC" --project="$PROJECT" \
     --image="$IMAGE" --sdk-language=PYTHON --metadata-file=dataflow_templates/metadata.json
   echo "Template spec: $SPEC"
 else
   : "${INPUT:?set INPUT}" "${OUTPUT:?set OUTPUT}"
-  gcloud dataflow flex-template run "image-tfrecords-$(date +%Y%m%d-%H%M%S)" \
+  gcloud_ dataflow flex-template run "image-tfrecords-$(date +%Y%m%d-%H%M%S)" \
     --project="$PROJECT" --region="$REGION" --template-file-gcs-location="$SPEC" \
     --temp-location="gs://$BUCKET/tmp" \
     --parameters=input_dir="$INPUT",output_dir="$OUTPUT",sdk_container_image="$IMAGE"

@@ -3,6 +3,7 @@
 import os
 import re
 import shlex
+import subprocess
 
 import yaml
 
@@ -18,14 +19,35 @@ def _text(path: str) -> str:
     return open(os.path.join(REPO, path)).read()
 
 
+def _printed_commands(**variables) -> list[list[str]]:
+    """The gcloud commands dataflow_templates/build_and_run.sh prints with PRINT=1, as words;
+    run with a PATH that has no gcloud."""
+    env = {'PATH': '/usr/bin:/bin', 'PRINT': '1', 'PROJECT': 'p', 'REGION': 'us-central1',
+           'BUCKET': 'b', **variables}
+    result = subprocess.run(['bash', os.path.join(REPO, 'dataflow_templates/build_and_run.sh')],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [shlex.split(line) for line in result.stdout.splitlines() if line.startswith('gcloud ')]
+
+
 def _submit_commands() -> list[list[str]]:
-    commands = []
-    for path in ('dataflow_templates/Dockerfile', 'dataflow_templates/build_and_run.sh',
-                 'docs/flex-template.md'):
+    commands = [words for words in _printed_commands() if words[1:3] == ['builds', 'submit']]
+    for path in ('dataflow_templates/Dockerfile', 'docs/flex-template.md'):
         text = re.sub(r'\\\n\s*', ' ', _text(path))
         for line in re.findall(r'gcloud builds submit[^\n`]*', text):
             commands.append(shlex.split(line.replace('$', ''), comments=True))
     return commands
+
+
+def test_the_build_script_prints_its_gcloud_commands_without_gcloud():
+    image = 'us-central1-docker.pkg.dev/p/dataflow/image-tfrecords:latest'
+    assert [words[:3] for words in _printed_commands()] == [
+        ['gcloud', 'artifacts', 'repositories'], ['gcloud', 'builds', 'submit'],
+        ['gcloud', 'dataflow', 'flex-template']]
+    run, = _printed_commands(RUN='1', INPUT='gs://b/raw', OUTPUT='gs://b/out')
+    assert run[:4] == ['gcloud', 'dataflow', 'flex-template', 'run']
+    assert (f'--parameters=input_dir=gs://b/raw,output_dir=gs://b/out,sdk_container_image={image}'
+            in run)
 
 
 def test_gcloud_builds_submit_commands_use_only_its_flags():

@@ -77,6 +77,8 @@ def run_block(block: doc_blocks.Block, inputs: dict, work) -> subprocess.Complet
     if 'sample_tfrecords' in code or 'OUTPUT_DIR' in code:
         os.symlink(inputs['sample'], work / 'sample_tfrecords')
         code = code.replace('OUTPUT_DIR', 'sample_tfrecords')
+    if 'dataflow_templates/' in code:   # Run from the repository's root.
+        os.symlink(os.path.join(doc_blocks.REPO, 'dataflow_templates'), work / 'dataflow_templates')
     if block.language != 'python':
         return doc_blocks.run_shell(code, work)
     extra = _extra(code)
