@@ -76,8 +76,8 @@ class ConverterOptions(PipelineOptions):
              'an error.')
         # Output.
         flag('output_dir', help='Where shards and metadata go: a local folder or gs:// prefix. '
-             'Without any input flag, a generated sample dataset is converted into '
-             './sample_tfrecords.')
+             'With neither an input flag nor --output_dir, a generated sample dataset is '
+             'converted into ./sample_tfrecords.')
         flag('dataset_name', default=None, help='Shard file prefix, NAME-SPLIT.tfrecord-00000-of-'
              '00016 (lower_snake_case; default: the config name or "dataset").')
         flag('output_format', default=shard_formats.TFRECORD.name, metavar='FORMAT[,FORMAT]',
@@ -194,7 +194,9 @@ def converter_parser() -> argparse.ArgumentParser:
         description='Convert an image-classification dataset into sharded TFRecords '
         '(tf.train.Example) per split, on Apache Beam.',
         epilog='Every other flag goes to Beam, e.g. --runner=DataflowRunner --project=P '
-        '--region=R --temp_location=gs://B/tmp, or --direct_num_workers=N on DirectRunner.')
+        '--region=R --temp_location=gs://B/tmp (with --dry_run=true: build the Dataflow job and '
+        'print its steps, workers and staged files without submitting it), or '
+        '--direct_num_workers=N for a local run (default: one worker process per core).')
     ConverterOptions._add_argparse_args(parser)
     return parser
 
