@@ -6,7 +6,7 @@ import sys
 import pytest
 from PIL import Image
 
-from pipeline.tools.report import write_report
+from pipeline.tools.report import collect, sheet_samples, write_report
 from pipeline.testing import imagemaker
 from tests.helpers import convert, write_tree
 
@@ -38,7 +38,7 @@ def test_report_references_real_images_and_lists_skipped_files(tmp_path):
 
 
 def test_shard_chart_marks_whole_shards_only(tmp_path):
-    from pipeline.tools.report import charts, collect
+    from pipeline.tools.report import charts
     root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg':
                                         imagemaker.jpeg(30, 20, seed=i) for i in range(6)})
     for shards in (1, 3):
@@ -77,3 +77,15 @@ def test_report_shows_leaked_pairs_side_by_side_and_damaged_files(tmp_path):
     assert '1 near-duplicate pair(s) across splits within 8 of 64 bits (0 exact, 1 mirrored)' in page
     assert re.search(r'<td>test</td><td>[^<]*damaged.jpg</td><td>damaged JPEG: Premature end of '
                      r'JPEG file</td><td>keep</td>', page)
+
+
+def test_the_contact_sheet_takes_samples_from_every_split(tmp_path):
+    files = {f'{split}/c{c}/{i}.jpg': imagemaker.jpeg(30, 30, seed=100 * n + 10 * c + i)
+             for n, split in enumerate(('train', 'validation', 'test'))
+             for c in range(2) for i in range(8)}
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}')
+    shown = sheet_samples(collect(out, 100))
+    assert sorted(shown) == [(0, 'c0'), (1, 'c1')]
+    for samples in shown.values():
+        assert [r['split'] for r in samples] == ['train', 'validation', 'test'] * 2

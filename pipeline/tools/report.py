@@ -10,6 +10,7 @@ import argparse
 import collections
 import html
 import io
+import itertools
 import json
 import math
 import os
@@ -113,12 +114,18 @@ def charts(data: dict) -> 'plt.Figure':
     return fig
 
 
-def _contact_sheet(data: dict, path: str) -> None:
-    by_class = collections.defaultdict(list)
+def sheet_samples(data: dict) -> dict:
+    """(label, class name) -> up to _PER_CLASS sampled records, taken from the splits in turn."""
+    by_split = collections.defaultdict(lambda: collections.defaultdict(list))
     for name, split in data['splits'].items():
         for record in split['sample']:
-            if len(by_class[(record['label'], record['text'])]) < _PER_CLASS:
-                by_class[(record['label'], record['text'])].append(dict(record, split=name))
+            by_split[(record['label'], record['text'])][name].append(dict(record, split=name))
+    return {key: [r for turn in itertools.zip_longest(*splits.values()) for r in turn if r][:_PER_CLASS]
+            for key, splits in by_split.items()}
+
+
+def _contact_sheet(data: dict, path: str) -> None:
+    by_class = sheet_samples(data)
     shown = sorted(by_class)[:_CLASSES_SHOWN] or [(0, 'no records')]
     fig, axes = plt.subplots(len(shown), _PER_CLASS, figsize=(2 * _PER_CLASS, 2 * len(shown)),
                              squeeze=False, constrained_layout=True)
