@@ -116,7 +116,8 @@ class ConverterOptions(PipelineOptions):
              help=f'Images of two splits whose perceptual hashes differ in at most {RADIUS} of 64 '
              'bits (copies, also resized, re-encoded, brightened, greyscale or mirrored) are '
              'listed in leakage.jsonl; drop also leaves the copy in the later split (validation, '
-             'test) out, fail commits nothing if there is any (default report).')
+             'test) out, fail commits nothing if there is any; off checks nothing (no hashes, '
+             'no leakage.jsonl, records without image/phash features) (default report).')
         flag('reads_in_flight', type=positive_int, default=DEFAULT_READS_IN_FLIGHT,
              help='Images each worker thread reads ahead while it converts, so that Cloud Storage '
              'round trips overlap (about images/s per thread x seconds per read hides them); '

@@ -3,16 +3,20 @@ and re-encoded at quality 60-90, brightened or darkened by 20%, greyscale, mirro
 three times as a PNG, exact) among distinct photo-like images are found, listed in
 leakage.jsonl, counted, and reported, dropped or refused as --leakage says. Through the command
 line, as a user runs it."""
+import glob
 import io
 import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 from PIL import Image, ImageEnhance
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
+from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, convert, read_split, run_cli, write_tree
@@ -168,3 +172,36 @@ def test_pairs_found_in_many_partitions_are_the_same_pairs(planted, tmp_path, mo
     assert (f'{len(pairs)} near-duplicate pair(s) of images in different splits, e.g. '
             f'{root}/{first["source_b"]} (test) and '
             f'{root}/{first["source_a"]} (train)') in str(failed.value)
+
+
+def test_off_computes_no_hashes_and_writes_no_leakage_report(tmp_path):
+    """--leakage=off: records without hash features, which verify and the tf.data reader accept,
+    no leakage.jsonl (though a resized copy crosses splits), summary and end-of-run lines that
+    say so; damaged JPEGs are still found and skipped."""
+    rng = random.Random(5)
+    photos = [Image.fromarray(imagemaker.photo(192, 144, seed=i)) for i in range(8)]
+    files = {f'train/c{i % 2}/p{i}.jpg': _jpeg(photos[i]) for i in range(5)}
+    files.update({f'test/c{i % 2}/p{i}.jpg': _jpeg(photos[i]) for i in range(5, 8)})
+    files['test/c0/copy.jpg'] = COPIES['resized'](photos[0], rng)
+    whole = _jpeg(photos[0])
+    files['train/c1/damaged.jpg'] = whole[:len(whole) // 2] + bytes(len(whole) - len(whole) // 2)
+    root, out = write_tree(tmp_path / 'in', files), f'{tmp_path}/out'
+    result = _convert(root, out, '--leakage=off', '--max_error_ratio=0.5')
+    assert result.returncode == 0, result.stderr
+    assert not os.path.exists(f'{out}/leakage.jsonl')
+    summary = json.load(open(f'{out}/summary.json'))
+    assert summary['leakage'] == {'action': 'off'} and summary['splits']['train']['damaged'] == 1
+    assert ('leakage: not checked (--leakage=off: no perceptual hashes, no leakage.jsonl)'
+            in result.stdout.splitlines())
+    assert 'damaged JPEGs (strict libjpeg-turbo): 1, skipped' in result.stdout
+    stored = [records.decode_example(data) for split in ('train', 'test')
+              for path in sorted(glob.glob(f'{out}/*-{split}.tfrecord-*'))
+              for data in records.read_records(open(path, 'rb'))]
+    assert len(stored) == 9 and not any(set(records.HASH_FEATURES) & set(r) for r in stored)
+    features = json.load(open(f'{out}/features.json'))['featuresDict']['features']
+    assert records.PHASH not in features and records.ENCODED in features
+    assert len(list(tf_data.dataset(out, 'test'))) == 4
+    checked = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', out,
+                              '--processes=1'], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert 'leakage: not checked by the conversion (--leakage=off)' in checked.stdout

@@ -69,6 +69,8 @@ class Leakage:
             fileio.write_bytes(path, b'')
 
     def summary(self, action: str) -> dict:
+        if action == 'off':
+            return {'action': action}
         between: collections.Counter = collections.Counter()
         for part in self.parts:
             between.update(dict(part.between))
@@ -139,6 +141,9 @@ def quality_lines(summary: dict) -> list[str]:
     leakage = summary.get('leakage')
     if leakage is None:
         return lines
+    if leakage['action'] == 'off':
+        return lines + ['leakage: not checked (--leakage=off: no perceptual hashes, no '
+                        'leakage.jsonl)']
     if leakage['pairs']:
         dropped = sum(s.get('dropped_copies', 0) for s in summary['splits'].values())
         lines.append(f'leakage: {leakage["pairs"]} near-duplicate pair(s) across splits within '

@@ -30,7 +30,7 @@ from transforms.pairing import (BAND_BITS, MAX_BUCKET, ROW, PairList, Table,
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
-ACTIONS = ('report', 'drop', 'fail')
+ACTIONS = ('report', 'drop', 'fail', 'off')   # off: no hashes, no check.
 
 
 GROUP_SIZE = 1 << 16   # Members a shuffle group expects: a few MB, whatever the dataset's size.

@@ -9,7 +9,7 @@ from transforms.jpeg_check import DAMAGED, check_jpeg
 from transforms.pairing import RADIUS, find_pairs
 from transforms.phash import perceptual_hashes, to_int64
 
-HASH_FEATURES = (records.PHASH, records.PHASH_MIRRORED)
+HASH_FEATURES = records.HASH_FEATURES
 
 
 def damage(encoded: bytes, width: int, height: int) -> str | None:
@@ -40,10 +40,15 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
           f' ({sum(p.exact for p in pairs)} exact); {sum(flat.values())} flat image(s), '
           f'{len(crowded)} crowded bucket(s) not compared')
     listed = fileio.read_if_exists(fileio.join(output_dir, metadata.LEAKAGE))
+    summary = json.loads(fileio.read_if_exists(fileio.join(output_dir, metadata.SUMMARY)) or '{}')
+    action = summary.get('leakage', {}).get('action')
+    if action == 'off':   # Not checked: nothing to compare, and nothing should be listed.
+        print('leakage: not checked by the conversion (--leakage=off)')
+        return [f'{metadata.LEAKAGE}: present, yet summary.json says --leakage=off'] if (
+            listed is not None) else []
     if listed is None:
         return []
-    summary = json.loads(fileio.read_if_exists(fileio.join(output_dir, metadata.SUMMARY)) or '{}')
-    if summary.get('leakage', {}).get('action') == 'drop':   # Each pair's later copy is out.
+    if action == 'drop':   # Each pair's later copy is out.
         return [f'{metadata.LEAKAGE}: --leakage=drop left out the later copy of each pair it '
                 f'lists, yet the records give {len(pairs)} pair(s)'] if pairs else []
     lines = sorted((json.loads(line) for line in listed.decode().splitlines() if line),

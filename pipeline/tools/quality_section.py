@@ -46,6 +46,8 @@ def damaged_section(output_dir: str, splits: list[str]) -> str:
 def leakage_section(output_dir: str, leakage: dict | None) -> str:
     if leakage is None:
         return '<p>Not checked (a dataset written before leakage was checked).</p>'
+    if leakage['action'] == 'off':
+        return '<p>Not checked (--leakage=off: the records carry no perceptual hashes).</p>'
     pairs = sorted(_lines(output_dir, metadata.LEAKAGE), key=lambda p: p['distance'])
     head = (f'<p>{leakage["pairs"]} near-duplicate pair(s) across splits within '
             f'{leakage["radius"]} of 64 bits ({leakage["exact"]} exact, {leakage["mirrored"]} '
