@@ -16,6 +16,7 @@ from PIL import Image, ImageEnhance
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
+from pipeline.formats.metadata import SPLITS
 from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
@@ -70,42 +71,55 @@ def _convert(root: str, out: str, *flags: str):
                    *flags)
 
 
-def _pairs(root: str, out: str) -> list[dict]:
-    pairs = [json.loads(line) for line in open(f'{out}/leakage.jsonl')]
-    for pair in pairs:
+def _clusters(root: str, out: str) -> list[dict]:
+    """The lines of leakage.jsonl, sources relative to `root`."""
+    found = [json.loads(line) for line in open(f'{out}/leakage.jsonl')]
+    for cluster in found:
+        cluster['members'] = {split: [os.path.relpath(s, root) for s in sources]
+                              for split, sources in cluster['members'].items()}
         for side in ('source_a', 'source_b'):
-            pair[side] = os.path.relpath(pair[side], root)
-    return pairs
+            cluster['closest'][side] = os.path.relpath(cluster['closest'][side], root)
+    return found
 
 
-def test_planted_copies_are_found_and_distinct_images_are_not_paired(planted, tmp_path):
+def _found(found: list[dict], expected: dict) -> dict:
+    """Planted copy -> the cluster that holds it with its original."""
+    return {copy: c for c in found for copy in c['members'].get('test', ())
+            if copy in expected and expected[copy][0] in c['members'].get('train', ())}
+
+
+def test_planted_copies_are_found_and_distinct_images_are_not_clustered(planted, tmp_path):
     root, files, expected = planted
     out = f'{tmp_path}/out'
     result = _convert(root, out)
     assert result.returncode == 0, result.stderr
-    pairs = _pairs(root, out)
-    found = {p['source_b']: p for p in pairs if p['source_b'] in expected}
+    found = _clusters(root, out)
+    held = _found(found, expected)
     for kind in COPIES:   # Recall >= 0.95 for every kind of copy.
         planted_kind = [name for name, (_, k) in expected.items() if k == kind]
-        hits = [n for n in planted_kind if n in found and found[n]['source_a'] == expected[n][0]]
+        hits = [n for n in planted_kind if n in held]
         assert len(hits) >= 0.95 * PER_KIND, (kind, sorted(set(planted_kind) - set(hits)))
-    false = [p for p in pairs if p['source_b'] not in expected]
+    false = [c for c in found if c['images'] != 2 or set(c['members']) != {'train', 'test'}
+             or c['members']['test'][0] not in expected]
     assert len(false) <= 0.001 * 400, false   # None among the 400 distinct photos.
-    assert all(found[n]['mirrored'] for n in expected if n in found and 'mirrored' in n)
-    assert {n for n in found if found[n]['exact']} == {n for n in expected if 'exact' in n}
-    assert all(p['distance'] == 0 for p in pairs if p['exact'])
+    assert all(held[n]['closest']['mirrored'] for n in held if 'mirrored' in n)
+    assert {n for n in held if held[n]['closest']['exact']} == {n for n in expected if 'exact' in n}
+    assert all(c['closest']['distance'] == 0 for c in found if c['closest']['exact'])
     summary = json.load(open(f'{out}/summary.json'))
     leakage = summary['leakage']
-    assert leakage['pairs'] == len(pairs) and leakage['between'] == {'train/test': len(pairs)}
+    n = len(found)
+    assert (leakage['clusters'], leakage['images'], leakage['largest']) == (n, 2 * n, 2)
+    assert leakage['between'] == {'train/test': n} and leakage['by_split'] == {'train': n, 'test': n}
     assert leakage['exact'] == PER_KIND and leakage['flat_images'] == {'train': 1, 'validation': 1}
-    assert (f'leakage: {len(pairs)} near-duplicate pair(s) across splits within 8 of 64 bits '
-            f'({PER_KIND} exact, {leakage["mirrored"]} mirrored): train/test {len(pairs)}; see '
-            'leakage.jsonl') in result.stdout.splitlines()
+    assert (f'leakage: {n} cluster(s) of near-duplicates span splits within 8 of 64 bits '
+            f'({2 * n} images: train {n}, test {n}; the largest 2; closest pair exact in '
+            f'{PER_KIND}, mirrored in {leakage["mirrored"]}): train/test {n}; see leakage.jsonl'
+            ) in result.stdout.splitlines()
     assert 'leakage: 2 flat image(s) (blank or constant) were not compared' in result.stdout
     stored = read_split(out, 'train', {records.PHASH: _int64(), records.PHASH_MIRRORED: _int64()})
     hashes = [r[records.PHASH] for r in stored]
     assert hashes.count(0) == 1 and len(set(hashes)) == len(hashes)   # Only the blank is flat.
-    problems = verify(out, processes=1)   # Recomputes the same pairs from the records.
+    problems = verify(out, processes=1)   # Recomputes the same clusters from the records.
     assert len(problems) == PER_KIND + 1   # The exact copies and the blank image, as before.
     assert all(p.endswith('duplicate across splits (leakage)') for p in problems)
 
@@ -115,13 +129,12 @@ def _int64():
     return tf.io.FixedLenFeature([], tf.int64)
 
 
-def test_drop_leaves_the_test_copies_out_and_accounts_for_them(planted, tmp_path):
+def test_drop_leaves_the_test_members_out_and_accounts_for_them(planted, tmp_path):
     root, files, expected = planted
     out = f'{tmp_path}/out'
     result = _convert(root, out, '--leakage=drop')
     assert result.returncode == 0, result.stderr
-    pairs = _pairs(root, out)
-    dropped = {p['source_b'] for p in pairs}
+    dropped = {s for c in _clusters(root, out) for s in c['members']['test']}
     test = {os.path.relpath(r[records.SOURCE], root) for r in read_split(out, 'test')}
     inputs = {name for name in files if name.startswith('test/')}
     assert test == inputs - dropped and dropped <= inputs
@@ -130,7 +143,7 @@ def test_drop_leaves_the_test_copies_out_and_accounts_for_them(planted, tmp_path
     assert summary['records'] + summary['dropped_copies'] == summary['inputs'] == len(inputs)
     assert f'; {len(dropped)} later-split copies dropped; see leakage.jsonl' in result.stdout
     assert len(read_split(out, 'train')) == 201
-    problems = verify(out, processes=1)   # The records give no pair: each later copy is out.
+    problems = verify(out, processes=1)   # The records give no cluster across splits.
     assert len(problems) == 1 and problems[0].endswith('duplicate across splits (leakage)')
 
 
@@ -139,39 +152,37 @@ def test_fail_commits_nothing(planted, tmp_path):
     out = f'{tmp_path}/out'
     result = _convert(root, out, '--leakage=fail')
     assert result.returncode == 2
-    assert 'near-duplicate pair(s) of images in different splits, e.g. ' in result.stderr
+    assert 'cluster(s) of near-duplicate images span splits; the largest has 2 images' in result.stderr
     assert '--leakage=fail: nothing was committed' in result.stderr
     assert not os.path.exists(f'{out}/dataset_info.json')
 
 
-def _runs(pairs: list[dict]) -> int:
-    """How many sorted runs the pairs make, in the order the file lists them."""
-    keys = [(p['split_a'], p['source_a'], p['split_b'], p['source_b']) for p in pairs]
+def _runs(found: list[dict]) -> int:
+    """How many sorted runs the clusters make, in the order the file lists them."""
+    keys = [sorted(c['members'].items(), key=lambda m: SPLITS.index(m[0])) for c in found]
     return 1 + sum(later < earlier for earlier, later in zip(keys, keys[1:]))
 
 
-def test_pairs_found_in_many_partitions_are_the_same_pairs(planted, tmp_path, monkeypatch):
-    """Past ~32,768 images the pairing splits the pair keys into partitions, each written as a
-    part of leakage.jsonl (forced here with small shuffle groups): the file lists the pairs the
+def test_clusters_made_in_many_partitions_are_the_same_clusters(planted, tmp_path, monkeypatch):
+    """Past ~32,768 images the clusters are made in partitions, each written as a part of
+    leakage.jsonl (forced here with small shuffle groups): the file lists the clusters the
     records give, sorted within each part, with their counts, and --leakage=fail names the
-    first of them all."""
+    largest of them all."""
     root, _, expected = planted
     monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)
     out = f'{tmp_path}/out'
     summary = convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2')
-    pairs = _pairs(root, out)
-    assert _runs(pairs) > 1 and len(pairs) >= 0.95 * len(expected)
-    assert summary['leakage']['pairs'] == len(pairs)
-    assert summary['leakage']['exact'] == sum(p['exact'] for p in pairs) == PER_KIND
-    problems = verify(out, processes=1)   # No problem with leakage.jsonl: the same pairs.
+    found = _clusters(root, out)
+    assert _runs(found) > 1 and len(_found(found, expected)) >= 0.95 * len(expected)
+    assert summary['leakage']['clusters'] == len(found)
+    assert summary['leakage']['exact'] == sum(c['closest']['exact'] for c in found) == PER_KIND
+    problems = verify(out, processes=1)   # No problem with leakage.jsonl: the same clusters.
     assert len(problems) == PER_KIND + 1
-    first = min(pairs, key=lambda p: (p['split_a'], p['source_a'], p['split_b'], p['source_b']))
     with pytest.raises(DatasetError) as failed:
         convert(f'--input_dir={root}', f'--output_dir={tmp_path}/refused', '--num_shards=2',
                 '--leakage=fail')
-    assert (f'{len(pairs)} near-duplicate pair(s) of images in different splits, e.g. '
-            f'{root}/{first["source_b"]} (test) and '
-            f'{root}/{first["source_a"]} (train)') in str(failed.value)
+    assert (f'{len(found)} cluster(s) of near-duplicate images span splits; the largest has 2 '
+            'images (train 1, test 1), e.g. ') in str(failed.value)
 
 
 def test_off_computes_no_hashes_and_writes_no_leakage_report(tmp_path):

@@ -31,13 +31,13 @@ class CommitDataset(beam.PTransform):
                  facts: beam.PCollection, leakage: dict | None = None):
         super().__init__()
         self._settings, self._label_map, self._facts = settings, label_map, facts
-        self._leakage = leakage   # FindLeakage's outputs: 'pairs', 'flat', 'crowded'.
+        self._leakage = leakage   # FindLeakage's outputs: 'clusters', 'flat', 'crowded'.
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
         found = {}
         if self._settings.hashed:
             found = {'leakage': beam.pvalue.AsSingleton(
-                self._leakage['pairs'] | 'Collect Leakage' >> CollectLeakage(
+                self._leakage['clusters'] | 'Collect Leakage' >> CollectLeakage(
                     self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))}
         return (results
                 | 'Collect Results' >> beam.combiners.ToList()

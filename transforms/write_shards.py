@@ -93,12 +93,12 @@ def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
 
 class WriteShards(beam.PTransform):
     """Input refs -> {'shards': ShardResult of every temporary shard file, and the outputs of
-    FindLeakage: 'pairs', 'flat', 'crowded' (none with --leakage=off)}.
+    FindLeakage: 'clusters', 'flat', 'crowded' (none with --leakage=off)}.
 
     Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
     fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
-    the parts' records' hashes are paired across splits (leakage.py), and each shard's parts are
-    joined in chunk order (without the eval-side copies of pairs, with --leakage=drop).
+    the parts' records' hashes are clustered (leakage.py), and each shard's parts are joined in
+    chunk order (without the later-split members of clusters, with --leakage=drop).
     """
 
     def __init__(self, settings: ConversionSettings, plans: beam.PCollection,
@@ -127,8 +127,8 @@ class WriteShards(beam.PTransform):
         drops = {}
         if self._settings.leakage == 'drop':
             drops['dropped'] = beam.pvalue.AsMultiMap(
-                leakage['pairs']
-                | 'Eval-Side Copies' >> beam.FlatMap(dropped_copies)
+                leakage['clusters']
+                | 'Later-Split Members' >> beam.FlatMap(dropped_copies)
                 | 'One Reason Each' >> beam.CombinePerKey(min)
                 | 'By Shard' >> beam.Map(by_shard))
         shards = (encoded.parts

@@ -19,7 +19,7 @@ LABELS = 'labels.txt'
 CLASS_NAMES = 'image.class.label.labels.txt'   # Where TFDS looks for the ClassLabel names.
 OLD_CLASS_NAMES = 'image-class-label.labels.txt'   # The same, from versions with nested features.
 SUMMARY = 'summary.json'
-LEAKAGE = 'leakage.jsonl'   # Near-duplicate pairs across splits (transforms/leakage.py).
+LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 
