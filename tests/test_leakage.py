@@ -66,9 +66,9 @@ def planted(tmp_path_factory):
     return write_tree(tmp_path_factory.mktemp('in'), files), files, expected
 
 
-def _convert(root: str, out: str, *flags: str):
+def _convert(root: str, out: str, *flags: str, kill_at: str | None = None):
     return run_cli(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
-                   *flags)
+                   *flags, kill_at=kill_at)
 
 
 def _clusters(root: str, out: str) -> list[dict]:
@@ -183,6 +183,50 @@ def test_clusters_made_in_many_partitions_are_the_same_clusters(planted, tmp_pat
                 '--leakage=fail')
     assert (f'{len(found)} cluster(s) of near-duplicate images span splits; the largest has 2 '
             'images (train 1, test 1), e.g. ') in str(failed.value)
+
+
+def test_a_rerun_after_a_kill_reuses_the_groups_already_linked(planted, tmp_path):
+    """A run killed once it has linked two of the leakage check's shuffle groups reuses them
+    when rerun, and writes the leakage.jsonl of an uninterrupted run."""
+    root, _, _ = planted
+    out, whole = f'{tmp_path}/out', f'{tmp_path}/whole'
+    killed = _convert(root, out, kill_at='links:2')
+    assert killed.returncode == -9, killed.stderr
+    summary = convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2')
+    assert summary['chunks']['link_groups_reused'] == 2
+    convert(f'--input_dir={root}', f'--output_dir={whole}', '--num_shards=2')
+    assert open(f'{out}/leakage.jsonl', 'rb').read() == open(f'{whole}/leakage.jsonl', 'rb').read()
+
+
+def test_crops_of_two_photos_are_two_lines_and_drop_leaves_every_test_crop_out(tmp_path):
+    """48 crops of two photos over train and test (hundreds of near pairs, were each listed)
+    among distinct photos: a line per photo's cluster, with every crop; --leakage=drop leaves
+    every test crop out, and verify finds no cluster across splits in what is left."""
+    rng = random.Random(7)
+    files = {f'{split}/c2/p{i}.jpg': _jpeg(Image.fromarray(imagemaker.photo(160, 120, seed=i)))
+             for i, split in enumerate(['train'] * 6 + ['test'] * 3)}
+    crops = {}
+    for p in range(2):
+        photo = Image.fromarray(imagemaker.photo(400, 300, seed=100 + p))
+        for i in range(24):
+            w, h = int(400 * rng.uniform(0.9, 1)), int(300 * rng.uniform(0.9, 1))
+            x, y = rng.randint(0, 400 - w), rng.randint(0, 300 - h)
+            name = f'{"test" if i % 4 == 0 else "train"}/c{p}/crop{i}.jpg'
+            files[name] = _jpeg(photo.crop((x, y, x + w, y + h)).resize((160, 120)))
+            crops.setdefault(p, set()).add(name)
+    root, out = write_tree(tmp_path / 'in', files), f'{tmp_path}/out'
+    result = _convert(root, out, '--leakage=drop')
+    assert result.returncode == 0, result.stderr
+    found = sorted(_clusters(root, out), key=lambda c: c['members']['train'][0])
+    assert [set(s for sources in c['members'].values() for s in sources) for c in found] == [
+        crops[0], crops[1]]
+    assert [c['images'] for c in found] == [24, 24]
+    test = {os.path.relpath(r[records.SOURCE], root) for r in read_split(out, 'test')}
+    assert test == {f'test/c2/p{i}.jpg' for i in range(6, 9)}
+    summary = json.load(open(f'{out}/summary.json'))
+    assert summary['splits']['test']['dropped_copies'] == 12
+    assert summary['leakage']['largest'] == 24
+    assert verify(out, processes=1) == []
 
 
 def test_off_computes_no_hashes_and_writes_no_leakage_report(tmp_path):

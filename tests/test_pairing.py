@@ -117,14 +117,14 @@ def _clusters_of(found) -> list:
     return sorted(c for listed in found for c in listed)
 
 
-def test_find_leakage_stage_gives_the_same_clusters():
+def test_find_leakage_stage_gives_the_same_clusters(tmp_path):
     a = _hash()
     parts = [ShardResult('train', 0, 'p0', hashes=[('a', 'x', to_int64(a), to_int64(_hash()), 0, 1),
                                                      ('f', 'y', FLAT, FLAT, 0, 1)]),
              ShardResult('test', 0, 'p1', hashes=[('b', 'z', to_int64(_flip(a, [5])),
                                                    to_int64(_hash()), 0, 1)])]
     with test_pipeline.TestPipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3))
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3), str(tmp_path))
         assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
                     equal_to([Cluster((('train', ('a',)), ('test', ('b',))),
                                       Pair(('train', 'a'), ('test', 'b'), 1, False, False)).line()]),
@@ -133,7 +133,7 @@ def test_find_leakage_stage_gives_the_same_clusters():
         assert_that(found['crowded'], equal_to([]), label='crowded')
 
 
-def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch):
+def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch, tmp_path):
     assert [group_bits(n) for n in (0, GROUP_SIZE // 2, GROUP_SIZE, 10**8, 10**12)] == [
         0, 0, 1, 12, 16]
     monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)   # 600 records: 128 groups per band.
@@ -158,7 +158,7 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch):
     expected, _, _ = find_clusters(entries)
     assert len(expected) > 50 and max(c.images for c in expected) >= 300
     with test_pipeline.TestPipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 600))
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 600), str(tmp_path))
         assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
                     equal_to([c.line() for c in expected]))
         # A few elements per partition of the clusters (128 here), not one per pair.
@@ -166,7 +166,8 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch):
                     | beam.Map(lambda lists: lists <= 128), equal_to([True]), label='lists')
 
 
-def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_compared(monkeypatch):
+def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_compared(
+        monkeypatch, tmp_path):
     monkeypatch.setattr(leakage, 'MAX_BUCKET', 50)
     monkeypatch.setattr(pairing, 'MAX_BUCKET', 50)
     common = _hash()
@@ -175,7 +176,7 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_comp
                                   to_int64(common), 0, 1) for r in range(10)])
              for index in range(30)]
     with test_pipeline.TestPipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300), str(tmp_path))
         assert_that(found['clusters'], equal_to([]), label='clusters')
         assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
                     equal_to([(band, 300, 3) for band in range(4)]), label='crowded')

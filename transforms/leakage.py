@@ -7,7 +7,8 @@ hashing, found in four steps whose elements grow with the images, never with the
    about GROUP_SIZE members), so the shuffle moves a few compact elements per part.
 2. Each group links the near-duplicates of its buckets and reduces the links to a spanning
    forest and the closest pair across splits of each cluster (GroupLinks: at most two links a
-   record, with the records they join).
+   record, with the records they join), kept in the temporary folder for a rerun after a crash
+   (linked_groups.py).
 3. The forests are joined into the clusters of the whole dataset (JoinLinks, a combine that
    keeps them reduced: memory of about 40 bytes per record that has a near-duplicate), and only
    the clusters that span splits are kept (Leaking: a side input).
@@ -27,11 +28,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import fileio, records
+from pipeline.formats import faults, fileio, records
 from pipeline.formats.metadata import SPLITS
 from transforms.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster, Table, band_values,
                                 clusters, filed, filings, leaking, link_band, record_ids,
                                 reduce_links, sha_digest)
+from transforms import linked_groups
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
@@ -99,31 +101,51 @@ class LinkGroup(beam.DoFn):
     bucket goes to the 'crowded' output as (band, value, images, a few sources).
 
     Members of a bucket past MAX_BUCKET are counted, not kept (a part's at most), so memory
-    stays bounded by the group's size however degenerate its hashes."""
+    stays bounded by the group's size however degenerate its hashes. Each group's result is
+    kept in `temp_dir` (linked_groups.py), and an earlier attempt's is reused when `resuming`."""
+
+    def __init__(self, temp_dir: str, resuming: bool):
+        self._temp_dir, self._resuming = temp_dir, resuming
 
     def setup(self) -> None:
         self._crowded = Metrics.counter(NAMESPACE, 'leakage_crowded_buckets')
+        self._linked = Metrics.counter(NAMESPACE, 'link_groups_linked')
+        self._reused = Metrics.counter(NAMESPACE, 'link_groups_reused')
 
     def process(self, element: tuple) -> Iterator:
-        (band, _, bits), tables = element
-        counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
-        kept = []
-        for members in tables:
-            values = band_values(filed(members), band)
-            room = np.flatnonzero(counts[values] <= MAX_BUCKET)
-            kept.append(Table(members.rows[room], [members.sources[i] for i in room.tolist()],
-                              members.mirrored[room]))
-            counts += np.bincount(values, minlength=1 << BAND_BITS)
-        members = Table.concatenate(kept)
-        links, full = link_band(members, band, counts)
+        key, tables = element[0], list(element[1])
+        where = linked_groups.path(self._temp_dir, key, tables)
+        saved = linked_groups.load(where) if self._resuming else None
+        if saved is None:
+            saved = _link(key[0], tables)
+            linked_groups.save(where, *saved)
+            faults.crash_point('links', counted=True)
+            self._linked.inc()
+        else:
+            self._reused.inc()
+        links, members, full = saved
         for bucket in full:
             self._crowded.inc()
             yield beam.pvalue.TaggedOutput('crowded', bucket)
-        links = reduce_links(links)
         if len(links):
-            linked = np.flatnonzero(np.isin(members.rows['id'],
-                                            np.concatenate([links['a'], links['b']])))
-            yield GroupLinks(links, members.take(linked, members.mirrored[linked]), bits)
+            yield GroupLinks(links, members, key[2])
+
+
+def _link(band: int, tables: list[Table]) -> tuple[np.ndarray, Table, list[tuple]]:
+    """(reduced links, the records they join, crowded buckets) of a group's tables."""
+    counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
+    kept = []
+    for members in tables:
+        values = band_values(filed(members), band)
+        room = np.flatnonzero(counts[values] <= MAX_BUCKET)
+        kept.append(Table(members.rows[room], [members.sources[i] for i in room.tolist()],
+                          members.mirrored[room]))
+        counts += np.bincount(values, minlength=1 << BAND_BITS)
+    members = Table.concatenate(kept)
+    links, full = link_band(members, band, counts)
+    links = reduce_links(links)
+    linked = np.flatnonzero(np.isin(members.rows['id'], np.concatenate([links['a'], links['b']])))
+    return links, members.take(linked, members.mirrored[linked]), full
 
 
 class JoinLinks(beam.CombineFn):
@@ -174,11 +196,12 @@ class FindLeakage(beam.PTransform):
     ((band, value, images, sources)).
 
     `plans`: the shard plans as a dict side input; their example counts size the shuffle groups
-    (known before any image is converted, so nothing waits for them)."""
+    (known before any image is converted, so nothing waits for them). Each group's links are
+    kept in `temp_dir`, and reused when `resuming` (LinkGroup)."""
 
-    def __init__(self, plans: beam.pvalue.AsDict):
+    def __init__(self, plans: beam.pvalue.AsDict, temp_dir: str, resuming: bool = False):
         super().__init__()
-        self._plans = plans
+        self._plans, self._temp_dir, self._resuming = plans, temp_dir, resuming
 
     def expand(self, tables: beam.PCollection):
         flat = (tables
@@ -187,7 +210,8 @@ class FindLeakage(beam.PTransform):
         groups = (tables
                   | 'Key By Band' >> beam.FlatMap(_groups, plans=self._plans)
                   | 'Group By Band' >> beam.GroupByKey()
-                  | 'Link Within Buckets' >> beam.ParDo(LinkGroup()).with_outputs(
+                  | 'Link Within Buckets' >> beam.ParDo(
+                      LinkGroup(self._temp_dir, self._resuming)).with_outputs(
                       'crowded', main='links'))
         spanning = beam.pvalue.AsSingleton(
             groups.links

@@ -122,7 +122,8 @@ class WriteShards(beam.PTransform):
         encoded = chunks | 'Encode Chunks' >> beam.ParDo(
             EncodeChunk(self._settings), label_map=label_map, plans=plans,
             shard_fps=shard_fps).with_outputs('tables', main='parts')
-        leakage = (encoded.tables | 'Find Leakage' >> FindLeakage(plans)
+        leakage = (encoded.tables | 'Find Leakage' >> FindLeakage(
+            plans, self._settings.temp_dir, self._settings.resuming)
                    if self._settings.hashed else {})
         drops = {}
         if self._settings.leakage == 'drop':
