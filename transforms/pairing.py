@@ -239,8 +239,9 @@ def crowded(band: int, value: int, count: int, sources: list[str]) -> tuple:
 
 def components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union-find of the links a[k]-b[k] (ids): (every id linked, sorted; the root of its
-    component, its smallest id). Roots hook to smaller roots, then paths are halved until
-    every node points at its root; a few array passes however the links come."""
+    component, its smallest id). Each root hooks to the smallest root it is linked to, then
+    every node jumps to its parent's parent until all point at roots; repeated until no link
+    joins two roots: array passes, no Python loop over the links."""
     nodes = np.unique(np.concatenate([a, b]))
     u, v = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
     parent = np.arange(len(nodes))
