@@ -9,7 +9,8 @@ and stored as JPEG at quality 90. Each tile gets one copy of each kind (resized 
 re-encoded at quality 60-90, brightness +20% and -20%, greyscale, mirrored, enlarged three times
 and stored as PNG). Images go through the converter's own path (convert_image: the strict
 decode and the hashes); pairs are found exhaustively and by multi-index hashing
-(pairing.find_pairs, which the pipeline uses), each copy in a split of its own. Flat tiles (blank sky, black space) are counted apart: they are never
+(pairing.find_clusters, which the pipeline uses: a copy is found when it falls in its original's
+cluster), each copy in a split of its own. Flat tiles (blank sky, black space) are counted apart: they are never
 paired.
 """
 import argparse
@@ -82,8 +83,9 @@ def main() -> None:
         entries = [('train', str(i), '', to_int64(originals[i][0]), to_int64(originals[i][1]))
                    for i in usable]
         entries += [('test', str(i), '', to_int64(c[0]), to_int64(c[1])) for i, c in copies.items()]
-        pairs, _, _ = pairing.find_pairs(entries)
-        found = sum(1 for p in pairs if p.first[1] == p.second[1])
+        found_clusters, _, _ = pairing.find_clusters(entries)
+        found = sum(len(set(members.get('train', ())) & set(members.get('test', ())))
+                    for members in (dict(c.members) for c in found_clusters))
         print(f'{kind:<18}' + ''.join(f'{np.mean(np.array(near) <= r):>8.3f}' for r in RADII)
               + f'{found / len(usable):>8.3f}')
     distinct = [min(distance(originals[i][0], originals[j][0]),

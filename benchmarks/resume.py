@@ -1,13 +1,14 @@
 """What a rerun after a crash costs, against an uninterrupted run, on the benchmark workload.
 
-    python -m benchmarks.resume [--n 12000] [--at 0.6]
+    python -m benchmarks.resume [--n 12000] [--at 0.6] [--photos N]
 
 In one run, on the same workload (benchmarks/workload.py): an uninterrupted conversion; a
 conversion killed (SIGKILL of its whole process tree) once a fraction `--at` of its chunks is
 finished, and the same command rerun; a conversion killed once every chunk is finished, and
 rerun (so every chunk is reused), which gives the cost of reusing a chunk; and a conversion of a
 few images, for the fixed start-up cost. Each rerun's output is checked byte for byte against
-the uninterrupted run.
+the uninterrupted run. With --photos N the workload is crops of N photos (look-alikes: the
+leakage check's crowded case).
 """
 import argparse
 import glob
@@ -62,10 +63,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=12000, help='Images (default 12000).')
     parser.add_argument('--at', type=float, default=0.6, help='Fraction of chunks done at the kill.')
+    parser.add_argument('--photos', type=int, default=0, help='Crops of this many photos.')
     parser.add_argument('--workdir', default=os.path.join(tempfile.gettempdir(), 'image_tfrecords_bench'))
     args = parser.parse_args()
-    workload = make_workload(os.path.join(args.workdir, f'images-{args.n}'), args.n)
-    tiny = linked_workload(workload, os.path.join(args.workdir, f'images-{args.n}-tiny'),
+    name = f'images-{args.n}' + (f'-of-{args.photos}' if args.photos else '')
+    workload = make_workload(os.path.join(args.workdir, name), args.n, photos=args.photos)
+    tiny = linked_workload(workload, os.path.join(args.workdir, f'{name}-tiny'),
                            every=args.n // 100)
     out = os.path.join(args.workdir, 'resume-out')
 

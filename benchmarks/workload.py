@@ -8,7 +8,9 @@ random noise would not.
 Crops of 16 photos overlap, so many images are near-duplicates of each other (about one pair
 across splits per image): the worst case for the leakage check. With `distinct`, each crop is
 cut into a 4x4 grid whose cells are shuffled and turned by random quarter turns before it is
-resized: the same photos, compressing about the same, but no two images alike.
+resized: the same photos, compressing about the same, but no two images alike. With `photos`,
+crops of that many generated photo-like images: groups of look-alikes that grow with the
+workload.
 """
 import multiprocessing
 import os
@@ -16,6 +18,8 @@ import random
 
 import numpy as np
 from PIL import Image
+
+from pipeline.testing import imagemaker
 
 SPLITS = (('train', 0.8), ('validation', 0.1), ('test', 0.1))
 CLASSES = 10
@@ -31,6 +35,12 @@ def _photos() -> list[np.ndarray]:
     return [p if p.ndim == 3 else np.stack([p] * 3, -1) for p in photos]
 
 
+def _few_photos(count: int) -> list[np.ndarray]:
+    """`count` photo-like images of 1024x768 (pipeline/testing/imagemaker.py; no scikit-image
+    needed)."""
+    return [imagemaker.photo(1024, 768, seed=seed) for seed in range(count)]
+
+
 _PHOTOS: list = []
 
 
@@ -43,14 +53,15 @@ def _mosaic(image: np.ndarray, rng: random.Random) -> np.ndarray:
     return np.concatenate([np.concatenate(cells[r * 4:r * 4 + 4], axis=1) for r in range(4)])
 
 
-def _make(task: tuple[str, int, int, bool]) -> None:
-    path, index, seed, distinct = task
+def _make(task: tuple[str, int, int, bool, int]) -> None:
+    path, index, seed, distinct, photos = task
     if not _PHOTOS:
-        _PHOTOS.extend(_photos())
+        _PHOTOS.extend(_few_photos(photos) if photos else _photos())
     rng = random.Random(seed)
     photo = _PHOTOS[rng.randrange(len(_PHOTOS))]
     h, w = photo.shape[:2]
-    ch, cw = rng.randint(h // 2, h), rng.randint(w // 2, w)
+    least = 0.9 if photos else 0.5   # Of each side: crops of a few photos are look-alikes.
+    ch, cw = rng.randint(int(h * least), h), rng.randint(int(w * least), w)
     y, x = rng.randint(0, h - ch), rng.randint(0, w - cw)
     crop = photo[y:y + ch, x:x + cw, :3]
     image = Image.fromarray(np.ascontiguousarray(_mosaic(crop, rng) if distinct else crop))
@@ -71,9 +82,13 @@ def _make(task: tuple[str, int, int, bool]) -> None:
         image.save(path, 'JPEG', quality=90)
 
 
-def make_workload(root: str, n: int, seed: int = 0, distinct: bool = False) -> str:
-    """Writes n images under root (skipped if a complete workload is there); returns root."""
-    marker = os.path.join(root, f'.complete-{n}-{seed}{"-distinct" if distinct else ""}')
+def make_workload(root: str, n: int, seed: int = 0, distinct: bool = False,
+                  photos: int = 0) -> str:
+    """Writes n images under root (skipped if a complete workload is there); returns root.
+    `photos`: crops of that many photo-like images (_few_photos) instead, so that groups of
+    look-alikes grow with n (the pair-dense case of the leakage check)."""
+    marker = os.path.join(root, f'.complete-{n}-{seed}{"-distinct" if distinct else ""}'
+                                f'{f"-photos{photos}" if photos else ""}')
     if os.path.exists(marker):
         return root
     tasks, rng = [], random.Random(seed)
@@ -88,7 +103,7 @@ def make_workload(root: str, n: int, seed: int = 0, distinct: bool = False) -> s
         folder = os.path.join(root, split, f'class_{label:02d}')
         os.makedirs(folder, exist_ok=True)
         tasks.append((os.path.join(folder, f'img_{index:07d}.jpg'), index, rng.getrandbits(32),
-                      distinct))
+                      distinct, photos))
     with multiprocessing.Pool() as pool:
         pool.map(_make, tasks, chunksize=64)
     open(marker, 'w').close()

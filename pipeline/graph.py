@@ -3,7 +3,7 @@
     partitions -> List Examples (on workers) -> Resolve Labels: facts and label map (small)
                -> Plan Shards: a shard plan per split (small combines)
                -> Write Shards: refs grouped by chunk, fingerprinted, converted into part
-                  files; their hashes paired across splits (Find Leakage); parts joined per
+                  files; their hashes clustered across splits (Find Leakage); parts joined per
                   shard
                -> Commit Dataset
 (and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)

@@ -278,7 +278,8 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
     """Runs a conversion to the end and returns its summary (see summary.json), with the
     seconds it took, whether it converted now (`converted_now`: False when the output already
     held this command's dataset) and the chunks it converted and reused (and the inputs in the
-    chunks it converted). Options as for `prepare`."""
+    chunks it converted, and the leakage check's shuffle groups it reused). Options as for
+    `prepare`."""
     started = time.monotonic()
     job = prepare(flags, config, **values)
     settings = job.settings
@@ -301,6 +302,7 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
                    converted_now=job.pipeline is not None,
                    chunks={'converted': counters.get('chunks_converted', 0),
                            'reused': counters.get('chunks_reused', 0),
+                           'link_groups_reused': counters.get('link_groups_reused', 0),
                            'inputs_converted': (counters.get('images_written', 0)
                                                 + counters.get('images_skipped', 0))})
     return summary

@@ -115,10 +115,12 @@ class ConverterOptions(PipelineOptions):
              'them as they are, or reencode what Pillow decodes; each is listed in '
              f'damaged-SPLIT.jsonl (default {defaults.damaged_images}).')
         flag('leakage', choices=LEAKAGE_ACTIONS, default='report',
-             help=f'Images of two splits whose perceptual hashes differ in at most {RADIUS} of 64 '
-             'bits (copies, also resized, re-encoded, brightened, greyscale or mirrored) are '
-             'listed in leakage.jsonl; drop also leaves the copy in the later split (validation, '
-             'test) out, fail commits nothing if there is any (default report).')
+             help=f'Images whose perceptual hashes differ in at most {RADIUS} of 64 bits are '
+             'near-duplicates (copies, also resized, re-encoded, brightened, greyscale or '
+             'mirrored); each cluster of them that spans splits is a line of leakage.jsonl; drop '
+             'also leaves its members in later splits (validation, test) out, fail commits '
+             'nothing if there is any; off checks nothing (no hashes, no leakage.jsonl, records '
+             'without image/phash features) (default report).')
         flag('reads_in_flight', type=positive_int, default=DEFAULT_READS_IN_FLIGHT,
              help='Images each worker thread reads ahead while it converts, so that Cloud Storage '
              'round trips overlap (about images/s per thread x seconds per read hides them); '

@@ -70,7 +70,6 @@ def test_hostile_csvs_are_read_as_the_csv_module_reads_them(tmp_path):
 
 @pytest.mark.slow
 def test_csv_header_columns_become_features_and_sizes(tmp_path):
-    import tensorflow as tf
     write_tree(tmp_path, {'a.jpg': imagemaker.jpeg(30, 20, seed=1), 'c.jpg': imagemaker.jpeg(30, 20)})
     (tmp_path / 'train.csv').write_text('path,label,size,photographer\n'
                                         'a.jpg,x,100,Ann\nc.jpg,y,12,"Bo, Jr."\nd.jpg,y,big,Cy\n')

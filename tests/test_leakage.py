@@ -3,16 +3,21 @@ and re-encoded at quality 60-90, brightened or darkened by 20%, greyscale, mirro
 three times as a PNG, exact) among distinct photo-like images are found, listed in
 leakage.jsonl, counted, and reported, dropped or refused as --leakage says. Through the command
 line, as a user runs it."""
+import glob
 import io
 import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 from PIL import Image, ImageEnhance
 
 from pipeline.formats import records
 from pipeline.formats.errors import DatasetError
+from pipeline.formats.metadata import SPLITS
+from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, convert, read_split, run_cli, write_tree
@@ -63,64 +68,75 @@ def planted(tmp_path_factory):
     return write_tree(tmp_path_factory.mktemp('in'), files), files, expected
 
 
-def _convert(root: str, out: str, *flags: str):
+def _convert(root: str, out: str, *flags: str, kill_at: str | None = None):
     return run_cli(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
-                   *flags)
+                   *flags, kill_at=kill_at)
 
 
-def _pairs(root: str, out: str) -> list[dict]:
-    pairs = [json.loads(line) for line in open(f'{out}/leakage.jsonl')]
-    for pair in pairs:
+def _clusters(root: str, out: str) -> list[dict]:
+    """The lines of leakage.jsonl, sources relative to `root`."""
+    found = [json.loads(line) for line in open(f'{out}/leakage.jsonl')]
+    for cluster in found:
+        cluster['members'] = {split: [os.path.relpath(s, root) for s in sources]
+                              for split, sources in cluster['members'].items()}
         for side in ('source_a', 'source_b'):
-            pair[side] = os.path.relpath(pair[side], root)
-    return pairs
+            cluster['closest'][side] = os.path.relpath(cluster['closest'][side], root)
+    return found
 
 
-def test_planted_copies_are_found_and_distinct_images_are_not_paired(planted, tmp_path):
+def _found(found: list[dict], expected: dict) -> dict:
+    """Planted copy -> the cluster that holds it with its original."""
+    return {copy: c for c in found for copy in c['members'].get('test', ())
+            if copy in expected and expected[copy][0] in c['members'].get('train', ())}
+
+
+def test_planted_copies_are_found_and_distinct_images_are_not_clustered(planted, tmp_path):
     root, files, expected = planted
     out = f'{tmp_path}/out'
     result = _convert(root, out)
     assert result.returncode == 0, result.stderr
-    pairs = _pairs(root, out)
-    found = {p['source_b']: p for p in pairs if p['source_b'] in expected}
+    found = _clusters(root, out)
+    held = _found(found, expected)
     for kind in COPIES:   # Recall >= 0.95 for every kind of copy.
         planted_kind = [name for name, (_, k) in expected.items() if k == kind]
-        hits = [n for n in planted_kind if n in found and found[n]['source_a'] == expected[n][0]]
+        hits = [n for n in planted_kind if n in held]
         assert len(hits) >= 0.95 * PER_KIND, (kind, sorted(set(planted_kind) - set(hits)))
-    false = [p for p in pairs if p['source_b'] not in expected]
+    false = [c for c in found if c['images'] != 2 or set(c['members']) != {'train', 'test'}
+             or c['members']['test'][0] not in expected]
     assert len(false) <= 0.001 * 400, false   # None among the 400 distinct photos.
-    assert all(found[n]['mirrored'] for n in expected if n in found and 'mirrored' in n)
-    assert {n for n in found if found[n]['exact']} == {n for n in expected if 'exact' in n}
-    assert all(p['distance'] == 0 for p in pairs if p['exact'])
+    assert all(held[n]['closest']['mirrored'] for n in held if 'mirrored' in n)
+    assert {n for n in held if held[n]['closest']['exact']} == {n for n in expected if 'exact' in n}
+    assert all(c['closest']['distance'] == 0 for c in found if c['closest']['exact'])
     summary = json.load(open(f'{out}/summary.json'))
     leakage = summary['leakage']
-    assert leakage['pairs'] == len(pairs) and leakage['between'] == {'train/test': len(pairs)}
+    n = len(found)
+    assert (leakage['clusters'], leakage['images'], leakage['largest']) == (n, 2 * n, 2)
+    assert leakage['between'] == {'train/test': n} and leakage['by_split'] == {'train': n, 'test': n}
     assert leakage['exact'] == PER_KIND and leakage['flat_images'] == {'train': 1, 'validation': 1}
-    assert (f'leakage: {len(pairs)} near-duplicate pair(s) across splits within 8 of 64 bits '
-            f'({PER_KIND} exact, {leakage["mirrored"]} mirrored): train/test {len(pairs)}; see '
-            'leakage.jsonl') in result.stdout.splitlines()
+    assert (f'leakage: {n} cluster(s) of near-duplicates span splits within 8 of 64 bits '
+            f'({2 * n} images: train {n}, test {n}; the largest 2; closest pair exact in '
+            f'{PER_KIND}, mirrored in {leakage["mirrored"]}): train/test {n}; see leakage.jsonl'
+            ) in result.stdout.splitlines()
     assert 'leakage: 2 flat image(s) (blank or constant) were not compared' in result.stdout
     stored = read_split(out, 'train', {records.PHASH: _int64(), records.PHASH_MIRRORED: _int64()})
     hashes = [r[records.PHASH] for r in stored]
     assert hashes.count(0) == 1 and len(set(hashes)) == len(hashes)   # Only the blank is flat.
-    problems = verify(out, processes=1)   # Recomputes the same pairs from the records.
+    problems = verify(out, processes=1)   # Recomputes the same clusters from the records.
     assert len(problems) == PER_KIND + 1   # The exact copies and the blank image, as before.
     assert all(p.endswith('duplicate across splits (leakage)') for p in problems)
 
 
 def _int64():
     import tensorflow as tf
-    import tensorflow as tf
     return tf.io.FixedLenFeature([], tf.int64)
 
 
-def test_drop_leaves_the_test_copies_out_and_accounts_for_them(planted, tmp_path):
+def test_drop_leaves_the_test_members_out_and_accounts_for_them(planted, tmp_path):
     root, files, expected = planted
     out = f'{tmp_path}/out'
     result = _convert(root, out, '--leakage=drop')
     assert result.returncode == 0, result.stderr
-    pairs = _pairs(root, out)
-    dropped = {p['source_b'] for p in pairs}
+    dropped = {s for c in _clusters(root, out) for s in c['members']['test']}
     test = {os.path.relpath(r[records.SOURCE], root) for r in read_split(out, 'test')}
     inputs = {name for name in files if name.startswith('test/')}
     assert test == inputs - dropped and dropped <= inputs
@@ -129,7 +145,7 @@ def test_drop_leaves_the_test_copies_out_and_accounts_for_them(planted, tmp_path
     assert summary['records'] + summary['dropped_copies'] == summary['inputs'] == len(inputs)
     assert f'; {len(dropped)} later-split copies dropped; see leakage.jsonl' in result.stdout
     assert len(read_split(out, 'train')) == 201
-    problems = verify(out, processes=1)   # The records give no pair: each later copy is out.
+    problems = verify(out, processes=1)   # The records give no cluster across splits.
     assert len(problems) == 1 and problems[0].endswith('duplicate across splits (leakage)')
 
 
@@ -138,36 +154,111 @@ def test_fail_commits_nothing(planted, tmp_path):
     out = f'{tmp_path}/out'
     result = _convert(root, out, '--leakage=fail')
     assert result.returncode == 2
-    assert 'near-duplicate pair(s) of images in different splits, e.g. ' in result.stderr
+    assert 'cluster(s) of near-duplicate images span splits; the largest has 2 images' in result.stderr
     assert '--leakage=fail: nothing was committed' in result.stderr
     assert not os.path.exists(f'{out}/dataset_info.json')
 
 
-def _runs(pairs: list[dict]) -> int:
-    """How many sorted runs the pairs make, in the order the file lists them."""
-    keys = [(p['split_a'], p['source_a'], p['split_b'], p['source_b']) for p in pairs]
+def _runs(found: list[dict]) -> int:
+    """How many sorted runs the clusters make, in the order the file lists them."""
+    keys = [sorted(c['members'].items(), key=lambda m: SPLITS.index(m[0])) for c in found]
     return 1 + sum(later < earlier for earlier, later in zip(keys, keys[1:]))
 
 
-def test_pairs_found_in_many_partitions_are_the_same_pairs(planted, tmp_path, monkeypatch):
-    """Past ~32,768 images the pairing splits the pair keys into partitions, each written as a
-    part of leakage.jsonl (forced here with small shuffle groups): the file lists the pairs the
+def test_clusters_made_in_many_partitions_are_the_same_clusters(planted, tmp_path, monkeypatch):
+    """Past ~32,768 images the clusters are made in partitions, each written as a part of
+    leakage.jsonl (forced here with small shuffle groups): the file lists the clusters the
     records give, sorted within each part, with their counts, and --leakage=fail names the
-    first of them all."""
+    largest of them all."""
     root, _, expected = planted
     monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)
     out = f'{tmp_path}/out'
     summary = convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2')
-    pairs = _pairs(root, out)
-    assert _runs(pairs) > 1 and len(pairs) >= 0.95 * len(expected)
-    assert summary['leakage']['pairs'] == len(pairs)
-    assert summary['leakage']['exact'] == sum(p['exact'] for p in pairs) == PER_KIND
-    problems = verify(out, processes=1)   # No problem with leakage.jsonl: the same pairs.
+    found = _clusters(root, out)
+    assert _runs(found) > 1 and len(_found(found, expected)) >= 0.95 * len(expected)
+    assert summary['leakage']['clusters'] == len(found)
+    assert summary['leakage']['exact'] == sum(c['closest']['exact'] for c in found) == PER_KIND
+    problems = verify(out, processes=1)   # No problem with leakage.jsonl: the same clusters.
     assert len(problems) == PER_KIND + 1
-    first = min(pairs, key=lambda p: (p['split_a'], p['source_a'], p['split_b'], p['source_b']))
     with pytest.raises(DatasetError) as failed:
         convert(f'--input_dir={root}', f'--output_dir={tmp_path}/refused', '--num_shards=2',
                 '--leakage=fail')
-    assert (f'{len(pairs)} near-duplicate pair(s) of images in different splits, e.g. '
-            f'{root}/{first["source_b"]} (test) and '
-            f'{root}/{first["source_a"]} (train)') in str(failed.value)
+    assert (f'{len(found)} cluster(s) of near-duplicate images span splits; the largest has 2 '
+            'images (train 1, test 1), e.g. ') in str(failed.value)
+
+
+def test_a_rerun_after_a_kill_reuses_the_groups_already_linked(planted, tmp_path):
+    """A run killed once it has linked two of the leakage check's shuffle groups reuses them
+    when rerun, and writes the leakage.jsonl of an uninterrupted run."""
+    root, _, _ = planted
+    out, whole = f'{tmp_path}/out', f'{tmp_path}/whole'
+    killed = _convert(root, out, kill_at='links:2')
+    assert killed.returncode == -9, killed.stderr
+    summary = convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2')
+    assert summary['chunks']['link_groups_reused'] == 2
+    convert(f'--input_dir={root}', f'--output_dir={whole}', '--num_shards=2')
+    assert open(f'{out}/leakage.jsonl', 'rb').read() == open(f'{whole}/leakage.jsonl', 'rb').read()
+
+
+def test_crops_of_two_photos_are_two_lines_and_drop_leaves_every_test_crop_out(tmp_path):
+    """48 crops of two photos over train and test (hundreds of near pairs, were each listed)
+    among distinct photos: a line per photo's cluster, with every crop; --leakage=drop leaves
+    every test crop out, and verify finds no cluster across splits in what is left."""
+    rng = random.Random(7)
+    files = {f'{split}/c2/p{i}.jpg': _jpeg(Image.fromarray(imagemaker.photo(160, 120, seed=i)))
+             for i, split in enumerate(['train'] * 6 + ['test'] * 3)}
+    crops = {}
+    for p in range(2):
+        photo = Image.fromarray(imagemaker.photo(400, 300, seed=100 + p))
+        for i in range(24):
+            w, h = int(400 * rng.uniform(0.9, 1)), int(300 * rng.uniform(0.9, 1))
+            x, y = rng.randint(0, 400 - w), rng.randint(0, 300 - h)
+            name = f'{"test" if i % 4 == 0 else "train"}/c{p}/crop{i}.jpg'
+            files[name] = _jpeg(photo.crop((x, y, x + w, y + h)).resize((160, 120)))
+            crops.setdefault(p, set()).add(name)
+    root, out = write_tree(tmp_path / 'in', files), f'{tmp_path}/out'
+    result = _convert(root, out, '--leakage=drop')
+    assert result.returncode == 0, result.stderr
+    found = sorted(_clusters(root, out), key=lambda c: c['members']['train'][0])
+    assert [set(s for sources in c['members'].values() for s in sources) for c in found] == [
+        crops[0], crops[1]]
+    assert [c['images'] for c in found] == [24, 24]
+    test = {os.path.relpath(r[records.SOURCE], root) for r in read_split(out, 'test')}
+    assert test == {f'test/c2/p{i}.jpg' for i in range(6, 9)}
+    summary = json.load(open(f'{out}/summary.json'))
+    assert summary['splits']['test']['dropped_copies'] == 12
+    assert summary['leakage']['largest'] == 24
+    assert verify(out, processes=1) == []
+
+
+def test_off_computes_no_hashes_and_writes_no_leakage_report(tmp_path):
+    """--leakage=off: records without hash features, which verify and the tf.data reader accept,
+    no leakage.jsonl (though a resized copy crosses splits), summary and end-of-run lines that
+    say so; damaged JPEGs are still found and skipped."""
+    rng = random.Random(5)
+    photos = [Image.fromarray(imagemaker.photo(192, 144, seed=i)) for i in range(8)]
+    files = {f'train/c{i % 2}/p{i}.jpg': _jpeg(photos[i]) for i in range(5)}
+    files.update({f'test/c{i % 2}/p{i}.jpg': _jpeg(photos[i]) for i in range(5, 8)})
+    files['test/c0/copy.jpg'] = COPIES['resized'](photos[0], rng)
+    whole = _jpeg(photos[0])
+    files['train/c1/damaged.jpg'] = whole[:len(whole) // 2] + bytes(len(whole) - len(whole) // 2)
+    root, out = write_tree(tmp_path / 'in', files), f'{tmp_path}/out'
+    result = _convert(root, out, '--leakage=off', '--max_error_ratio=0.5')
+    assert result.returncode == 0, result.stderr
+    assert not os.path.exists(f'{out}/leakage.jsonl')
+    summary = json.load(open(f'{out}/summary.json'))
+    assert summary['leakage'] == {'action': 'off'} and summary['splits']['train']['damaged'] == 1
+    assert ('leakage: not checked (--leakage=off: no perceptual hashes, no leakage.jsonl)'
+            in result.stdout.splitlines())
+    assert 'damaged JPEGs (strict libjpeg-turbo): 1, skipped' in result.stdout
+    stored = [records.decode_example(data) for split in ('train', 'test')
+              for path in sorted(glob.glob(f'{out}/*-{split}.tfrecord-*'))
+              for data in records.read_records(open(path, 'rb'))]
+    assert len(stored) == 9 and not any(set(records.HASH_FEATURES) & set(r) for r in stored)
+    features = json.load(open(f'{out}/features.json'))['featuresDict']['features']
+    assert records.PHASH not in features and records.ENCODED in features
+    assert len(list(tf_data.dataset(out, 'test'))) == 4
+    checked = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', out,
+                              '--processes=1'], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert 'leakage: not checked by the conversion (--leakage=off)' in checked.stdout

@@ -1,7 +1,9 @@
-"""Multi-index pairing alone (pairing.py) and as a Beam stage (FindLeakage): distances, mirror
-hashes, flat images, and the cap that reports a degenerate hash instead of pairing it with
-everything; and the collection of the pairs for the commit (CollectLeakage), which writes them
-as parts of leakage.jsonl and passes on only their counts."""
+"""Clustering by multi-index hashing alone (pairing.py) and as Beam stages (FindLeakage):
+distances, mirror hashes, flat images, clusters that span splits (also of look-alikes that
+number in the thousands, one line each, not a pair for every two), and the cap that reports a
+degenerate hash instead of comparing it with everything; and the collection of the clusters for
+the commit (CollectLeakage), which writes them as parts of leakage.jsonl and passes on only
+their counts."""
 import json
 import os
 import pickle
@@ -15,8 +17,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.helpers import stage_pipeline
 from transforms import leakage, pairing
 from transforms.findings import CollectLeakage
-from transforms.leakage import GROUP_SIZE, FindLeakage, group_bits, part_table
-from transforms.pairing import MAX_BUCKET, RADIUS, Pair, PairList, find_pairs
+from transforms.leakage import GROUP_SIZE, FindLeakage, dropped_copies, group_bits, part_table
+from transforms.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster, Pair, find_clusters
 from transforms.phash import FLAT, to_int64
 from transforms.sharding import ShardPlan
 from transforms.write_shards import ShardResult
@@ -45,7 +47,11 @@ def _entry(split: str, source: str, phash: int, mirrored: int, sha: str = '') ->
     return split, source, sha or source, to_int64(phash), to_int64(mirrored)
 
 
-def test_pairs_within_the_radius_across_splits_only():
+def _members(found: list[Cluster]) -> list[dict]:
+    return [cluster.line()['members'] for cluster in found]
+
+
+def test_clusters_join_near_copies_within_and_across_splits():
     a, b, c = _hash(), _hash(), _hash()
     entries = [
         _entry('train', 'a', a, _hash()),
@@ -55,74 +61,117 @@ def test_pairs_within_the_radius_across_splits_only():
         _entry('validation', 'b-mirrored', c, b),
         _entry('train', 'b-again', b, c),                                        # Same split.
         _entry('test', 'a-copy', a, _hash(), sha='a'),
+        _entry('train', 'c', c ^ 0xFF00FF, _hash()), _entry('train', 'c-near', c ^ 0xFF00FE, _hash()),
         _entry('train', 'blank', FLAT, FLAT), _entry('test', 'blank', FLAT, FLAT),
     ]
-    pairs, flat, crowded = find_pairs(entries)
-    assert pairs == sorted([
+    found, flat, crowded = find_clusters(entries)
+    assert _members(found) == [{'train': ['a'], 'test': ['a-copy', 'a-near']},
+                               {'train': ['b', 'b-again'], 'validation': ['b-mirrored']}]
+    assert [c.closest for c in found] == [
         Pair(('train', 'a'), ('test', 'a-copy'), 0, False, True),
-        Pair(('train', 'a'), ('test', 'a-near'), 3, False, False),
-        Pair(('train', 'b'), ('validation', 'b-mirrored'), 0, True, False),
-        Pair(('train', 'b-again'), ('validation', 'b-mirrored'), 0, True, False),
-    ])
+        Pair(('train', 'b'), ('validation', 'b-mirrored'), 0, True, False)]
+    assert [c.images for c in found] == [3, 3]
     assert flat == {'train': 1, 'test': 1} and crowded == []
+    # --leakage=drop leaves out every member in a later split, each with its place.
+    assert sorted((where, source) for where, (_, source, _, _) in dropped_copies(tuple(found))) == [
+        (('test', 0, 0, 1), 'a-near'), (('test', 0, 0, 6), 'a-copy'),
+        (('validation', 0, 0, 4), 'b-mirrored')]
 
 
-def test_a_degenerate_hash_is_reported_not_paired_with_everything():
+def _look_alikes(count: int, splits: tuple[str, ...], seed_hash: int) -> list[tuple]:
+    """`count` hashes of one look: each a few bits from a random earlier one (a chain of
+    neighbours, as crops of one photo give), spread over `splits`."""
+    hashes = [seed_hash]
+    for _ in range(count - 1):
+        hashes.append(_flip(RNG.choice(hashes), RNG.sample(range(64), 3)))
+    return [_entry(splits[i % len(splits)], f'{seed_hash:x}-{i}', h, _hash())
+            for i, h in enumerate(hashes)]
+
+
+def test_thousands_of_look_alikes_make_one_cluster_not_millions_of_pairs():
+    """Two groups of 3,000 look-alikes across splits (4.5 million pairs of one group within
+    the radius, were every pair listed): one cluster each, found in time that grows with the
+    images (a bucket's members are compared with their WINDOW nearest)."""
+    entries = (_look_alikes(3000, ('train', 'validation', 'test'), _hash())
+               + _look_alikes(3000, ('train', 'test'), _hash()))
+    found, _, _ = find_clusters(entries)
+    assert sorted(c.images for c in found) == [3000, 3000]
+    assert sorted(tuple((split, len(s)) for split, s in c.members) for c in found) == [
+        (('train', 1000), ('validation', 1000), ('test', 1000)), (('train', 1500), ('test', 1500))]
+    assert all(c.closest.first[0] == 'train' and c.closest.distance <= RADIUS for c in found)
+    assert sum(len(c.later) for c in found) == 2000 + 1500   # All but the train members.
+    assert WINDOW < 3000   # The bound was in force.
+
+
+def test_a_degenerate_hash_is_reported_not_compared_with_everything():
     common = _hash()
     entries = [_entry('train', f't{i}', common, common) for i in range(MAX_BUCKET)]
     entries.append(_entry('test', 'x', common, common))
-    pairs, _, crowded = find_pairs(entries)
-    assert pairs == []
+    found, _, crowded = find_clusters(entries)
+    assert found == []
     assert [(band, images) for band, _, images, _ in crowded] == [(b, MAX_BUCKET + 1)
                                                                   for b in range(4)]
     assert crowded[0][3] == sorted(f't{i}' for i in range(MAX_BUCKET))[:3]
 
 
+def _clusters_of(found) -> list:
+    return sorted(c for listed in found for c in listed)
+
+
 @pytest.mark.slow
-def test_find_leakage_stage_gives_the_same_pairs():
+def test_find_leakage_stage_gives_the_same_clusters(tmp_path):
     a = _hash()
     parts = [ShardResult('train', 0, 'p0', hashes=[('a', 'x', to_int64(a), to_int64(_hash()), 0, 1),
                                                      ('f', 'y', FLAT, FLAT, 0, 1)]),
              ShardResult('test', 0, 'p1', hashes=[('b', 'z', to_int64(_flip(a, [5])),
                                                    to_int64(_hash()), 0, 1)])]
     with stage_pipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3))
-        assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs),
-                    equal_to([Pair(('train', 'a'), ('test', 'b'), 1, False, False)]), label='pairs')
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3), str(tmp_path))
+        assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
+                    equal_to([Cluster((('train', ('a',)), ('test', ('b',))),
+                                      Pair(('train', 'a'), ('test', 'b'), 1, False, False)).line()]),
+                    label='clusters')
         assert_that(found['flat'], equal_to([('train', 1)]), label='flat')
         assert_that(found['crowded'], equal_to([]), label='crowded')
 
 
 @pytest.mark.slow
-def test_shuffle_groups_grow_with_the_dataset_and_split_no_pair(monkeypatch):
+def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch, tmp_path):
     assert [group_bits(n) for n in (0, GROUP_SIZE // 2, GROUP_SIZE, 10**8, 10**12)] == [
         0, 0, 1, 12, 16]
-    monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)   # 300 records: 64 groups per band.
+    monkeypatch.setattr(leakage, 'GROUP_SIZE', 16)   # 600 records: 128 groups per band.
     originals = [_hash() for _ in range(100)]
+    look = _look_alikes(300, ('train', 'validation', 'test'), _hash())
     parts, entries = [], []
     for index in range(30):
         split = ('train', 'validation', 'test')[index % 3]
         hashes = []
-        for record in range(10):   # The last 200 are near copies of the first 100.
-            number = index * 10 + record
-            phash = originals[number] if number < 100 else _flip(originals[number % 100],
-                                                                  [record, 40])
-            mirrored = _hash()
+        for record in range(20):   # 100 originals, 200 near copies of them, 300 look-alikes.
+            number = index * 20 + record
+            if number < 300:
+                phash = originals[number] if number < 100 else _flip(
+                    originals[number % 100], [record % 10, 40])
+                mirrored = _hash()
+            else:
+                _, _, _, phash, mirrored = look[number - 300]
+                phash, mirrored = phash & (2**64 - 1), mirrored & (2**64 - 1)
             hashes.append((f's{number}', f'h{number}', to_int64(phash), to_int64(mirrored), 0, 1))
             entries.append(_entry(split, f's{number}', phash, mirrored, sha=f'h{number}'))
-        parts.append(ShardResult(split, index, f'p{index}', hashes=hashes))
-    expected, _, _ = find_pairs(entries)
-    assert len(expected) > 100
+        parts.append(ShardResult(split, index, f'p{index}', index, hashes=hashes))
+    expected, _, _ = find_clusters(entries)
+    assert len(expected) > 50 and max(c.images for c in expected) >= 300
     with stage_pipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
-        assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs), equal_to(expected))
-        # A few elements per partition of the pair keys (64 here), not one per pair.
-        assert_that(found['pairs'] | 'Lists' >> beam.combiners.Count.Globally()
-                    | beam.Map(lambda lists: lists <= 64), equal_to([True]), label='lists')
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 600), str(tmp_path))
+        assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
+                    equal_to([c.line() for c in expected]))
+        # A few elements per partition of the clusters (128 here), not one per pair.
+        assert_that(found['clusters'] | 'Lists' >> beam.combiners.Count.Globally()
+                    | beam.Map(lambda lists: lists <= 128), equal_to([True]), label='lists')
 
 
 @pytest.mark.slow
-def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_paired(monkeypatch):
+def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_compared(
+        monkeypatch, tmp_path):
     monkeypatch.setattr(leakage, 'MAX_BUCKET', 50)
     monkeypatch.setattr(pairing, 'MAX_BUCKET', 50)
     common = _hash()
@@ -131,33 +180,38 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_pair
                                   to_int64(common), 0, 1) for r in range(10)])
              for index in range(30)]
     with stage_pipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300))
-        assert_that(found['pairs'] | beam.FlatMap(lambda listed: listed.pairs), equal_to([]), label='pairs')
+        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300), str(tmp_path))
+        assert_that(found['clusters'], equal_to([]), label='clusters')
         assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
                     equal_to([(band, 300, 3) for band in range(4)]), label='crowded')
 
 
 @pytest.mark.slow
-def test_the_commit_gets_parts_of_leakage_jsonl_not_the_pairs(tmp_path):
-    """Each PairList becomes a file of leakage.jsonl lines; the Leakage the commit reads holds
-    their paths and counts, so its size does not grow with the pairs."""
-    def pair(i: int, later: str) -> Pair:
-        return Pair(('train', f'a{i:05d}'), (later, f'b{i:05d}'), i % 9, i % 2 == 0, i % 9 == 0,
-                    (0, 0, i, 0, True))
-    many = PairList.of(pair(i, 'test') for i in range(5000))
-    few = PairList.of(pair(i, 'validation') for i in range(5000, 5003))
+def test_the_commit_gets_parts_of_leakage_jsonl_not_the_clusters(tmp_path):
+    """Each tuple of clusters becomes a file of leakage.jsonl lines; the Leakage the commit
+    reads holds their paths and counts, so its size does not grow with the clusters."""
+    def cluster(i: int, later: str, size: int = 1) -> Cluster:
+        return Cluster((('train', (f'a{i:05d}',)),
+                        (later, tuple(f'b{i:05d}-{k}' for k in range(size)))),
+                       Pair(('train', f'a{i:05d}'), (later, f'b{i:05d}-0'), i % 9, i % 2 == 0,
+                            i % 9 == 0))
+    many = tuple(cluster(i, 'test') for i in range(5000))
+    few = tuple(cluster(i, 'validation', 4) for i in range(5000, 5003))
 
     def check(collected: list) -> None:
         (found,) = collected
-        assert [part.pairs for part in found.parts] == [5000, 3]   # By their first pairs.
+        assert [part.clusters for part in found.parts] == [5000, 3]   # By their first clusters.
         assert len(pickle.dumps(found)) < 2000
         summary = found.summary('report')
-        assert (summary['pairs'], summary['exact'], summary['mirrored']) == (5003, 556, 2502)
+        assert (summary['clusters'], summary['images'], summary['largest']) == (5003, 10015, 5)
+        assert (summary['exact'], summary['mirrored']) == (556, 2502)
         assert summary['between'] == {'train/test': 5000, 'train/validation': 3}
+        assert summary['by_split'] == {'train': 5003, 'test': 5000, 'validation': 12}
         assert summary['flat_images'] == {'train': 2}
+        assert found.largest == (5, (('train', 1), ('validation', 4)), few[-1].closest)
         found.write(f'{tmp_path}/leakage.jsonl')
         lines = [json.loads(line) for line in open(f'{tmp_path}/leakage.jsonl')]
-        assert lines == [p.line() for p in many.pairs + few.pairs]
+        assert lines == [c.line() for c in many + few]
         assert sorted(os.listdir(f'{tmp_path}/pairs')) == sorted(
             os.path.basename(part.path) for part in found.parts)
 

@@ -51,7 +51,7 @@ def test_shard_chart_marks_whole_shards_only(tmp_path):
         assert [t.get_text() for t in shard_axis.get_xticklabels()] == [str(i) for i in range(shards)]
 
 
-def test_report_shows_leaked_pairs_side_by_side_and_damaged_files(tmp_path):
+def test_report_shows_leaked_clusters_side_by_side_and_damaged_files(tmp_path):
     import base64
     import io
     photo = Image.fromarray(imagemaker.photo(200, 150, seed=1))
@@ -70,11 +70,12 @@ def test_report_shows_leaked_pairs_side_by_side_and_damaged_files(tmp_path):
     page = report.read_text()
     row = re.search(r'<tr><td><img src="data:image/jpeg;base64,([^"]+)"><br>train: ([^<]+)</td>'
                     r'<td><img src="data:image/jpeg;base64,([^"]+)"><br>test: ([^<]+)</td>'
-                    r'<td>(\d+) \(mirrored\)</td></tr>', page)
+                    r'<td>(\d+) \(mirrored\)</td><td>2 images: train 1, test 1</td></tr>', page)
     assert row and row[2].endswith('original.jpg') and row[4].endswith('mirrored.jpg')
     left, right = (Image.open(io.BytesIO(base64.b64decode(row[i]))) for i in (1, 3))
     assert left.size == right.size == (128, 96)
-    assert '1 near-duplicate pair(s) across splits within 8 of 64 bits (0 exact, 1 mirrored)' in page
+    assert ('1 cluster(s) of near-duplicates span splits within 8 of 64 bits (2 images, the '
+            'largest 2; closest pair exact in 0, mirrored in 1)') in page
     assert re.search(r'<td>test</td><td>[^<]*damaged.jpg</td><td>damaged JPEG: Premature end of '
                      r'JPEG file</td><td>keep</td>', page)
 

@@ -47,7 +47,7 @@ def test_the_command_reads_a_local_dataset_without_apache_beam(dataset):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith('leakage: 0 near-duplicate pair(s) across splits')
+    assert lines[0].startswith('leakage: 0 cluster(s) of near-duplicates span splits')
     assert lines[1].split()[:6] == ['train', '18', 'records', '3', 'tfrecord', 'shards']
     assert result.stdout.endswith('OK: no problems found\n')
 

@@ -31,13 +31,13 @@ class CommitDataset(beam.PTransform):
                  facts: beam.PCollection, leakage: dict | None = None):
         super().__init__()
         self._settings, self._label_map, self._facts = settings, label_map, facts
-        self._leakage = leakage   # FindLeakage's outputs: 'pairs', 'flat', 'crowded'.
+        self._leakage = leakage   # FindLeakage's outputs: 'clusters', 'flat', 'crowded'.
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
         found = {}
-        if self._leakage:
+        if self._settings.hashed:
             found = {'leakage': beam.pvalue.AsSingleton(
-                self._leakage['pairs'] | 'Collect Leakage' >> CollectLeakage(
+                self._leakage['clusters'] | 'Collect Leakage' >> CollectLeakage(
                     self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))}
         return (results
                 | 'Collect Results' >> beam.combiners.ToList()
@@ -135,12 +135,13 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
         }
     summary['damaged_images'] = settings.image.damaged_images
     summary['leakage'] = leakage.summary(settings.leakage)
-    leakage.write(fileio.join(staged, metadata.LEAKAGE))
-    moves.append((f'final/{metadata.LEAKAGE}', metadata.LEAKAGE))
+    if settings.hashed:
+        leakage.write(fileio.join(staged, metadata.LEAKAGE))
+        moves.append((f'final/{metadata.LEAKAGE}', metadata.LEAKAGE))
     names = ''.join(name + '\n' for name in label_map.names).encode()
     files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
-             metadata.FEATURES: metadata.dumps(metadata.features_json(len(label_map.names),
-                                                                      facts.extras)),
+             metadata.FEATURES: metadata.dumps(metadata.features_json(
+                 len(label_map.names), facts.extras, settings.hashed)),
              metadata.SUMMARY: metadata.dumps(summary),
              **{metadata.error_report_name(split): _error_lines(split, entries)
                 for split, entries in errors.items()},

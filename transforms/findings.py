@@ -1,12 +1,13 @@
 """What the data-quality checks found, as the commit writes it: damaged JPEGs per split
-(damaged-SPLIT.jsonl) and near-duplicate pairs across splits (leakage.jsonl), with their counts
-for summary.json.
+(damaged-SPLIT.jsonl) and clusters of near-duplicates that span splits (leakage.jsonl), with
+their counts for summary.json.
 
-The pairs never meet in one place: each partition's PairList is written as a part of
-leakage.jsonl in the run's temporary folder (its lines in PairList order), and the commit gets
-only the parts' counts and paths, and joins the files (a compose on Cloud Storage), parts in the
-order of their first pairs. With one partition (under ~32,768 images, leakage.group_bits) the
-file is sorted throughout; with more, it is sorted within each part."""
+The clusters never meet in one place: each partition's clusters are written as a part of
+leakage.jsonl in the run's temporary folder (its lines in cluster order: by their members), and
+the commit gets only the parts' counts and paths, and joins the files (a compose on Cloud
+Storage), parts in the order of their first clusters. With one partition (under ~32,768
+images, leakage.group_bits) the file is sorted throughout; with more, it is sorted within each
+part."""
 import collections
 import dataclasses
 import hashlib
@@ -16,50 +17,69 @@ import apache_beam as beam
 
 from pipeline.formats import fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
-from transforms.pairing import MAX_BUCKET, RADIUS, Pair, PairList
+from pipeline.formats.metadata import SPLITS
+from transforms.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster
 from transforms.settings import ConversionSettings
 
 
 @dataclasses.dataclass(frozen=True)
-class PairPart:
-    """One partition's pairs, written as leakage.jsonl lines at `path`: its first pair's fields
-    (PairList's order) and the counts summary.json gives."""
+class ClusterPart:
+    """One partition's clusters, written as leakage.jsonl lines at `path`: its first
+    cluster's members (the clusters' order), the counts summary.json gives, and its largest
+    cluster as (images, (split, images) per split, closest pair)."""
     path: str
     first: tuple
-    pairs: int
+    clusters: int
+    images: int
     exact: int
     mirrored: int
-    between: tuple[tuple[str, int], ...]   # ('earlier split/later split', pairs)
+    between: tuple[tuple[str, int], ...]    # ('train/test', clusters): the splits they span
+    by_split: tuple[tuple[str, int], ...]   # (split, images in the clusters)
+    largest: tuple
 
 
-def pair_lines(pairs: tuple[Pair, ...]) -> bytes:
-    """leakage.jsonl lines of `pairs`."""
-    return ''.join(json.dumps(p.line()) + '\n' for p in pairs).encode()
+def cluster_lines(found: tuple[Cluster, ...]) -> bytes:
+    """leakage.jsonl lines of clusters."""
+    return ''.join(json.dumps(c.line()) + '\n' for c in found).encode()
 
 
-def write_part(pair_list: PairList, temp_dir: str) -> PairPart:
-    """Writes a partition's pairs into the temporary folder (named after its first pair, so a
-    retried write rewrites the same file)."""
-    pairs = pair_list.pairs
-    name = hashlib.blake2b(repr(pair_list.rows[0][:2]).encode(), digest_size=8).hexdigest()
+def _sizes(cluster: Cluster) -> tuple[tuple[str, int], ...]:
+    return tuple((split, len(sources)) for split, sources in cluster.members)
+
+
+def write_part(found: tuple[Cluster, ...], temp_dir: str) -> ClusterPart:
+    """Writes a partition's clusters into the temporary folder (named after its first cluster,
+    so a retried write rewrites the same file)."""
+    name = hashlib.blake2b(repr(found[0].members).encode(), digest_size=8).hexdigest()
     path = output_folder.pairs_path(temp_dir, name)
-    fileio.write_bytes(path, pair_lines(pairs))
-    between = collections.Counter(f'{p.first[0]}/{p.second[0]}' for p in pairs)
-    return PairPart(path, pair_list.rows[0], len(pairs), sum(p.exact for p in pairs),
-                    sum(p.mirrored for p in pairs), tuple(sorted(between.items())))
+    fileio.write_bytes(path, cluster_lines(found))
+    between = collections.Counter('/'.join(split for split, _ in c.members) for c in found)
+    by_split: collections.Counter = collections.Counter()
+    for cluster in found:
+        by_split.update(dict(_sizes(cluster)))
+    largest = max(found, key=lambda c: (c.images, c.closest))
+    return ClusterPart(path, found[0].members, len(found), sum(c.images for c in found),
+                       sum(c.closest.exact for c in found), sum(c.closest.mirrored for c in found),
+                       tuple(sorted(between.items())), tuple(sorted(by_split.items())),
+                       (largest.images, _sizes(largest), largest.closest))
 
 
 @dataclasses.dataclass(frozen=True)
 class Leakage:
-    """The pairs' parts (in the order of their first pairs), flat images per split, and
+    """The clusters' parts (in the order of their first clusters), flat images per split, and
     crowded buckets (band, value, images, example sources)."""
-    parts: tuple[PairPart, ...] = ()
+    parts: tuple[ClusterPart, ...] = ()
     flat: tuple[tuple[str, int], ...] = ()
     crowded: tuple[tuple, ...] = ()
 
     @property
     def count(self) -> int:
-        return sum(part.pairs for part in self.parts)
+        return sum(part.clusters for part in self.parts)
+
+    @property
+    def largest(self) -> tuple:
+        """(images, (split, images) per split, closest pair) of the largest cluster."""
+        return max(part.largest for part in self.parts)
 
     def write(self, path: str) -> None:
         """Writes leakage.jsonl at `path`: the parts' lines, part after part."""
@@ -69,13 +89,20 @@ class Leakage:
             fileio.write_bytes(path, b'')
 
     def summary(self, action: str) -> dict:
+        if action == 'off':
+            return {'action': action}
         between: collections.Counter = collections.Counter()
+        by_split: collections.Counter = collections.Counter()
         for part in self.parts:
             between.update(dict(part.between))
-        return {'action': action, 'radius': RADIUS, 'pairs': self.count,
+            by_split.update(dict(part.by_split))
+        return {'action': action, 'radius': RADIUS, 'window': WINDOW, 'clusters': self.count,
+                'images': sum(p.images for p in self.parts),
+                'largest': self.largest[0] if self.parts else 0,
                 'exact': sum(p.exact for p in self.parts),
                 'mirrored': sum(p.mirrored for p in self.parts),
-                'between': dict(sorted(between.items())), 'flat_images': dict(self.flat),
+                'between': dict(sorted(between.items())), 'by_split': dict(sorted(by_split.items())),
+                'flat_images': dict(self.flat),
                 'crowded_buckets': [{'band': band, 'value': value, 'images': images,
                                      'examples': examples}
                                     for band, value, images, examples in self.crowded]}
@@ -87,34 +114,43 @@ def _collect(parts: list, flat: dict, crowded: list) -> Leakage:
 
 
 class CollectLeakage(beam.PTransform):
-    """PairLists, with FindLeakage's flat counts and crowded buckets -> one Leakage, after
-    writing each PairList as a part of leakage.jsonl in `temp_dir`."""
+    """Tuples of Clusters, with FindLeakage's flat counts and crowded buckets -> one Leakage,
+    after writing each tuple as a part of leakage.jsonl in `temp_dir`."""
 
     def __init__(self, flat: beam.PCollection, crowded: beam.PCollection, temp_dir: str):
         super().__init__()
         self._flat, self._crowded, self._temp_dir = flat, crowded, temp_dir
 
-    def expand(self, pair_lists: beam.PCollection) -> beam.PCollection:
-        return (pair_lists
-                | 'Write Pair Parts' >> beam.Map(write_part, temp_dir=self._temp_dir)
+    def expand(self, found: beam.PCollection) -> beam.PCollection:
+        return (found
+                | 'Write Cluster Parts' >> beam.Map(write_part, temp_dir=self._temp_dir)
                 | 'All Parts' >> beam.combiners.ToList()
                 | 'With Flat And Crowded' >> beam.Map(_collect, beam.pvalue.AsDict(self._flat),
                                                       beam.pvalue.AsList(self._crowded)))
 
 
+def _in_split_order(counts: dict) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(counts.items(), key=lambda item: SPLITS.index(item[0])))
+
+
+def _counts(sizes: tuple[tuple[str, int], ...]) -> str:
+    return ', '.join(f'{split} {n}' for split, n in sizes)
+
+
 def check_leakage(leakage: Leakage, settings: ConversionSettings) -> None:
-    """With --leakage=fail, fails (committing nothing) when any pair was found; the pairs are
-    then in the run's temporary folder."""
+    """With --leakage=fail, fails (committing nothing) when any cluster spans splits, naming the
+    largest; the clusters are then in the run's temporary folder."""
     if settings.leakage != 'fail' or not leakage.count:
         return
     report = fileio.join(settings.temp_dir, metadata.LEAKAGE)
     leakage.write(report)
-    first = Pair(*min(part.first for part in leakage.parts))
+    images, sizes, closest = leakage.largest
     raise DatasetError(
-        f'{leakage.count} near-duplicate pair(s) of images in different splits, e.g. '
-        f'{first.second[1]} ({first.second[0]}) and {first.first[1]} ({first.first[0]}), '
-        f'distance {first.distance}; --leakage=fail: nothing was committed. See {report} for '
-        'every pair; --leakage=drop leaves the later split\'s copy out')
+        f'{leakage.count} cluster(s) of near-duplicate images span splits; the largest has '
+        f'{images} images ({_counts(sizes)}), e.g. {closest.second[1]} ({closest.second[0]}) and '
+        f'{closest.first[1]} ({closest.first[0]}), distance {closest.distance}; --leakage=fail: '
+        f'nothing was committed. See {report} for every cluster; --leakage=drop leaves the '
+        'members in later splits out')
 
 
 def damaged_lines(split: str, shard_results: list) -> bytes:
@@ -139,12 +175,17 @@ def quality_lines(summary: dict) -> list[str]:
     leakage = summary.get('leakage')
     if leakage is None:
         return lines
-    if leakage['pairs']:
+    if leakage['action'] == 'off':
+        return lines + ['leakage: not checked (--leakage=off: no perceptual hashes, no '
+                        'leakage.jsonl)']
+    if leakage['clusters']:
         dropped = sum(s.get('dropped_copies', 0) for s in summary['splits'].values())
-        lines.append(f'leakage: {leakage["pairs"]} near-duplicate pair(s) across splits within '
-                     f'{leakage["radius"]} of 64 bits ({leakage["exact"]} exact, '
-                     f'{leakage["mirrored"]} mirrored): '
-                     + ', '.join(f'{name} {n}' for name, n in leakage['between'].items())
+        lines.append(f'leakage: {leakage["clusters"]} cluster(s) of near-duplicates span splits '
+                     f'within {leakage["radius"]} of 64 bits ({leakage["images"]} images: '
+                     f'{_counts(_in_split_order(leakage["by_split"]))}; the largest '
+                     f'{leakage["largest"]}; closest pair exact in {leakage["exact"]}, mirrored '
+                     f'in {leakage["mirrored"]}): '
+                     + _counts(tuple(leakage['between'].items()))
                      + (f'; {dropped} later-split copies dropped' if dropped else '')
                      + '; see leakage.jsonl')
     else:

@@ -11,7 +11,7 @@ strict libjpeg-turbo (jpeg_check.py): a damaged one (it decodes only with libjpe
 skipped, kept or re-encoded from Pillow's decode as --damaged_images says; one libjpeg-turbo
 cannot decode at all is judged by Pillow, as is every other format. Every stored image gets a
 perceptual hash and a mirror hash (phash.py), from the same reduced-scale decode for JPEGs and
-from the final pixels otherwise. The header of a plain JPEG (size, components, EXIF orientation) is read here
+from the final pixels otherwise (none with --leakage=off). The header of a plain JPEG (size, components, EXIF orientation) is read here
 without Pillow, which costs a tenth as much; any header this reading does not fully vouch for
 is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
 """
@@ -79,8 +79,9 @@ def target_size(width: int, height: int, options: ImageOptions) -> tuple[int, in
     return max(1, int(width * scale)), max(1, int(height * scale))
 
 
-def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
-    """Validates `data` and returns what to store; raises ImageError with the reason."""
+def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> StoredImage:
+    """Validates `data` and returns what to store; raises ImageError with the reason. Without
+    `hashed` (--leakage=off) its perceptual hashes are left 0."""
     if not data:
         raise ImageError('empty file')
     try:
@@ -110,7 +111,7 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
         if keep:
             if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
                 luma = _pillow_draft(data, width, height, image)
-            return StoredImage(data, height, width, True, damage, *perceptual_hashes(luma))
+            return StoredImage(data, height, width, True, damage, *_hashes(luma, hashed))
         image = image or Image.open(io.BytesIO(data))
         pixels = _orient(_decode_rgb(image, data, size, bool(damage)), orientation)
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
@@ -118,7 +119,7 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
             pixels = np.asarray(Image.fromarray(pixels).resize(final, Image.Resampling.BICUBIC))
         encoded = simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=options.jpeg_quality,
                                          colorspace='RGB', colorsubsampling='420', fastdct=False)
-        hashes = perceptual_hashes(pixels if luma is None else luma)
+        hashes = _hashes(pixels if luma is None else luma, hashed)
         return StoredImage(encoded, pixels.shape[0], pixels.shape[1], False, damage, *hashes)
     except ImageError:
         raise
@@ -126,6 +127,10 @@ def convert_image(data: bytes, options: ImageOptions) -> StoredImage:
         raise ImageError(str(exc)) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(_describe(exc)) from None
+
+
+def _hashes(pixels: np.ndarray, hashed: bool) -> tuple[int, int]:
+    return perceptual_hashes(pixels) if hashed else (0, 0)
 
 
 def _pillow_draft(data: bytes, width: int, height: int, image: Image.Image | None) -> np.ndarray:

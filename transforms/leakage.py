@@ -1,36 +1,43 @@
-"""Near-duplicate leakage across splits as a Beam stage: pairing.py's multi-index hashing with
-a GroupByKey of buckets. Each part's records come as a table (part_table: numpy rows of hashes
-and places, and their sources) apart from the part results the shards are joined from; the part
-sends one table per group of buckets (a band and the top bits of its value, as many groups as
-keep each at about GROUP_SIZE members), so the shuffle moves a few compact elements per part
-and memory per worker stays bounded at any scale.
+"""Near-duplicate leakage across splits as Beam stages: pairing.py's clusters of multi-index
+hashing, found in four steps whose elements grow with the images, never with the pairs.
 
-The candidates a group finds travel on as one list per group and partition of the pair keys
-(`candidate_partition`, as many partitions as groups per band), and the pairs as one list per
-partition: the shuffle that keeps the nearest sighting of each pair, and the collection of
-the pairs for the commit, move a few elements per group (PairList), not several per pair; the
-commit gets each list as a part of leakage.jsonl, written where it was found (findings.py).
+1. Each part's records come as a table (part_table: numpy rows of hashes and places, and their
+   sources) apart from the part results the shards are joined from; the part sends one table
+   per group of buckets (a band and the top bits of its value, as many groups as keep each at
+   about GROUP_SIZE members), so the shuffle moves a few compact elements per part.
+2. Each group links the near-duplicates of its buckets and reduces the links to a spanning
+   forest and the closest pair across splits of each cluster (GroupLinks: at most two links a
+   record, with the records they join), kept in the temporary folder for a rerun after a crash
+   (linked_groups.py).
+3. The forests are joined into the clusters of the whole dataset (JoinLinks, a combine that
+   keeps them reduced: memory of about 40 bytes per record that has a near-duplicate), and only
+   the clusters that span splits are kept (Leaking: a side input).
+4. Each group's records of those clusters go to the partition of their cluster (as many
+   partitions as groups per band), where the clusters are made (ClusterList), each partition's
+   written as a part of leakage.jsonl where it is found (findings.py).
 
-With --leakage=drop the eval-side copy of each pair (the later split of train, validation, test)
-is left out of its shard when the shard's parts are joined (`drop_from_part`), found by its
-place (shard, chunk, place in the part file), which the pair carries.
+With --leakage=drop the members of each cluster in its later splits (after the earliest of
+train, validation, test it spans) are left out of their shards when the shards' parts are
+joined (`drop_from_part`), found by their place (shard, chunk, place in the part file), which
+the cluster carries.
 """
 import dataclasses
-import zlib
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import fileio, records
+from pipeline.formats import faults, fileio, records
 from pipeline.formats.metadata import SPLITS
-from transforms.pairing import (BAND_BITS, MAX_BUCKET, ROW, PairList, Table,
-                                band_values, filed, filings, nearest, pair_band, sha_digest)
+from transforms.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster, Table, band_values,
+                                clusters, filed, filings, leaking, link_band, record_ids,
+                                reduce_links, sha_digest)
+from transforms import linked_groups
 from transforms.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'
-ACTIONS = ('report', 'drop', 'fail')
+ACTIONS = ('report', 'drop', 'fail', 'off')   # off: no hashes, no check.
 
 
 GROUP_SIZE = 1 << 16   # Members a shuffle group expects: a few MB, whatever the dataset's size.
@@ -48,14 +55,16 @@ def part_table(part) -> Table:
     rows = np.zeros(len(part.hashes), dtype=ROW)
     for i, (_, sha256, phash, mirror, label, passed) in enumerate(part.hashes):
         rows[i] = (phash, mirror, sha_digest(sha256), SPLITS.index(part.split), part.shard,
-                   part.chunk or 0, i, label, passed)
+                   part.chunk or 0, i, label, passed, 0)
+    rows['id'] = record_ids(rows)
     return Table(rows, [h[0] for h in part.hashes])
 
 
-def candidate_partition(key: tuple, bits: int) -> int:
-    """The partition of the pair keys a candidate pair (its key) is deduplicated in: a stable
-    hash of its first source, so every sighting of a pair meets in one."""
-    return zlib.crc32(key[0][1].encode()) & ((1 << bits) - 1)
+def cluster_partition(roots: np.ndarray, bits: int) -> np.ndarray:
+    """The partition each cluster (its root id) is made in: the top `bits` bits of a mix of the
+    root, so that clusters spread evenly whatever their ids."""
+    mixed = roots * np.uint64(0x9E3779B97F4A7C15)
+    return (mixed >> np.uint64(64 - bits)) if bits else np.zeros(len(roots), np.uint64)
 
 
 def _flat(records: Table) -> Iterator[tuple[str, int]]:
@@ -78,76 +87,153 @@ def _groups(records: Table, plans: dict) -> Iterator[tuple[tuple[int, int, int],
                                            members.mirrored[chosen])
 
 
-class PairGroup(beam.DoFn):
-    """(group, its Tables) -> (partition, [candidate pairs within RADIUS in each bucket]) for
-    each partition of the pair keys (candidate_partition) it found candidates in; a crowded
+@dataclasses.dataclass(frozen=True)
+class GroupLinks:
+    """A shuffle group's reduced links (pairing.reduce_links), the records they join, and the
+    group's bits (which give the number of partitions of the clusters)."""
+    links: np.ndarray
+    members: Table
+    bits: int
+
+
+class LinkGroup(beam.DoFn):
+    """(group, its Tables) -> GroupLinks of the near-duplicates in its buckets; a crowded
     bucket goes to the 'crowded' output as (band, value, images, a few sources).
 
     Members of a bucket past MAX_BUCKET are counted, not kept (a part's at most), so memory
-    stays bounded by the group's size however degenerate its hashes."""
+    stays bounded by the group's size however degenerate its hashes. Each group's result is
+    kept in `temp_dir` (linked_groups.py), and an earlier attempt's is reused when `resuming`."""
+
+    def __init__(self, temp_dir: str, resuming: bool):
+        self._temp_dir, self._resuming = temp_dir, resuming
 
     def setup(self) -> None:
         self._crowded = Metrics.counter(NAMESPACE, 'leakage_crowded_buckets')
+        self._linked = Metrics.counter(NAMESPACE, 'link_groups_linked')
+        self._reused = Metrics.counter(NAMESPACE, 'link_groups_reused')
 
     def process(self, element: tuple) -> Iterator:
-        (band, _, bits), tables = element
-        counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
-        kept = []
-        for members in tables:
-            values = band_values(filed(members), band)
-            room = np.flatnonzero(counts[values] <= MAX_BUCKET)
-            kept.append(Table(members.rows[room], [members.sources[i] for i in room.tolist()],
-                              members.mirrored[room]))
-            counts += np.bincount(values, minlength=1 << BAND_BITS)
-        found, full = pair_band(Table.concatenate(kept), band, counts) if kept else ([], [])
+        key, tables = element[0], list(element[1])
+        where = linked_groups.path(self._temp_dir, key, tables)
+        saved = linked_groups.load(where) if self._resuming else None
+        if saved is None:
+            saved = _link(key[0], tables)
+            linked_groups.save(where, *saved)
+            faults.crash_point('links', counted=True)
+            self._linked.inc()
+        else:
+            self._reused.inc()
+        links, members, full = saved
         for bucket in full:
             self._crowded.inc()
             yield beam.pvalue.TaggedOutput('crowded', bucket)
-        partitions: dict[int, list] = {}
-        for candidate in found:
-            partitions.setdefault(candidate_partition(candidate[0], bits), []).append(candidate)
-        yield from partitions.items()
+        if len(links):
+            yield GroupLinks(links, members, key[2])
 
 
-def _nearest(partition: tuple[int, Iterable[list]]) -> PairList:
-    """The pairs of a partition of the pair keys, from its groups' lists of candidates."""
-    return nearest(candidate for candidates in partition[1] for candidate in candidates)
+def _link(band: int, tables: list[Table]) -> tuple[np.ndarray, Table, list[tuple]]:
+    """(reduced links, the records they join, crowded buckets) of a group's tables."""
+    counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
+    kept = []
+    for members in tables:
+        values = band_values(filed(members), band)
+        room = np.flatnonzero(counts[values] <= MAX_BUCKET)
+        kept.append(Table(members.rows[room], [members.sources[i] for i in room.tolist()],
+                          members.mirrored[room]))
+        counts += np.bincount(values, minlength=1 << BAND_BITS)
+    members = Table.concatenate(kept)
+    links, full = link_band(members, band, counts)
+    links = reduce_links(links)
+    linked = np.flatnonzero(np.isin(members.rows['id'], np.concatenate([links['a'], links['b']])))
+    return links, members.take(linked, members.mirrored[linked]), full
+
+
+class JoinLinks(beam.CombineFn):
+    """GroupLinks' links -> the Leaking clusters of the whole dataset (pairing.leaking); the
+    links are reduced whenever they have doubled, so memory follows the records linked."""
+
+    def create_accumulator(self) -> list:
+        return []
+
+    def add_input(self, accumulator: list, links: np.ndarray) -> list:
+        accumulator.append(links)
+        return _compact(accumulator)
+
+    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
+        return _compact([links for accumulator in accumulators for links in accumulator])
+
+    def extract_output(self, accumulator: list) -> tuple:
+        return leaking(np.concatenate(accumulator) if accumulator else np.zeros(0, LINK))
+
+
+def _compact(parts: list) -> list:
+    """`parts` of links, reduced to one when they hold twice as many links as their first."""
+    if len(parts) > 1 and sum(map(len, parts)) > 2 * len(parts[0]) + 4096:
+        return [reduce_links(np.concatenate(parts))]
+    return parts
+
+
+def _by_partition(group: GroupLinks, spanning: tuple) -> Iterator[tuple[int, Table]]:
+    """The group's records of clusters that span splits, one Table per partition of the
+    clusters (cluster_partition)."""
+    nodes, roots, _ = spanning
+    ids = group.members.rows['id']
+    chosen = np.flatnonzero(np.isin(ids, nodes))
+    partitions = cluster_partition(roots[np.searchsorted(nodes, ids[chosen])], group.bits)
+    for partition in np.unique(partitions).tolist():
+        picked = chosen[partitions == partition]
+        yield partition, group.members.take(picked, group.members.mirrored[picked])
+
+
+def _clusters(partition: tuple[int, Iterable[Table]], spanning: tuple) -> tuple[Cluster, ...]:
+    """The clusters of a partition, from its groups' records."""
+    return tuple(clusters(Table.concatenate(partition[1]), *spanning))
 
 
 class FindLeakage(beam.PTransform):
-    """Part tables (part_table) -> a dict of PCollections: 'pairs' (PairLists; every pair in
-    one of them), 'flat' ((split, flat images)) and 'crowded' ((band, value, images, sources)).
+    """Part tables (part_table) -> a dict of PCollections: 'clusters' (tuples of Clusters, each
+    cluster that spans splits in one of them), 'flat' ((split, flat images)) and 'crowded'
+    ((band, value, images, sources)).
 
     `plans`: the shard plans as a dict side input; their example counts size the shuffle groups
-    (known before any image is converted, so nothing waits for them)."""
+    (known before any image is converted, so nothing waits for them). Each group's links are
+    kept in `temp_dir`, and reused when `resuming` (LinkGroup)."""
 
-    def __init__(self, plans: beam.pvalue.AsDict):
+    def __init__(self, plans: beam.pvalue.AsDict, temp_dir: str, resuming: bool = False):
         super().__init__()
-        self._plans = plans
+        self._plans, self._temp_dir, self._resuming = plans, temp_dir, resuming
 
     def expand(self, tables: beam.PCollection):
         flat = (tables
                 | 'Flat Images' >> beam.FlatMap(_flat)
                 | 'Count Flat' >> beam.CombinePerKey(sum))
-        buckets = (tables
-                   | 'Key By Band' >> beam.FlatMap(_groups, plans=self._plans)
-                   | 'Group By Band' >> beam.GroupByKey()
-                   | 'Pair Within Buckets' >> beam.ParDo(PairGroup()).with_outputs(
-                       'crowded', main='candidates'))
-        pairs = (buckets.candidates
-                 | 'Group Candidates' >> beam.GroupByKey()
-                 | 'Best Distance' >> beam.Map(_nearest))
-        return {'pairs': pairs, 'flat': flat, 'crowded': buckets.crowded}
+        groups = (tables
+                  | 'Key By Band' >> beam.FlatMap(_groups, plans=self._plans)
+                  | 'Group By Band' >> beam.GroupByKey()
+                  | 'Link Within Buckets' >> beam.ParDo(
+                      LinkGroup(self._temp_dir, self._resuming)).with_outputs(
+                      'crowded', main='links'))
+        spanning = beam.pvalue.AsSingleton(
+            groups.links
+            | 'Links' >> beam.Map(lambda group: group.links)
+            | 'Join Links' >> beam.CombineGlobally(JoinLinks()))
+        found = (groups.links
+                 | 'Members By Cluster' >> beam.FlatMap(_by_partition, spanning)
+                 | 'Group Clusters' >> beam.GroupByKey()
+                 | 'Make Clusters' >> beam.Map(_clusters, spanning)
+                 | 'Any Cluster' >> beam.Filter(len))
+        return {'clusters': found, 'flat': flat, 'crowded': groups.crowded}
 
 
-def dropped_copies(pairs: PairList) -> Iterator[tuple[tuple, tuple]]:
-    """For each pair, ((split, shard, chunk, place) of the eval-side copy, (the reason it is
-    left out, its source, label id, passed through))."""
-    for pair in pairs.pairs:
-        shard, chunk, place, label, passed = pair.where
-        reason = (f'near-duplicate of {pair.first[0]} image {pair.first[1]} '
-                  f'(distance {pair.distance}{", mirrored" if pair.mirrored else ""})')
-        yield (pair.second[0], shard, chunk, place), (reason, pair.second[1], label, passed)
+def dropped_copies(found: tuple[Cluster, ...]) -> Iterator[tuple[tuple, tuple]]:
+    """For each member of a cluster in a later split than its earliest, ((split, shard, chunk,
+    place), (the reason it is left out, its source, label id, passed through))."""
+    for cluster in found:
+        first, images = cluster.closest.first, cluster.images
+        reason = (f'near-duplicate of {first[0]} image {first[1]} (a cluster of {images} '
+                  f'images across splits, closest distance {cluster.closest.distance})')
+        for split, shard, chunk, place, label, passed, source in cluster.later:
+            yield (split, shard, chunk, place), (reason, source, label, passed)
 
 
 def by_shard(copy: tuple[tuple, tuple]) -> tuple[tuple[str, int], tuple]:

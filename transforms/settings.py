@@ -56,6 +56,11 @@ class ConversionSettings:
                                              if not f.metadata.get('per_run')))
 
     @property
+    def hashed(self) -> bool:
+        """Whether images get perceptual hashes and are checked for leakage (not --leakage=off)."""
+        return self.leakage != 'off'
+
+    @property
     def temp_dir(self) -> str:
         return temp_dir(self.output_dir, self.run_id)
 

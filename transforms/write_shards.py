@@ -97,12 +97,12 @@ def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
 
 class WriteShards(beam.PTransform):
     """Input refs -> {'shards': ShardResult of every temporary shard file, and the outputs of
-    FindLeakage: 'pairs', 'flat', 'crowded'}.
+    FindLeakage: 'clusters', 'flat', 'crowded' (none with --leakage=off)}.
 
     Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
     fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
-    the parts' records' hashes are paired across splits (leakage.py), and each shard's parts are
-    joined in chunk order (without the eval-side copies of pairs, with --leakage=drop).
+    the parts' records' hashes are clustered (leakage.py), and each shard's parts are joined in
+    chunk order (without the later-split members of clusters, with --leakage=drop).
     """
 
     def __init__(self, settings: ConversionSettings, plans: beam.PCollection,
@@ -126,12 +126,14 @@ class WriteShards(beam.PTransform):
         encoded = chunks | 'Encode Chunks' >> beam.ParDo(
             EncodeChunk(self._settings), label_map=label_map, plans=plans,
             shard_fps=shard_fps).with_outputs('tables', main='parts')
-        leakage = encoded.tables | 'Find Leakage' >> FindLeakage(plans)
+        leakage = (encoded.tables | 'Find Leakage' >> FindLeakage(
+            plans, self._settings.temp_dir, self._settings.resuming)
+                   if self._settings.hashed else {})
         drops = {}
         if self._settings.leakage == 'drop':
             drops['dropped'] = beam.pvalue.AsMultiMap(
-                leakage['pairs']
-                | 'Eval-Side Copies' >> beam.FlatMap(dropped_copies)
+                leakage['clusters']
+                | 'Later-Split Members' >> beam.FlatMap(dropped_copies)
                 | 'One Reason Each' >> beam.CombinePerKey(min)
                 | 'By Shard' >> beam.Map(by_shard))
         shards = (encoded.parts
@@ -209,7 +211,7 @@ class EncodeChunk(beam.DoFn):
         reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
         if reused is not None:
             self._reused_chunks.inc()
-            yield from _with_tables(reused)
+            yield from _with_tables(reused, settings.hashed)
             return
         loaded = _with_streamed_bytes(refs)
         if loaded is not refs:
@@ -223,7 +225,7 @@ class EncodeChunk(beam.DoFn):
             resume.save_done(paths[shard], result)
         faults.crash_point('chunk', counted=True)
         self._converted_chunks.inc()
-        yield from _with_tables(results)
+        yield from _with_tables(results, settings.hashed)
 
     def _reused(self, split: str, chunk: int, paths: dict,
                 shard_fps: dict) -> list[ShardResult] | None:
@@ -264,9 +266,10 @@ class EncodeChunk(beam.DoFn):
                 if stored.damage:
                     result.damaged.append((source, f'damaged JPEG: {stored.damage}',
                                            self._settings.image.damaged_images))
-                result.hashes.append((source, sha256, to_int64(stored.phash),
-                                      to_int64(stored.phash_mirrored),
-                                      label_map.id_of(ref.label), int(passed)))
+                if self._settings.hashed:
+                    result.hashes.append((source, sha256, to_int64(stored.phash),
+                                          to_int64(stored.phash_mirrored),
+                                          label_map.id_of(ref.label), int(passed)))
                 framed = records.frame_record(record)
                 out.write(framed)
                 result.records += 1
@@ -297,7 +300,7 @@ class EncodeChunk(beam.DoFn):
                 if reason is None:  # Transient or unknown: the runner retries the chunk.
                     raise
                 raise ImageError(f'cannot read file: {reason}') from None
-        stored = convert_image(data, self._settings.image)
+        stored = convert_image(data, self._settings.image, self._settings.hashed)
         sha256 = hashlib.sha256(stored.encoded).hexdigest()
         features = dict(ref.extras)
         features.update({
@@ -307,9 +310,10 @@ class EncodeChunk(beam.DoFn):
             records.LABEL: label_map.id_of(ref.label), records.TEXT: label_map.text_of(ref.label),
             records.SHA256: sha256,
             records.SOURCE: ref.source or ref.filename,
-            records.PHASH: to_int64(stored.phash),
-            records.PHASH_MIRRORED: to_int64(stored.phash_mirrored),
         })
+        if self._settings.hashed:
+            features.update({records.PHASH: to_int64(stored.phash),
+                             records.PHASH_MIRRORED: to_int64(stored.phash_mirrored)})
         return records.encode_example(features), stored, sha256
 
 
@@ -332,10 +336,12 @@ def _with_streamed_bytes(refs: list[ExampleRef]) -> list[ExampleRef]:
     return out
 
 
-def _with_tables(results: list[ShardResult]) -> Iterator:
-    """Each part result without its records' hashes, which go to the 'tables' output."""
+def _with_tables(results: list[ShardResult], hashed: bool) -> Iterator:
+    """Each part result without its records' hashes, which go to the 'tables' output (none
+    with --leakage=off)."""
     for result in results:
-        yield beam.pvalue.TaggedOutput('tables', part_table(result))
+        if hashed:
+            yield beam.pvalue.TaggedOutput('tables', part_table(result))
         yield dataclasses.replace(result, hashes=[])
 
 

@@ -7,7 +7,8 @@ batch of moves of the old and the new dataset), `commit:marked` (temporary folde
 committed), `commit:unjournaled` (journal deleted), `cleanup:contents` (a temporary folder
 emptied but for its marker), `cleanup:marker` (its marker deleted, the empty folder left),
 `chunk:N` (after this process converted its N-th chunk), `shard:N` (after this process wrote
-its N-th shard). Unset, it costs one dictionary lookup.
+its N-th shard), `links:N` (after this process linked its N-th shuffle group of the leakage
+check). Unset, it costs one dictionary lookup.
 """
 import collections
 import os

@@ -19,7 +19,7 @@ LABELS = 'labels.txt'
 CLASS_NAMES = 'image.class.label.labels.txt'   # Where TFDS looks for the ClassLabel names.
 OLD_CLASS_NAMES = 'image-class-label.labels.txt'   # The same, from versions with nested features.
 SUMMARY = 'summary.json'
-LEAKAGE = 'leakage.jsonl'   # Near-duplicate pairs across splits (transforms/leakage.py).
+LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 
@@ -62,10 +62,11 @@ def _feature(name: str, kind: str, num_classes: int) -> dict:
     return _scalar(kind)
 
 
-def features_json(num_classes: int, extras: Mapping[str, Mapping]) -> dict:
-    """TFDS features.json: one top-level feature per record key."""
+def features_json(num_classes: int, extras: Mapping[str, Mapping], hashed: bool = True) -> dict:
+    """TFDS features.json: one top-level feature per record key (`hashed`: records carry
+    perceptual hashes)."""
     features = {name: _feature(name, kind, num_classes)
-                for name, kind in records.IMAGE_FEATURES.items()}
+                for name, kind in records.image_features(hashed).items()}
     for name, info in extras.items():
         scalar = _scalar(info['kind'])
         features[name] = ({'pythonClassName': _TFDS + 'sequence_feature.Sequence',
@@ -100,6 +101,12 @@ def dataset_info_json(dataset: str, version: str, description: str,
 
 def load_json(output_dir: str, name: str) -> dict:
     return json.loads(fileio.read_bytes(fileio.join(output_dir, name)))
+
+
+def carries_hashes(output_dir: str) -> bool:
+    """Whether the records of the dataset in `output_dir` carry perceptual hashes, as its
+    features.json says (not those of a --leakage=off run)."""
+    return records.PHASH in load_json(output_dir, FEATURES)['featuresDict']['features']
 
 
 def shard_paths(output_dir: str, info: dict, split: str,

@@ -35,6 +35,14 @@ IMAGE_FEATURES = {
     CHANNELS: 'int', COLORSPACE: 'text', LABEL: 'int', TEXT: 'text', SHA256: 'text',
     SOURCE: 'text', PHASH: 'int', PHASH_MIRRORED: 'int',
 }
+# The features a run with --leakage=off leaves out (it computes no perceptual hashes).
+HASH_FEATURES = (PHASH, PHASH_MIRRORED)
+
+
+def image_features(hashed: bool = True) -> dict[str, str]:
+    """IMAGE_FEATURES of a dataset whose records carry perceptual hashes (`hashed`), or not."""
+    return {name: kind for name, kind in IMAGE_FEATURES.items()
+            if hashed or name not in HASH_FEATURES}
 
 FeatureValue = bytes | str | int | float | bool | Sequence
 
@@ -251,12 +259,14 @@ def read_records(stream: BinaryIO) -> Iterator[bytes]:
         index += 1
 
 
-def parse_spec(extra_features: Mapping[str, Mapping] | None = None) -> dict:
-    """The `tf.io.parse_single_example` spec for a dataset's records."""
+def parse_spec(extra_features: Mapping[str, Mapping] | None = None, hashed: bool = True) -> dict:
+    """The `tf.io.parse_single_example` spec for a dataset's records (`hashed`: they carry
+    perceptual hashes, as all but --leakage=off datasets do)."""
     import tensorflow as tf
 
     dtypes = {'bytes': tf.string, 'text': tf.string, 'int': tf.int64, 'float': tf.float32}
-    spec = {name: tf.io.FixedLenFeature([], dtypes[kind]) for name, kind in IMAGE_FEATURES.items()}
+    spec = {name: tf.io.FixedLenFeature([], dtypes[kind])
+            for name, kind in image_features(hashed).items()}
     for name, info in (extra_features or {}).items():
         dtype = dtypes[info['kind']]
         spec[name] = (tf.io.VarLenFeature(dtype) if info['is_list']

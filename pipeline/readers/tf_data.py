@@ -24,7 +24,7 @@ def dataset(output_dir: str, split: str, shuffle_files: bool = False, shuffle_bu
                            'pipeline.readers.grain_data, or convert with '
                            '--output_format=tfrecord,array_record for tf.data as well')
     files = metadata.shard_paths(output_dir, info, split, shard_formats.TFRECORD)
-    spec = records.parse_spec()
+    spec = records.parse_spec(hashed=metadata.carries_hashes(output_dir))
     shuffled = shuffle_files or shuffle_buffer > 0
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle_files:

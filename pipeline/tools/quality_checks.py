@@ -1,15 +1,16 @@
 """What `verify` checks of the data-quality findings: the strict libjpeg-turbo verdict on each
-stored image, and leakage across splits recomputed from the records' perceptual hashes (from
-the images themselves for datasets written before records carried them), against leakage.jsonl.
+stored image, and the clusters of near-duplicates across splits recomputed from the records'
+perceptual hashes (from the images themselves for datasets written before records carried
+them), against leakage.jsonl.
 """
 import json
 
 from pipeline.formats import fileio, metadata, records
 from transforms.jpeg_check import DAMAGED, check_jpeg
-from transforms.pairing import RADIUS, find_pairs
+from transforms.pairing import RADIUS, find_clusters
 from transforms.phash import perceptual_hashes, to_int64
 
-HASH_FEATURES = (records.PHASH, records.PHASH_MIRRORED)
+HASH_FEATURES = records.HASH_FEATURES
 
 
 def damage(encoded: bytes, width: int, height: int) -> str | None:
@@ -32,22 +33,38 @@ def stored_hashes(example: dict) -> tuple[int, int]:
     return tuple(to_int64(h) for h in perceptual_hashes(verdict.pixels))
 
 
+def _key(cluster: dict) -> tuple:
+    """What verify compares of a cluster: its members and its closest distance (which of
+    several pairs at that distance is named may differ)."""
+    return (tuple((split, tuple(sorted(s))) for split, s in sorted(cluster['members'].items())),
+            cluster['closest']['distance'])
+
+
 def leakage_problems(output_dir: str, entries: list) -> list[str]:
-    """Recomputes the pairs across splits; prints how many; a problem when leakage.jsonl (if
-    the dataset has one) lists others, or, after --leakage=drop, when the records give any."""
-    pairs, flat, crowded = find_pairs(entries)
-    print(f'leakage: {len(pairs)} near-duplicate pair(s) across splits within {RADIUS} of 64 bits'
-          f' ({sum(p.exact for p in pairs)} exact); {sum(flat.values())} flat image(s), '
-          f'{len(crowded)} crowded bucket(s) not compared')
+    """Recomputes the clusters that span splits; prints how many; a problem when leakage.jsonl
+    (if the dataset has one) lists others, or, after --leakage=drop, when the records give
+    any."""
     listed = fileio.read_if_exists(fileio.join(output_dir, metadata.LEAKAGE))
+    summary = json.loads(fileio.read_if_exists(fileio.join(output_dir, metadata.SUMMARY)) or '{}')
+    action = summary.get('leakage', {}).get('action')
+    if action == 'off':   # Not checked: nothing to compare, and nothing should be listed.
+        print('leakage: not checked by the conversion (--leakage=off)')
+        return [f'{metadata.LEAKAGE}: present, yet summary.json says --leakage=off'] if (
+            listed is not None) else []
+    found, flat, crowded = find_clusters(entries)
+    print(f'leakage: {len(found)} cluster(s) of near-duplicates span splits within {RADIUS} of '
+          f'64 bits ({sum(c.images for c in found)} images); {sum(flat.values())} flat '
+          f'image(s), {len(crowded)} crowded bucket(s) not compared')
     if listed is None:
         return []
-    summary = json.loads(fileio.read_if_exists(fileio.join(output_dir, metadata.SUMMARY)) or '{}')
-    if summary.get('leakage', {}).get('action') == 'drop':   # Each pair's later copy is out.
-        return [f'{metadata.LEAKAGE}: --leakage=drop left out the later copy of each pair it '
-                f'lists, yet the records give {len(pairs)} pair(s)'] if pairs else []
-    lines = sorted((json.loads(line) for line in listed.decode().splitlines() if line),
-                   key=lambda p: (p['split_a'], p['source_a'], p['split_b'], p['source_b']))
-    if lines != [p.line() for p in pairs]:   # Pairs come sorted by those fields.
-        return [f'{metadata.LEAKAGE}: lists {len(lines)} pair(s), the records give {len(pairs)}']
+    if action == 'drop':   # Each cluster's members in later splits are out.
+        return [f'{metadata.LEAKAGE}: --leakage=drop left out the members in later splits of '
+                f'each cluster it lists, yet the records give {len(found)} cluster(s) across '
+                'splits'] if found else []
+    lines = [json.loads(line) for line in listed.decode().splitlines() if line]
+    if 'clusters' not in summary.get('leakage', {}):   # Pairs, of a version before clusters.
+        return []
+    if sorted(map(_key, lines)) != sorted(_key(c.line()) for c in found):
+        return [f'{metadata.LEAKAGE}: lists {len(lines)} cluster(s), the records give '
+                f'{len(found)}']
     return []

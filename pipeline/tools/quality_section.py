@@ -1,5 +1,6 @@
-"""The report's data-quality sections: damaged JPEGs per split, and near-duplicate pairs across
-splits with their two images side by side (thumbnails inlined in the page)."""
+"""The report's data-quality sections: damaged JPEGs per split, and the clusters of
+near-duplicates that span splits, each with its closest pair side by side (thumbnails inlined
+in the page)."""
 import base64
 import html
 import io
@@ -10,7 +11,7 @@ from PIL import Image
 from pipeline.formats import fileio, metadata
 
 THUMBNAIL = 128
-PAIRS_SHOWN = 24
+CLUSTERS_SHOWN = 24
 DAMAGED_SHOWN = 200
 
 
@@ -46,21 +47,35 @@ def damaged_section(output_dir: str, splits: list[str]) -> str:
 def leakage_section(output_dir: str, leakage: dict | None) -> str:
     if leakage is None:
         return '<p>Not checked (a dataset written before leakage was checked).</p>'
-    pairs = sorted(_lines(output_dir, metadata.LEAKAGE), key=lambda p: p['distance'])
-    head = (f'<p>{leakage["pairs"]} near-duplicate pair(s) across splits within '
-            f'{leakage["radius"]} of 64 bits ({leakage["exact"]} exact, {leakage["mirrored"]} '
-            f'mirrored); --leakage={html.escape(leakage["action"])}. '
+    if leakage['action'] == 'off':
+        return '<p>Not checked (--leakage=off: the records carry no perceptual hashes).</p>'
+    if 'clusters' not in leakage:
+        return ('<p>A dataset written before clusters: its leakage.jsonl lists '
+                f'{leakage["pairs"]} near-duplicate pair(s) across splits.</p>')
+    found = sorted(_lines(output_dir, metadata.LEAKAGE),
+                   key=lambda c: (c['closest']['distance'], -c['images']))
+    head = (f'<p>{leakage["clusters"]} cluster(s) of near-duplicates span splits within '
+            f'{leakage["radius"]} of 64 bits ({leakage["images"]} images, the largest '
+            f'{leakage["largest"]}; closest pair exact in {leakage["exact"]}, mirrored in '
+            f'{leakage["mirrored"]}); --leakage={html.escape(leakage["action"])}. '
             f'{sum(leakage["flat_images"].values())} flat image(s) and '
             f'{len(leakage["crowded_buckets"])} crowded hash bucket(s) were not compared.</p>')
-    if not pairs:
+    if not found:
         return head
-    rows = ''.join(
-        f'<tr><td>{_thumbnail(p["source_a"])}<br>{html.escape(p["split_a"])}: '
-        f'{html.escape(p["source_a"])}</td><td>{_thumbnail(p["source_b"])}<br>'
-        f'{html.escape(p["split_b"])}: {html.escape(p["source_b"])}</td><td>{p["distance"]}'
-        f'{" (exact)" if p["exact"] else ""}{" (mirrored)" if p["mirrored"] else ""}</td></tr>'
-        for p in pairs[:PAIRS_SHOWN])
-    more = f'<p>... and {len(pairs) - PAIRS_SHOWN} more (leakage.jsonl)</p>' if len(
-        pairs) > PAIRS_SHOWN else ''
+    rows = ''.join(_cluster_row(c) for c in found[:CLUSTERS_SHOWN])
+    more = (f'<p>... and {len(found) - CLUSTERS_SHOWN} more (leakage.jsonl)</p>'
+            if len(found) > CLUSTERS_SHOWN else '')
     return (f'{head}<table><tr><th>earlier split</th><th>later split</th><th>distance (bits)</th>'
-            f'</tr>{rows}</table>{more}')
+            f'<th>cluster</th></tr>{rows}</table>{more}')
+
+
+def _cluster_row(cluster: dict) -> str:
+    """A cluster's closest pair side by side, with its distance and its members per split."""
+    p = cluster['closest']
+    sizes = ', '.join(f'{html.escape(split)} {len(sources)}'
+                      for split, sources in cluster['members'].items())
+    return (f'<tr><td>{_thumbnail(p["source_a"])}<br>{html.escape(p["split_a"])}: '
+            f'{html.escape(p["source_a"])}</td><td>{_thumbnail(p["source_b"])}<br>'
+            f'{html.escape(p["split_b"])}: {html.escape(p["source_b"])}</td><td>{p["distance"]}'
+            f'{" (exact)" if p["exact"] else ""}{" (mirrored)" if p["mirrored"] else ""}</td>'
+            f'<td>{cluster["images"]} images: {sizes}</td></tr>')

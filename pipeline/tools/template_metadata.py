@@ -10,6 +10,7 @@ import sys
 
 from pipeline.formats import shard_formats
 from pipeline.options import converter_parser
+from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
 
 _GCS = r'^gs:\/\/[^\n\r]+$'
 _FORMATS = '|'.join(shard_formats.names())
@@ -41,8 +42,8 @@ PARAMETERS = {
     'reads_in_flight': ('Images read ahead per worker thread', 'NUMBER', []),
     'damaged_images': ('Damaged JPEGs: skip, keep or reencode', 'TEXT',
                        [r'^(skip|keep|reencode)$']),
-    'leakage': ('Near-duplicates across splits: report, drop or fail', 'TEXT',
-                [r'^(report|drop|fail)$']),
+    'leakage': ('Near-duplicates across splits: report, drop, fail or off', 'TEXT',
+                [rf'^({"|".join(LEAKAGE_ACTIONS)})$']),
     'label_offset': ('Label id offset (1: background class)', 'NUMBER', []),
     'num_labels': ('Maximum number of distinct labels', 'NUMBER', []),
     'max_error_ratio': ('Maximum fraction of unconvertible images', 'NUMBER', []),

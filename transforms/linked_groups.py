@@ -1,0 +1,65 @@
+"""A shuffle group's links, kept in the run's temporary folder so that a rerun after a crash
+reuses them (as resume.py reuses chunks):
+
+    links/<band>-<top bits>-<fingerprint>.npz   the group's reduced links, the records they
+                                                join and its crowded buckets
+
+The fingerprint covers the group's key and every record the group was given (its hashes, place
+and source), in an order that does not depend on the runner's, so a group is reused only for
+the very same records. The file is written atomically and read without pickle: numpy arrays,
+sources and crowded buckets as JSON.
+"""
+import hashlib
+import io
+import json
+
+import numpy as np
+
+from pipeline.formats import fileio, output_folder
+from transforms.pairing import LINK, ROW, Table
+
+
+def fingerprint(key: tuple, tables: list[Table]) -> str:
+    """Of a group's key and its tables, whatever order they come in."""
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8)
+    for part in sorted(tables, key=lambda t: int(t.rows['id'][0])):
+        digest.update(part.rows.tobytes())
+        digest.update(part.mirrored.tobytes())
+        digest.update(json.dumps(part.sources).encode())
+    return digest.hexdigest()
+
+
+def path(temp_dir: str, key: tuple, tables: list[Table]) -> str:
+    band, top, _ = key
+    return fileio.join(temp_dir, 'links', f'{band}-{top}-{fingerprint(key, tables)}.npz')
+
+
+def save(where: str, links: np.ndarray, members: Table, crowded: list[tuple]) -> None:
+    """Keeps a group's result at `where`."""
+    out = io.BytesIO()
+    np.savez(out, links=links, rows=members.rows, mirrored=members.mirrored,
+             sources=_text(members.sources), crowded=_text(crowded))
+    fileio.write_bytes_atomic(where, out.getvalue())
+
+
+def load(where: str) -> tuple[np.ndarray, Table, list[tuple]] | None:
+    """(links, the records they join, crowded buckets) kept at `where`; None when there is
+    none or it cannot be read (the group is then linked again)."""
+    data = output_folder.read_file(where)
+    if data is None:
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
+            links, rows = saved['links'], saved['rows']
+            if links.dtype != LINK or rows.dtype != ROW:
+                return None
+            members = Table(rows, json.loads(saved['sources'].tobytes()), saved['mirrored'])
+            crowded = [(band, value, count, examples)
+                       for band, value, count, examples in json.loads(saved['crowded'].tobytes())]
+    except (ValueError, KeyError, OSError, TypeError):
+        return None
+    return links, members, crowded
+
+
+def _text(value) -> np.ndarray:
+    return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
