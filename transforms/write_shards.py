@@ -338,12 +338,15 @@ def _with_tables(results: list[ShardResult]) -> Iterator:
 def _complete_shard(path: str, split: str, shard: int,
                     settings: ConversionSettings) -> 'ShardResult | None':
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
-    output format with the size the sidecar gives it; else None (it is made again)."""
+    output format with the size the sidecar gives it, none hard linked; else None (it is made
+    again)."""
     result = resume.load_done(path, ShardResult, split=split, shard=shard)
+    files = {f.name: output_folder.in_format(path, f) for f in settings.output_formats}
     try:
         if result is not None and all(
-                fileio.size(output_folder.in_format(path, f)) == result.format_bytes.get(f.name)
-                for f in settings.output_formats):
+                not fileio.is_hard_linked(file)
+                and fileio.size(file) == result.format_bytes.get(name)
+                for name, file in files.items()):
             return result
     except FileNotFoundError:
         pass

@@ -158,12 +158,35 @@ def open_read(path: str):
 
 
 def create(path: str):
-    """Opens `path` for writing (parent folders are created as needed)."""
+    """Opens a new file `path` for writing (parent folders are created as needed); locally
+    whatever had the name before is unlinked first (see `_create_local`)."""
     if not is_gcs(path):
-        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+        return _create_local(path)
     from apache_beam.io.filesystem import CompressionTypes
     return _filesystems().create(path, mime_type='application/octet-stream',
                                  compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _create_local(path: str):
+    """A local file created new for writing: the name is unlinked, then created exclusively
+    (O_CREAT|O_EXCL), so a write never goes through a name that existed before (a hard link
+    to a file outside the output, say)."""
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), 'wb')
+
+
+def is_hard_linked(path: str) -> bool:
+    """Whether a local file has other names too (st_nlink > 1): one may lie outside the output,
+    so this tool never trusts such a file as its own work. False when absent and on Cloud
+    Storage."""
+    if is_gcs(path):
+        return False
+    try:
+        return os.stat(path, follow_symlinks=False).st_nlink > 1
+    except FileNotFoundError:
+        return False
 
 
 @contextlib.contextmanager
@@ -285,8 +308,8 @@ def upload(local_path: str, destination: str) -> int:
                                   checksum='crc32c', retry=DEFAULT_RETRY)
         arrived, arrived_crc = blob.size, blob.crc32c
     else:
-        os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)
-        shutil.copyfile(local_path, destination)
+        with open(local_path, 'rb') as source, _create_local(destination) as out:
+            shutil.copyfileobj(source, out, 1 << 20)
         arrived, arrived_crc = os.path.getsize(destination), _file_crc32c(destination)
     if (arrived, arrived_crc) != (size, crc):
         raise OSError(errno.EIO, f'{destination} holds {arrived} bytes with CRC32C {arrived_crc} '
@@ -398,8 +421,7 @@ def concatenate(sources: list[str], destination: str) -> None:
         bucket.blob(name).compose(parts, retry=DEFAULT_RETRY)
         delete(intermediates)
     else:
-        os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)
-        with open(destination, 'wb') as out:
+        with _create_local(destination) as out:
             for source in sources:
                 with open(source, 'rb') as stream:
                     remaining = os.fstat(stream.fileno()).st_size

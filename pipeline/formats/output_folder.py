@@ -393,14 +393,6 @@ def _guard(output_dir: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_local(path: str, data: bytes) -> None:
-    """Replaces `path` with `data` in one rename (never seen empty or half-written)."""
-    partial = f'{path}.partial-{uuid.uuid4().hex}'
-    with open(partial, 'wb') as stream:
-        stream.write(data)
-    os.replace(partial, path)
-
-
 def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
             break_lock: bool = False) -> str:
     """Takes the output lock; returns its token, or raises a DatasetError naming the holder.
@@ -426,7 +418,7 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
                 if gcs and not fileio.create_exclusive(path, data):
                     continue   # Another run created it first: look again.
                 if not gcs:
-                    _write_local(path, data)
+                    fileio.write_bytes_atomic(path, data)
                 return token
             if break_lock and to_break is None:
                 to_break = state.holder
@@ -438,7 +430,7 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
             if gcs and not fileio.write_if_generation(path, data, state.generation):
                 continue   # Another run changed it first: look again.
             if not gcs:
-                _write_local(path, data)
+                fileio.write_bytes_atomic(path, data)
             LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if breaking else
                         'taking over (its process is gone)', path, describe(state))
             return token
