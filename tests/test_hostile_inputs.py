@@ -1,12 +1,18 @@
-"""Hostile inputs and leftovers: a hard link into the temporary folder.
+"""Hostile inputs: a hard link into the temporary folder, pipes, devices, inputs and archive
+members over --max_input_mb.
 
 Each test runs the command line in a subprocess on a few dozen generated images.
 """
 import glob
+import json
 import os
+import zipfile
 
-from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, output_files, run_cli, write_tree
+import pytest
+
+from pipeline.testing import archivemaker, imagemaker
+from pipeline.testing.gcs_servers import upload
+from tests.helpers import IN_PROCESS, output_files, read_split, run_cli, write_tree
 
 TIMEOUT = 120   # No run may hang: a pipe read by mistake would wait for ever.
 
@@ -18,6 +24,12 @@ def _images(n: int, classes: int = 3) -> dict:
 def _run(inputs: str, out: str, *more: str, **kwargs):
     return run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
                    *more, timeout=TIMEOUT, **kwargs)
+
+
+def _errors(out: str) -> dict:
+    """{source: reason} of errors-train.jsonl."""
+    with open(f'{out}/errors-train.jsonl') as stream:
+        return {e['source']: e['reason'] for e in map(json.loads, stream)}
 
 
 def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path):
@@ -35,3 +47,79 @@ def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert outside.read_bytes() == b'not the tool\'s'
     assert output_files(out) == output_files(reference)
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    """A folder layout with 30 images, a FIFO, a link to /dev/zero and a 3 MiB file."""
+    root = tmp_path / 'in'
+    write_tree(root, _images(30))
+    os.mkfifo(root / 'train/c0/pipe.jpg')
+    os.symlink('/dev/zero', root / 'train/c1/zero.jpg')
+    (root / 'train/c2/big.jpg').write_bytes(os.urandom(3 << 20))
+    return root
+
+
+NOT_REGULAR = ('not a regular file but {}; only regular files are read: replace it with the '
+               'file it stands for, or remove it')
+OVER = 'more than --max_input_mb=2 MiB, the most read for one input; raise --max_input_mb to read it'
+
+
+def test_pipes_devices_and_inputs_over_the_bound_are_reported_not_read(tmp_path, hostile):
+    out = str(tmp_path / 'out')
+    result = _run(str(hostile), out, '--max_input_mb=2', '--max_error_ratio=0.2')
+    assert result.returncode == 0, result.stderr
+    assert _errors(out) == {
+        f'{hostile}/train/c0/pipe.jpg': NOT_REGULAR.format('a named pipe (FIFO)'),
+        f'{hostile}/train/c1/zero.jpg': NOT_REGULAR.format('a device'),
+        f'{hostile}/train/c2/big.jpg': f'cannot read file: {3 << 20} bytes, {OVER}'}
+    assert len(read_split(out, 'train')) == 30
+
+
+def test_csv_listed_pipes_and_devices_are_reported_not_read(tmp_path, hostile):
+    rows = [f'{hostile}/train/c{i % 3}/{i}.jpg,c{i % 3}' for i in range(30)]
+    rows += [f'{hostile}/train/c0/pipe.jpg,c0', '/dev/zero,c1', f'{hostile}/train/c2/big.jpg,c2']
+    csv = tmp_path / 'train.csv'
+    csv.write_text('\n'.join(rows) + '\n')
+    out = str(tmp_path / 'out')
+    result = run_cli(f'--csv_train={csv}', f'--output_dir={out}', '--num_shards=2',
+                     '--max_input_mb=2', '--max_error_ratio=0.2', *IN_PROCESS, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert _errors(out) == {
+        f'{hostile}/train/c0/pipe.jpg':
+            'cannot read file: ' + NOT_REGULAR.format('a named pipe (FIFO)'),
+        '/dev/zero': 'cannot read file: ' + NOT_REGULAR.format('a device'),
+        f'{hostile}/train/c2/big.jpg': f'cannot read file: {3 << 20} bytes, {OVER}'}
+    assert len(read_split(out, 'train')) == 30
+
+
+def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported(tmp_path, gcs):
+    """Listed by a CSV without sizes: the bound stops the download itself."""
+    images = {f'c{i % 2}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(8)}
+    source = upload({**images, 'c0/big.jpg': os.urandom(3 << 20)}, 'in')
+    rows = [f'{source}/{name},{name[:2]}' for name in [*images, 'c0/big.jpg']]
+    csv = upload({'train.csv': ('\n'.join(rows) + '\n').encode()}, 'lists')
+    out = str(tmp_path / 'out')
+    result = run_cli(f'--csv_train={csv}/train.csv', f'--output_dir={out}', '--num_shards=2',
+                     '--max_input_mb=2', '--max_error_ratio=0.2', *IN_PROCESS, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert _errors(out) == {f'{source}/c0/big.jpg': f'cannot read file: its download holds {OVER}'}
+    assert len(read_split(out, 'train')) == 8
+
+
+@pytest.mark.parametrize('suffix', ['.zip', '.tar', '.tar.gz'])
+def test_an_archive_member_over_the_bound_is_reported_before_it_is_inflated(tmp_path, suffix):
+    """A zip bomb's member states its size: nothing is inflated past the bound."""
+    members = {f'{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(6)}
+    members['bomb.jpg'] = bytes(3 << 20)   # Zeros: a few KB compressed.
+    archive = (archivemaker.zip_(members, zipfile.ZIP_DEFLATED) if suffix == '.zip'
+               else archivemaker.tar(members, 'gz' if suffix == '.tar.gz' else ''))
+    inputs = write_tree(tmp_path / 'in', {f'train/c0{suffix}': archive,
+                                          **{f'train/c1/{i}.jpg': imagemaker.jpeg(24, 16, seed=10 + i)
+                                             for i in range(3)}})
+    out = str(tmp_path / 'out')
+    result = _run(inputs, out, '--max_input_mb=2', '--max_error_ratio=0.2')
+    assert result.returncode == 0, result.stderr
+    reason = _errors(out)[f'{inputs}/train/c0{suffix}/bomb.jpg']
+    assert reason.endswith(f'{3 << 20} bytes in its archive, {OVER}'), reason
+    assert len(read_split(out, 'train')) == 9

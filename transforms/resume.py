@@ -13,8 +13,8 @@ it describes (so a sidecar means the data is complete):
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
 named with the format's suffix; the sidecar, named after the first, is written after them all.)
 
-A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
-shards its examples fall in) and, for every input in it, the key, size and modification time
+A chunk's fingerprint covers the run id and --max_input_mb, the label map, its place in the
+shard plan (so the shards its examples fall in) and, for every input in it, the key, size and modification time
 (local files are stat'ed when listing gave no size or time; Cloud Storage inputs from CSVs or
 configs are identified by key and any size the listing gave; an archive member also by its
 archive's file, size and modification time and its offset in it). A shard's fingerprint covers the fingerprints of its chunks. Work is
@@ -53,11 +53,11 @@ def input_identity(ref: ExampleRef) -> tuple:
     return identity + (ref.member.identity,) if ref.member is not None else identity
 
 
-def chunk_fingerprint(run_id: str, label_map, key: tuple, placement: tuple,
+def chunk_fingerprint(work_id: str, label_map, key: tuple, placement: tuple,
                       refs: Iterable[ExampleRef]) -> str:
-    """`placement`: what decides the shards of the chunk's examples (its first rank, the
-    split's shard count and example count)."""
-    return fingerprint(run_id, label_map, key, placement, sorted(input_identity(r) for r in refs))
+    """`work_id`: the run's (ConversionSettings.work_id); `placement`: what decides the shards
+    of the chunk's examples (its first rank, the split's shard count and example count)."""
+    return fingerprint(work_id, label_map, key, placement, sorted(input_identity(r) for r in refs))
 
 
 def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
