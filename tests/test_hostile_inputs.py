@@ -1,5 +1,5 @@
-"""Hostile inputs: a hard link into the temporary folder, pipes, devices, inputs and archive
-members over --max_input_mb.
+"""Hostile inputs and leftovers: a hard link into the temporary folder, pipes, devices, inputs
+and archive members over --max_input_mb, and an outsized or wrongly blamed lock.
 
 Each test runs the command line in a subprocess on a few dozen generated images.
 """
@@ -123,3 +123,42 @@ def test_an_archive_member_over_the_bound_is_reported_before_it_is_inflated(tmp_
     reason = _errors(out)[f'{inputs}/train/c0{suffix}/bomb.jpg']
     assert reason.endswith(f'{3 << 20} bytes in its archive, {OVER}'), reason
     assert len(read_split(out, 'train')) == 9
+
+
+def test_an_outsized_lock_is_refused_after_reading_a_bounded_prefix(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(6))
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / '.lock').write_bytes(b'{' + b' ' * (4 << 20))
+    result = _run(inputs, str(out))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f'error: {out}/.lock holds more than 1 MiB, so it is not a lock of this tool (those '
+        'hold a few hundred bytes); move it away and rerun')
+    assert os.path.getsize(out / '.lock') == (4 << 20) + 1
+
+
+def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path):
+    """The lock names a live process of this machine (this test's): --break_lock refuses it,
+    and the message says so instead of suggesting it."""
+    inputs = write_tree(tmp_path / 'in', _images(6))
+    out = tmp_path / 'out'
+    out.mkdir()
+    with open('/proc/self/stat') as stream:
+        started = stream.read().rsplit(')', 1)[1].split()[19]
+    holder = {'token': 't', 'run_id': 'r', 'host': os.uname().nodename, 'pid': os.getpid(),
+              'pid_start': started, 'started': '2026-01-01T00:00:00+00:00',
+              'runner': 'DirectRunner', 'waits': True}
+    with open('/proc/sys/kernel/random/boot_id') as stream:
+        holder.update(boot_id=stream.read().strip(), pid_ns=os.readlink('/proc/self/ns/pid'))
+    (out / '.lock').write_text(json.dumps(holder))
+    for flags in ([], ['--break_lock']):
+        result = _run(inputs, str(out), *flags)
+        assert result.returncode == 2
+        line = result.stderr.strip()
+        assert line.endswith(
+            f'its lock is {out}/.lock. Its process is running on this machine: wait for it to '
+            'end (--break_lock never takes the lock of a running process; if that process is '
+            f'not a run of this tool, move {out}/.lock away and rerun)'), line
+        assert 'pass --break_lock' not in line
+    assert json.loads((out / '.lock').read_text()) == holder

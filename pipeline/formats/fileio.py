@@ -305,8 +305,9 @@ def create_exclusive(path: str, data: bytes) -> bool:
     return True
 
 
-def read_versioned(path: str) -> tuple[bytes, int, float] | None:
-    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent."""
+def read_versioned(path: str, limit: int) -> tuple[bytes, int, float] | None:
+    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent;
+    at most its first limit + 1 bytes."""
     from google.api_core.exceptions import NotFound, PreconditionFailed
     from google.cloud.storage.retry import DEFAULT_RETRY
     bucket, name = split_gcs(path)
@@ -316,7 +317,9 @@ def read_versioned(path: str) -> tuple[bytes, int, float] | None:
             return None
         generation, updated = blob.generation, blob.updated.timestamp()
         try:
-            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY)
+            first = {'start': 0, 'end': limit, 'checksum': None} if blob.size > limit else {}
+            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY,
+                                          **first)
         except (NotFound, PreconditionFailed):
             continue   # Replaced or deleted between the two requests.
         return data, generation, updated
