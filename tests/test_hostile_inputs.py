@@ -1,5 +1,6 @@
 """Hostile inputs and leftovers: a hard link into the temporary folder, pipes, devices, inputs
-and archive members over --max_input_mb, and an outsized or wrongly blamed lock.
+and archive members over --max_input_mb, an outsized or wrongly blamed lock, and what a run
+leaves in the system temp folder.
 
 Each test runs the command line in a subprocess on a few dozen generated images.
 """
@@ -162,3 +163,36 @@ def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path):
             f'not a run of this tool, move {out}/.lock away and rerun)'), line
         assert 'pass --break_lock' not in line
     assert json.loads((out / '.lock').read_text()) == holder
+
+
+def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(12))
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp))
+    assert _run(inputs, str(tmp_path / 'one'), env=env).returncode == 0
+    assert os.listdir(temp) == []
+    assert _run(inputs, str(tmp_path / 'two'), kill_at='chunk:1', env=env).returncode == -9
+    assert len(os.listdir(temp)) == 1   # The killed run's folder, its log in it.
+    assert _run(inputs, str(tmp_path / 'two'), env=env).returncode == 0
+    assert os.listdir(temp) == []
+
+
+def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
+    (tmp_path / 'failing_config.py').write_text(
+        'from pipeline.config import ImageClassificationConfig\n'
+        'class Failing(ImageClassificationConfig):\n'
+        '    num_labels, supported_modes = 2, ("train",)\n'
+        '    def example_generator(self, mode):\n'
+        '        raise RuntimeError("boom")\n')
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+    result = run_cli('--config=failing_config:Failing', f'--output_dir={tmp_path}/out',
+                     *IN_PROCESS, env=env, timeout=TIMEOUT)
+    assert result.returncode == 2
+    [log] = glob.glob(f'{temp}/image-tfrecords-logs/run-*.log')
+    assert result.stderr.strip().endswith(f'(the full trace is in {log}; --verbose prints it)')
+    assert 'RuntimeError: boom' in open(log).read()
+    assert os.listdir(temp) == ['image-tfrecords-logs']
