@@ -11,9 +11,7 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import threading
-import time
 from typing import Callable, Iterator
 
 from google.protobuf import text_encoding
@@ -149,20 +147,11 @@ def show_status(text: str) -> bool:
     return True
 
 
-def log_file_path() -> str:
-    """A new file under the system temp folder for the full log of one run."""
-    folder = os.path.join(tempfile.gettempdir(), 'image-tfrecords-logs')
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f'run-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}.log')
-
-
-def send_stderr_to(log_file: str) -> None:
+def send_stderr_to(log_fd: int) -> None:
     """Points file descriptor 2 of this process, and so of the runner's worker processes it
-    starts, at `log_file`; `sys.stderr` (the console) stays on the terminal."""
+    starts, at the log open as `log_fd`; `sys.stderr` (the console) stays on the terminal."""
     console = os.fdopen(os.dup(2), 'w', buffering=1)
-    log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 2)
-    os.close(log)
+    os.dup2(log_fd, 2)
     sys.stderr = console
 
 

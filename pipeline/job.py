@@ -107,6 +107,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         output_formats=opts.output_formats(), version=source.version, leakage=opts.leakage,
         description=opts.description or source.description,
         max_error_ratio=opts.max_error_ratio, reads_in_flight=opts.reads_in_flight,
+        max_input_bytes=opts.max_input_mb << 20,
         overwrite=opts.overwrite, release_lock=not waits)
     if is_dataflow(options):
         apply_dataflow_defaults(options, given)

@@ -26,6 +26,7 @@ from transforms.settings import ConversionSettings
 DEFAULT_TARGET_SHARD_MB = 128
 DEFAULT_MAX_ERROR_RATIO = 0.01
 DEFAULT_READS_IN_FLIGHT = ConversionSettings.reads_in_flight
+DEFAULT_MAX_INPUT_MB = ConversionSettings.max_input_bytes >> 20
 
 
 def parse_bool(text: str) -> bool:
@@ -125,6 +126,10 @@ class ConverterOptions(PipelineOptions):
              help='Images each worker thread reads ahead while it converts, so that Cloud Storage '
              'round trips overlap (about images/s per thread x seconds per read hides them); '
              f'output is the same for any value (default {DEFAULT_READS_IN_FLIGHT}).')
+        flag('max_input_mb', type=positive_int, default=DEFAULT_MAX_INPUT_MB,
+             help='The most MiB read for one input (a file, an archive member, decompressed); a '
+             'larger one, and anything that is not a regular file (a pipe, a device), is '
+             f'reported in errors-SPLIT.jsonl and never read (default {DEFAULT_MAX_INPUT_MB}).')
         # Labels and errors.
         flag('label_offset', type=int, default=0, help='Add this to every derived label id; 1 '
              'reserves id 0 for a background class (default 0).')

@@ -16,13 +16,12 @@ import sys  # noqa: E402
 from apache_beam.options.pipeline_options import (  # noqa: E402
     GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions, WorkerOptions)
 
-from pipeline import job, plan  # noqa: E402
-from pipeline.console import (  # noqa: E402
-    TRACE, log_file_path, send_stderr_to, setup_console_logging)
+from pipeline import job, plan, run_folder  # noqa: E402
+from pipeline.console import TRACE, send_stderr_to, setup_console_logging  # noqa: E402
 from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
-from pipeline.formats import fileio, output_folder, shard_formats  # noqa: E402
+from pipeline.formats import output_folder, shard_formats  # noqa: E402
 from pipeline.formats.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
@@ -140,11 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     if '-h' in argv or '--help' in argv:
         print(help_text())
         return 0
-    log_file = log_file_path()
+    own = run_folder.start()
     verbose = any(re.fullmatch(r'--verbose(=(1|true|yes|on))?', a, re.I) for a in argv)
     if not verbose:
-        send_stderr_to(log_file)
-    setup_console_logging(verbose, log_file)
+        send_stderr_to(own.log_fd)
+    setup_console_logging(verbose, own.log)
     try:
         options = parse(argv)   # The only parse: every step below reads this object.
         beam_options, flags = options.beam, options.converter
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             document = job.plan(options)
             print(plan.dumps(document) if flags.plan_format == 'json'
                   else plan.format_plan(document))
-            return _done(log_file)
+            return _done()
         if beam_options.view_as(TestOptions).dry_run:
             return _dry_run(options)
         if job.is_remote(beam_options):
@@ -168,22 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print('interrupted; rerun the same command to resume', file=sys.stderr)
-        _done(log_file)
+        _done()
         return 130
     except Exception as exc:  # Show the user's error in one line, not a traceback.
         message = DatasetError.find_in(exc)
         if message is not None:   # The user's to fix; the line says all there is.
             print(f'error: {message}', file=sys.stderr)
-            _done(log_file)
+            _done()
             return 2
         logging.getLogger(TRACE).info('failed', exc_info=True)
         print(f'error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""} '
-              f'(the full trace is in {log_file}; --verbose prints it)', file=sys.stderr)
+              f'(the full trace is in {own.keep_log()}; --verbose prints it)', file=sys.stderr)
         return 2
     print(format_summary(summary))
     print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
           + load_hint(summary))
-    return _done(log_file)
+    return _done()
 
 
 def load_hint(summary: dict) -> str:
@@ -195,10 +194,10 @@ def load_hint(summary: dict) -> str:
     return '\n'.join(f'  {line}' for line in lines)
 
 
-def _done(log_file: str) -> int:
-    """Only a run that failed with an unexpected error keeps its log file, which it names."""
+def _done() -> int:
+    """The end of a command (its folder, the log in it, goes when the process exits: only a run
+    that failed with an unexpected error keeps its log, which it names)."""
     logging.shutdown()
-    fileio.delete([log_file])
     return 0
 
 

@@ -186,8 +186,10 @@ def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
     assert len(error) == 1 and error[0].startswith(f'error: {out} is being written by another '
                                                    f'run: run ')
     assert f'on host {socket.gethostname()}, pid {first.pid}, started ' in error[0]
-    assert error[0].endswith(f'its lock is {out}/.lock. Wait for it, or if it is not running '
-                             'any more, pass --break_lock')
+    assert error[0].endswith(f'its lock is {out}/.lock. Its process is running on this '
+                             'machine: wait for it to end (--break_lock never takes the lock of '
+                             'a running process; if that process is not a run of this tool, '
+                             f'move {out}/.lock away and rerun)')
     assert sorted(n for n in os.listdir(out) if 'tfrecord' in n) == [
         f'dataset-train.tfrecord-0000{i}-of-00004' for i in range(4)]
     assert '900 inputs' in stdout and not os.path.exists(f'{out}/.lock')

@@ -13,8 +13,8 @@ it describes (so a sidecar means the data is complete):
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
 named with the format's suffix; the sidecar, named after the first, is written after them all.)
 
-A chunk's fingerprint covers the run id, the label map, its place in the shard plan (so the
-shards its examples fall in) and, for every input in it, the key, size and modification time
+A chunk's fingerprint covers the run id and --max_input_mb, the label map, its place in the
+shard plan (so the shards its examples fall in) and, for every input in it, the key, size and modification time
 (local files are stat'ed when listing gave no size or time; Cloud Storage inputs from CSVs or
 configs are identified by key and any size the listing gave; an archive member also by its
 archive's file, size and modification time and its offset in it). A shard's fingerprint covers the fingerprints of its chunks. Work is
@@ -53,11 +53,11 @@ def input_identity(ref: ExampleRef) -> tuple:
     return identity + (ref.member.identity,) if ref.member is not None else identity
 
 
-def chunk_fingerprint(run_id: str, label_map, key: tuple, placement: tuple,
+def chunk_fingerprint(work_id: str, label_map, key: tuple, placement: tuple,
                       refs: Iterable[ExampleRef]) -> str:
-    """`placement`: what decides the shards of the chunk's examples (its first rank, the
-    split's shard count and example count)."""
-    return fingerprint(run_id, label_map, key, placement, sorted(input_identity(r) for r in refs))
+    """`work_id`: the run's (ConversionSettings.work_id); `placement`: what decides the shards
+    of the chunk's examples (its first rank, the split's shard count and example count)."""
+    return fingerprint(work_id, label_map, key, placement, sorted(input_identity(r) for r in refs))
 
 
 def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
@@ -76,7 +76,7 @@ def load_done(path: str, result_type, **expected):
     field values), and its data file there with the size the sidecar says (else None, and the
     work is done again)."""
     result = load_sidecar(path, result_type, **expected)
-    if result is None:
+    if result is None or fileio.is_hard_linked(path):
         return None
     try:
         return result if fileio.size(path) == result.bytes else None
@@ -87,8 +87,11 @@ def load_done(path: str, result_type, **expected):
 def load_sidecar(path: str, result_type, **expected):
     """The result saved for `path`, also once its data is gone (a part joined into its shard);
     None when there is none, it does not parse, or a field differs from `expected` (split,
-    shard, chunk: what the run knows the file holds). Its `temp_path` is `path`, whatever the
-    file says: no path is ever taken from a file's contents."""
+    shard, chunk: what the run knows the file holds), or it is hard linked (a file with another
+    name is never trusted: it is made again, under a new file). Its `temp_path` is `path`,
+    whatever the file says: no path is ever taken from a file's contents."""
+    if fileio.is_hard_linked(f'{path}.json'):
+        return None
     data = output_folder.read_file(f'{path}.json')
     if data is None:
         return None

@@ -2,6 +2,7 @@
 import dataclasses
 import functools
 
+from pipeline.formats.fileio import DEFAULT_MAX_INPUT
 from pipeline.formats.output_folder import temp_dir
 from pipeline.formats.shard_formats import TFRECORD, ShardFormat
 from transforms.images import ImageOptions
@@ -43,6 +44,8 @@ class ConversionSettings:
     version: str = _per_run('1.0.0')     # Stored in dataset_info.json only.
     max_error_ratio: float = _per_run(0.01)
     reads_in_flight: int = _per_run(32)  # Image reads a worker thread keeps going (Cloud Storage).
+    # The most bytes read for one input (--max_input_mb); a chunk's fingerprint covers it.
+    max_input_bytes: int = _per_run(DEFAULT_MAX_INPUT)
     overwrite: bool = _per_run(False)
     lock_token: str = _per_run('')       # The output lock this run holds (see output_folder.py).
     release_lock: bool = _per_run(False)  # The job releases the lock (the launcher does not wait).
@@ -59,6 +62,12 @@ class ConversionSettings:
     def hashed(self) -> bool:
         """Whether images get perceptual hashes and are checked for leakage (not --leakage=off)."""
         return self.leakage != 'off'
+
+    @property
+    def work_id(self) -> str:
+        """What fingerprints a chunk's work besides its inputs: the run id and the per-run bound
+        on what is read for one input, so work done under another bound is done again."""
+        return fingerprint(self.run_id, self.max_input_bytes)
 
     @property
     def temp_dir(self) -> str:

@@ -116,7 +116,7 @@ class WriteShards(beam.PTransform):
         chunks = (refs
                   | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=plans)
                   | 'Group By Chunk' >> beam.GroupByKey()
-                  | 'Fingerprint Chunks' >> beam.Map(_fingerprint_chunk, self._settings.run_id,
+                  | 'Fingerprint Chunks' >> beam.Map(_fingerprint_chunk, self._settings.work_id,
                                                      label_map=label_map, plans=plans))
         shard_fps = beam.pvalue.AsDict(
             chunks
@@ -147,12 +147,12 @@ class WriteShards(beam.PTransform):
 ShardKey = tuple[str, int]   # (split, shard)
 
 
-def _fingerprint_chunk(chunk: tuple, run_id: str, label_map: LabelMap,
+def _fingerprint_chunk(chunk: tuple, work_id: str, label_map: LabelMap,
                        plans: dict) -> tuple[tuple[str, int], str, list[ExampleRef]]:
     """((split, chunk), lists of refs) -> ((split, chunk), fingerprint, refs)."""
     (split, index), groups = chunk
     refs = [r for group in groups for r in group]
-    fp = resume.chunk_fingerprint(run_id, label_map, chunk[0], plans[split].placement(index), refs)
+    fp = resume.chunk_fingerprint(work_id, label_map, chunk[0], plans[split].placement(index), refs)
     return chunk[0], fp, refs
 
 
@@ -189,7 +189,8 @@ class EncodeChunk(beam.DoFn):
         # The runner runs a worker per core; a multithreaded BLAS under the perceptual hash's
         # small matrix products would only spin on the other cores (twice the CPU, measured).
         threadpoolctl.threadpool_limits(1, user_api='blas')
-        self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES)
+        self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES,
+                                        self._settings.max_input_bytes)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
         self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
@@ -213,7 +214,7 @@ class EncodeChunk(beam.DoFn):
             self._reused_chunks.inc()
             yield from _with_tables(reused, settings.hashed)
             return
-        loaded = _with_streamed_bytes(refs)
+        loaded = _with_streamed_bytes(refs, settings.max_input_bytes)
         if loaded is not refs:
             pieces = split_chunk(loaded, plans[split], chunk, settings.skip_duplicates)
         results = []
@@ -317,15 +318,15 @@ class EncodeChunk(beam.DoFn):
         return records.encode_example(features), stored, sha256
 
 
-def _with_streamed_bytes(refs: list[ExampleRef]) -> list[ExampleRef]:
-    """The refs, those of gzip tar members with their bytes (or why they cannot be read): one
-    pass over each such archive for all of them, ending at the last one (its members
-    cannot be read one by one)."""
+def _with_streamed_bytes(refs: list[ExampleRef], limit: int) -> list[ExampleRef]:
+    """The refs, those of gzip tar members with their bytes (or why they cannot be read, one
+    over `limit` bytes too): one pass over each such archive for all of them, ending at the
+    last one (its members cannot be read one by one)."""
     streamed = {r.member for r in refs
                 if r.member is not None and r.member.archive.streamed and r.problem is None}
     if not streamed:
         return refs
-    found = archives.read_streamed(streamed)
+    found = archives.read_streamed(streamed, limit)
     out = []
     for ref in refs:
         if ref.member in streamed:
@@ -348,12 +349,15 @@ def _with_tables(results: list[ShardResult], hashed: bool) -> Iterator:
 def _complete_shard(path: str, split: str, shard: int,
                     settings: ConversionSettings) -> 'ShardResult | None':
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
-    output format with the size the sidecar gives it; else None (it is made again)."""
+    output format with the size the sidecar gives it, none hard linked; else None (it is made
+    again)."""
     result = resume.load_done(path, ShardResult, split=split, shard=shard)
+    files = {f.name: output_folder.in_format(path, f) for f in settings.output_formats}
     try:
         if result is not None and all(
-                fileio.size(output_folder.in_format(path, f)) == result.format_bytes.get(f.name)
-                for f in settings.output_formats):
+                not fileio.is_hard_linked(file)
+                and fileio.size(file) == result.format_bytes.get(name)
+                for name, file in files.items()):
             return result
     except FileNotFoundError:
         pass

@@ -156,14 +156,18 @@ class Member:
         return Archive(self.path, self.archive.file, self.archive.file_size,
                        self.archive.file_mtime, start, self.size, self.archive.depth + 1)
 
-    def read(self) -> bytes:
+    def read(self, limit: int = fileio.DEFAULT_MAX_INPUT) -> bytes:
         """The member's bytes (ranged reads of its archive's file; a pass over a gzip tar up to
-        the member)."""
+        the member); fileio.TooLarge, before anything is read or inflated, if its size or its
+        compressed size is over `limit`."""
         if self.archive.streamed:
-            data = read_streamed([self]).get((self.name, self.index), gone(self))
+            data = read_streamed([self], limit).get((self.name, self.index), gone(self))
             if isinstance(data, str):
                 raise DamagedArchive(data)
             return data
+        stored = max(self.size, self.zip_info[1] if self.zip_info else 0)
+        if stored > limit:
+            raise fileio.TooLarge(f'{stored} bytes in its archive,', limit)
         if self.zip_info is None:
             data = fileio.read_range(self.file, self.offset, self.size)
             if len(data) != self.size:
@@ -582,27 +586,29 @@ def _read_zip_member(member: Member) -> bytes:
     return data
 
 
-def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: False
-           ) -> Iterator[tuple[Member, bytes | None]]:
+def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: False,
+           limit: int = fileio.DEFAULT_MAX_INPUT) -> Iterator[tuple[Member, bytes | None]]:
     """(member, its bytes when `keep(member)`) of a gzip-compressed tar in one pass, archives
     inside it expanded in the same pass: an archive's own entry, then its members, named by
     their path below `archive` and `within` it.
     Each member is read to its end whether kept or not (unkept ones in blocks), so damage is
     found the same way either way: a member that cannot be read has an error, and damage that
-    ends the pass is a last member saying where."""
+    ends the pass is a last member saying where. No member over `limit` bytes is held in
+    memory: a kept one, or a zip inside (read whole), has an error instead."""
     source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
-    pass_ = _Pass(keep)
+    pass_ = _Pass(keep, limit)
     for member, data in _stream_tar(archive, source, '', archive.depth, pass_):
         yield pass_.placed(member), data
         pass_.index += 1
 
 
 class _Pass:
-    """A pass over a gzip tar: which members' bytes to keep, the index of the next member it
-    yields (a member's place in the pass) and the indexes of the archive entries it is in."""
+    """A pass over a gzip tar: which members' bytes to keep, the most bytes it holds of one, the
+    index of the next member it yields (a member's place in the pass) and the indexes of the
+    archive entries it is in."""
 
-    def __init__(self, keep: Callable[[Member], bool]):
-        self.keep, self.index, self.within = keep, 0, ()
+    def __init__(self, keep: Callable[[Member], bool], limit: int):
+        self.keep, self.limit, self.index, self.within = keep, limit, 0, ()
 
     def placed(self, member: Member) -> Member:
         return dataclasses.replace(member, index=self.index, within=self.within)
@@ -611,16 +617,17 @@ class _Pass:
         return self.keep(self.placed(member))
 
 
-def read_streamed(wanted: Iterable[Member]) -> dict[tuple[str, int], bytes | str]:
-    """The bytes of members of gzip tars, or why they cannot be read, by (name, index): one
-    pass over each archive, ending at the last member wanted. A member not found (the archive
-    changed since it was listed) is left out."""
+def read_streamed(wanted: Iterable[Member], limit: int = fileio.DEFAULT_MAX_INPUT
+                  ) -> dict[tuple[str, int], bytes | str]:
+    """The bytes of members of gzip tars, or why they cannot be read (one over `limit` bytes,
+    say), by (name, index): one pass over each archive, ending at the last member wanted. A
+    member not found (the archive changed since it was listed) is left out."""
     by_archive: dict[Archive, set] = {}
     for member in wanted:
         by_archive.setdefault(member.archive, set()).add((member.name, member.index))
     found = {}
     for archive, left in by_archive.items():
-        for member, data in stream(archive, lambda m: (m.name, m.index) in left):
+        for member, data in stream(archive, lambda m: (m.name, m.index) in left, limit):
             key = (member.name, member.index)
             if key in left and not member.is_dir:
                 found[key] = member.error if data is None else data
@@ -765,6 +772,10 @@ def _stream_member(member: Member, open_member, depth: int,
         yield dataclasses.replace(
             member, error=f'{member.path} is an archive nested more than {MAX_DEPTH} deep; '
                           'archives that deep are not read'), None
+    elif member.size > pass_.limit and (kind == '.zip' or (not kind and pass_.wants(member))):
+        _skip(open_member())   # A zip inside is read whole, a kept member too: not this one.
+        yield dataclasses.replace(member, error=str(fileio.TooLarge(
+            f'{member.size} bytes in its archive,', pass_.limit))), None
     elif kind:
         yield member, None   # The archive's own entry; its members follow, inside it.
         pass_.within += (pass_.index - 1,)
@@ -780,10 +791,14 @@ def _stream_member(member: Member, open_member, depth: int,
     elif pass_.wants(member):
         yield member, open_member().read()
     else:
-        data = open_member()
-        while data.read(READ_BLOCK):
-            pass
+        _skip(open_member())
         yield member, None
+
+
+def _skip(data) -> None:
+    """Reads a member's file object to its end in blocks (so damage in it is found)."""
+    while data.read(READ_BLOCK):
+        pass
 
 
 def _zip_in_stream(member: Member, data: bytes, depth: int,

@@ -10,9 +10,11 @@ import collections
 import contextlib
 import dataclasses
 import errno
+import io
 import os
 import posixpath
 import shutil
+import stat
 import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -65,6 +67,67 @@ def read_bytes(path: str) -> bytes:
     return storage_client().bucket(bucket).blob(name).download_as_bytes(retry=DEFAULT_RETRY)
 
 
+class DamagedInput(Exception):
+    """An input that cannot be read however often it is retried; the message says why."""
+
+
+MIB = 1 << 20
+DEFAULT_MAX_INPUT = 256 * MIB   # --max_input_mb
+
+
+class TooLarge(DamagedInput):
+    """An input with more bytes than the bound on what is read for one input (--max_input_mb)."""
+
+    def __init__(self, what: str, limit: int):
+        super().__init__(f'{what} more than --max_input_mb={limit // MIB} MiB, the most read '
+                         'for one input; raise --max_input_mb to read it')
+
+
+def read_input(path: str, limit: int) -> bytes:
+    """One input of a dataset, at most `limit` bytes (else TooLarge). Locally only a regular
+    file is read (a pipe would block, a device never end), its size checked before it is read
+    and while (a file may grow); a Cloud Storage object's download stops past `limit`."""
+    if is_gcs(path):
+        from google.cloud.storage.retry import DEFAULT_RETRY
+        bucket, name = split_gcs(path)
+        buffer = _Bounded(limit)
+        storage_client().bucket(bucket).blob(name).download_to_file(buffer, retry=DEFAULT_RETRY)
+        return buffer.getvalue()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # A pipe opens without waiting for a writer.
+    with os.fdopen(fd, 'rb') as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DamagedInput(_not_regular(info.st_mode))
+        if info.st_size > limit:
+            raise TooLarge(f'{info.st_size} bytes,', limit)
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge('grew while read:', limit)
+    return data
+
+
+class _Bounded(io.BytesIO):
+    """A buffer that refuses to hold more than `limit` bytes (TooLarge)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self._limit = limit
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self._limit:
+            raise TooLarge('its download holds', self._limit)
+        return super().write(data)
+
+
+def _not_regular(mode: int) -> str:
+    """Why a file that is not a regular one is not read, in words."""
+    kind = ('a folder' if stat.S_ISDIR(mode) else 'a named pipe (FIFO)' if stat.S_ISFIFO(mode)
+            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else 'a socket' if stat.S_ISSOCK(mode) else 'a special file')
+    return (f'not a regular file but {kind}; only regular files are read: replace it with the '
+            'file it stands for, or remove it')
+
+
 def read_range(path: str, start: int, length: int) -> bytes:
     """Up to `length` bytes of a file from byte `start` (fewer at its end): one ranged read."""
     if length <= 0:
@@ -83,10 +146,6 @@ def read_range(path: str, start: int, length: int) -> bytes:
         raise
 
 
-class DamagedInput(Exception):
-    """An input that cannot be read however often it is retried; the message says why."""
-
-
 class ReadAhead:
     """Reads Cloud Storage objects ahead of their use on a pool of threads, for callers that
     spend the wait on a round trip (~30-50 ms from a worker) converting what was read before.
@@ -95,13 +154,14 @@ class ReadAhead:
     what a caller makes from them does not depend on timing. At most `reads` are in flight,
     and no new read starts while those read or being read but not yet taken add up to
     `max_bytes` or more (an object of unknown size counts as max_bytes / reads), so memory stays
-    flat. A read fails as `read_bytes` fails (after its retries), when its result is taken.
+    flat. A read fails as `read_input` fails (no input is read past `max_input` bytes, after its
+    retries), when its result is taken.
     Local files are read when taken: from disk or the page cache that costs less than handing
     the read to a thread.
     """
 
-    def __init__(self, reads: int, max_bytes: int):
-        self._reads, self._max_bytes = reads, max_bytes
+    def __init__(self, reads: int, max_bytes: int, max_input: int):
+        self._reads, self._max_bytes, self._max_input = reads, max_bytes, max_input
         self._pool = ThreadPoolExecutor(reads, thread_name_prefix='read-ahead')
         reserve_connections(reads)
 
@@ -109,7 +169,7 @@ class ReadAhead:
                       ) -> Iterator['Future[bytes] | _ReadWhenTaken | None']:
         """For each (path or None, size or None), in order: None for no path, else an object
         whose result() is the file's bytes. Instead of a path, an object with a `file` (the path
-        it reads from) and a `read()` (an archive member, say) is read by calling that."""
+        it reads from) and a `read(limit)` (an archive member, say) is read by calling that."""
         pending: collections.deque = collections.deque()   # (read, bytes counted)
         held = 0
         try:
@@ -122,8 +182,8 @@ class ReadAhead:
                     read, taken = pending.popleft()
                     held -= taken
                     yield read
-                read = (self._pool.submit(_read, path) if remote else
-                        None if path is None else _ReadWhenTaken(path))
+                read = (self._pool.submit(_read, path, self._max_input) if remote else
+                        None if path is None else _ReadWhenTaken(path, self._max_input))
                 pending.append((read, cost))
                 held += cost
             while pending:
@@ -138,16 +198,17 @@ class ReadAhead:
         reserve_connections(-self._reads)
 
 
-def _read(location) -> bytes:
-    return read_bytes(location) if isinstance(location, str) else location.read()
+def _read(location, limit: int) -> bytes:
+    return read_input(location, limit) if isinstance(location, str) else location.read(limit)
 
 
 @dataclasses.dataclass(frozen=True)
 class _ReadWhenTaken:
     path: Any
+    limit: int
 
     def result(self) -> bytes:
-        return _read(self.path)
+        return _read(self.path, self.limit)
 
 
 def open_read(path: str):
@@ -158,12 +219,35 @@ def open_read(path: str):
 
 
 def create(path: str):
-    """Opens `path` for writing (parent folders are created as needed)."""
+    """Opens a new file `path` for writing (parent folders are created as needed); locally
+    whatever had the name before is unlinked first (see `_create_local`)."""
     if not is_gcs(path):
-        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+        return _create_local(path)
     from apache_beam.io.filesystem import CompressionTypes
     return _filesystems().create(path, mime_type='application/octet-stream',
                                  compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _create_local(path: str):
+    """A local file created new for writing: the name is unlinked, then created exclusively
+    (O_CREAT|O_EXCL), so a write never goes through a name that existed before (a hard link
+    to a file outside the output, say)."""
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), 'wb')
+
+
+def is_hard_linked(path: str) -> bool:
+    """Whether a local file has other names too (st_nlink > 1): one may lie outside the output,
+    so this tool never trusts such a file as its own work. False when absent and on Cloud
+    Storage."""
+    if is_gcs(path):
+        return False
+    try:
+        return os.stat(path, follow_symlinks=False).st_nlink > 1
+    except FileNotFoundError:
+        return False
 
 
 @contextlib.contextmanager
@@ -221,8 +305,9 @@ def create_exclusive(path: str, data: bytes) -> bool:
     return True
 
 
-def read_versioned(path: str) -> tuple[bytes, int, float] | None:
-    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent."""
+def read_versioned(path: str, limit: int) -> tuple[bytes, int, float] | None:
+    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent;
+    at most its first limit + 1 bytes."""
     from google.api_core.exceptions import NotFound, PreconditionFailed
     from google.cloud.storage.retry import DEFAULT_RETRY
     bucket, name = split_gcs(path)
@@ -232,7 +317,9 @@ def read_versioned(path: str) -> tuple[bytes, int, float] | None:
             return None
         generation, updated = blob.generation, blob.updated.timestamp()
         try:
-            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY)
+            first = {'start': 0, 'end': limit, 'checksum': None} if blob.size > limit else {}
+            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY,
+                                          **first)
         except (NotFound, PreconditionFailed):
             continue   # Replaced or deleted between the two requests.
         return data, generation, updated
@@ -285,8 +372,8 @@ def upload(local_path: str, destination: str) -> int:
                                   checksum='crc32c', retry=DEFAULT_RETRY)
         arrived, arrived_crc = blob.size, blob.crc32c
     else:
-        os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)
-        shutil.copyfile(local_path, destination)
+        with open(local_path, 'rb') as source, _create_local(destination) as out:
+            shutil.copyfileobj(source, out, 1 << 20)
         arrived, arrived_crc = os.path.getsize(destination), _file_crc32c(destination)
     if (arrived, arrived_crc) != (size, crc):
         raise OSError(errno.EIO, f'{destination} holds {arrived} bytes with CRC32C {arrived_crc} '
@@ -398,8 +485,7 @@ def concatenate(sources: list[str], destination: str) -> None:
         bucket.blob(name).compose(parts, retry=DEFAULT_RETRY)
         delete(intermediates)
     else:
-        os.makedirs(os.path.dirname(destination) or '.', exist_ok=True)
-        with open(destination, 'wb') as out:
+        with _create_local(destination) as out:
             for source in sources:
                 with open(source, 'rb') as stream:
                     remaining = os.fstat(stream.fileno()).st_size
@@ -424,7 +510,7 @@ class Entry:
 
 def _local_entry(entry: os.DirEntry) -> Entry:
     try:
-        stat = entry.stat()  # Follows links.
+        found = entry.stat()  # Follows links.
     except OSError as exc:
         reason = ('symbolic link whose target does not exist' if exc.errno == errno.ENOENT else
                   'symbolic link loop' if exc.errno == errno.ELOOP else
@@ -432,7 +518,9 @@ def _local_entry(entry: os.DirEntry) -> Entry:
         return Entry(entry.path, entry.name, error=reason)
     if entry.is_dir():
         return Entry(entry.path, entry.name, is_dir=True)
-    return Entry(entry.path, entry.name, size=stat.st_size, mtime=stat.st_mtime)
+    if not stat.S_ISREG(found.st_mode):   # Never opened: a pipe would block, a device not end.
+        return Entry(entry.path, entry.name, error=_not_regular(found.st_mode))
+    return Entry(entry.path, entry.name, size=found.st_size, mtime=found.st_mtime)
 
 
 def list_dir(path: str) -> list[Entry]:

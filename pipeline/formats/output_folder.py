@@ -62,6 +62,7 @@ TEMP_PREFIX = '.tmp-'
 MARKER = '.image-tfrecords-run.json'
 MOVE_BATCH = 100
 STALE_UNREADABLE_SECONDS = 30
+LOCK_MAX_BYTES = 1 << 20   # Read of a lock at most; the locks this tool writes have ~300.
 RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
 
@@ -159,9 +160,10 @@ class _NotAFile(Exception):
     """A protocol file's name is taken by something else: str(exc) says what."""
 
 
-def _read_file(path: str) -> tuple[bytes, float] | None:
-    """(bytes, modification time) of a file of the protocol, None when absent. Locally only a
-    regular file is read (a pipe would block, a device never end); anything else is _NotAFile."""
+def _read_file(path: str, limit: int | None = None) -> tuple[bytes, float] | None:
+    """(bytes, modification time) of a file of the protocol, None when absent; with `limit`, at
+    most its first limit + 1 bytes. Locally only a regular file is read (a pipe would block, a
+    device never end); anything else is _NotAFile."""
     if fileio.is_gcs(path):
         data = fileio.read_if_exists(path)
         return None if data is None else (data, 0.0)
@@ -174,7 +176,7 @@ def _read_file(path: str) -> tuple[bytes, float] | None:
         os.close(fd)
         raise _NotAFile('a folder' if stat.S_ISDIR(info.st_mode) else 'a pipe or device')
     with os.fdopen(fd, 'rb') as stream:
-        return stream.read(), info.st_mtime
+        return stream.read(-1 if limit is None else limit + 1), info.st_mtime
 
 
 def read_file(path: str) -> bytes | None:
@@ -256,13 +258,13 @@ def read_lock(output_dir: str) -> LockState | None:
     """The lock of `output_dir`, or None when nobody holds it."""
     path = lock_path(output_dir)
     if fileio.is_gcs(path):
-        found = fileio.read_versioned(path)
+        found = fileio.read_versioned(path, LOCK_MAX_BYTES)
         if found is None:
             return None
         data, generation, updated = found
     else:
         try:
-            found = _read_file(path)
+            found = _read_file(path, LOCK_MAX_BYTES)
         except _NotAFile as exc:
             raise DatasetError(f'{path} is {exc}, not the lock of this tool; move it away and '
                                'rerun') from None
@@ -270,6 +272,10 @@ def read_lock(output_dir: str) -> LockState | None:
             return None
         data, updated = found
         generation = 0
+    if len(data) > LOCK_MAX_BYTES:
+        raise DatasetError(f'{path} holds more than {LOCK_MAX_BYTES >> 20} MiB, so it is not a '
+                           'lock of this tool (those hold a few hundred bytes); move it away and '
+                           'rerun')
     age = datetime.datetime.now(datetime.timezone.utc).timestamp() - updated
     return LockState(_parse_holder(data), age, generation)
 
@@ -393,14 +399,6 @@ def _guard(output_dir: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_local(path: str, data: bytes) -> None:
-    """Replaces `path` with `data` in one rename (never seen empty or half-written)."""
-    partial = f'{path}.partial-{uuid.uuid4().hex}'
-    with open(partial, 'wb') as stream:
-        stream.write(data)
-    os.replace(partial, path)
-
-
 def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
             break_lock: bool = False) -> str:
     """Takes the output lock; returns its token, or raises a DatasetError naming the holder.
@@ -426,24 +424,33 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
                 if gcs and not fileio.create_exclusive(path, data):
                     continue   # Another run created it first: look again.
                 if not gcs:
-                    _write_local(path, data)
+                    fileio.write_bytes_atomic(path, data)
                 return token
             if break_lock and to_break is None:
                 to_break = state.holder
             breaking = break_lock and state.holder == to_break and not _alive_here(state)
             if not (breaking or is_stale(state)):
-                raise DatasetError(
-                    f'{output_dir} is being written by another run: {describe(state)}; its lock '
-                    f'is {path}. Wait for it, or if it is not running any more, pass --break_lock')
+                raise DatasetError(_held(output_dir, state))
             if gcs and not fileio.write_if_generation(path, data, state.generation):
                 continue   # Another run changed it first: look again.
             if not gcs:
-                _write_local(path, data)
+                fileio.write_bytes_atomic(path, data)
             LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if breaking else
                         'taking over (its process is gone)', path, describe(state))
             return token
     raise DatasetError(f'could not take the lock {path}: it keeps changing; is another run '
                        'starting?')
+
+
+def _held(output_dir: str, state: LockState) -> str:
+    """Why a lock cannot be taken, and what to do: --break_lock only where it would help."""
+    path = lock_path(output_dir)
+    held = f'{output_dir} is being written by another run: {describe(state)}; its lock is {path}.'
+    if _alive_here(state):
+        return (f'{held} Its process is running on this machine: wait for it to end '
+                '(--break_lock never takes the lock of a running process; if that process is '
+                f'not a run of this tool, move {path} away and rerun)')
+    return f'{held} Wait for it, or if it is not running any more, pass --break_lock'
 
 
 def check_lock(output_dir: str, token: str) -> None:

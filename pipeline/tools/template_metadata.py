@@ -40,6 +40,7 @@ PARAMETERS = {
     'max_side': ('Downscale above this side length (0: never)', 'NUMBER', []),
     'max_image_pixels': ('Skip images larger than this many pixels', 'NUMBER', []),
     'reads_in_flight': ('Images read ahead per worker thread', 'NUMBER', []),
+    'max_input_mb': ('Most MiB read for one input', 'NUMBER', []),
     'damaged_images': ('Damaged JPEGs: skip, keep or reencode', 'TEXT',
                        [r'^(skip|keep|reencode)$']),
     'leakage': ('Near-duplicates across splits: report, drop, fail or off', 'TEXT',

@@ -1,0 +1,198 @@
+"""Hostile inputs and leftovers: a hard link into the temporary folder, pipes, devices, inputs
+and archive members over --max_input_mb, an outsized or wrongly blamed lock, and what a run
+leaves in the system temp folder.
+
+Each test runs the command line in a subprocess on a few dozen generated images.
+"""
+import glob
+import json
+import os
+import zipfile
+
+import pytest
+
+from pipeline.testing import archivemaker, imagemaker
+from pipeline.testing.gcs_servers import upload
+from tests.helpers import IN_PROCESS, output_files, read_split, run_cli, write_tree
+
+TIMEOUT = 120   # No run may hang: a pipe read by mistake would wait for ever.
+
+
+def _images(n: int, classes: int = 3) -> dict:
+    return {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(n)}
+
+
+def _run(inputs: str, out: str, *more: str, **kwargs):
+    return run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
+                   *more, timeout=TIMEOUT, **kwargs)
+
+
+def _errors(out: str) -> dict:
+    """{source: reason} of errors-train.jsonl."""
+    with open(f'{out}/errors-train.jsonl') as stream:
+        return {e['source']: e['reason'] for e in map(json.loads, stream)}
+
+
+def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(40))
+    reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
+    assert _run(inputs, reference).returncode == 0
+    assert _run(inputs, out, kill_at='chunk:1').returncode == -9
+    outside = tmp_path / 'outside.txt'
+    outside.write_bytes(b'not the tool\'s')
+    part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord'))[0]
+    os.remove(part)
+    os.link(outside, part)
+
+    rerun = _run(inputs, out)
+    assert rerun.returncode == 0, rerun.stderr
+    assert outside.read_bytes() == b'not the tool\'s'
+    assert output_files(out) == output_files(reference)
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    """A folder layout with 30 images, a FIFO, a link to /dev/zero and a 3 MiB file."""
+    root = tmp_path / 'in'
+    write_tree(root, _images(30))
+    os.mkfifo(root / 'train/c0/pipe.jpg')
+    os.symlink('/dev/zero', root / 'train/c1/zero.jpg')
+    (root / 'train/c2/big.jpg').write_bytes(os.urandom(3 << 20))
+    return root
+
+
+NOT_REGULAR = ('not a regular file but {}; only regular files are read: replace it with the '
+               'file it stands for, or remove it')
+OVER = 'more than --max_input_mb=2 MiB, the most read for one input; raise --max_input_mb to read it'
+
+
+def test_pipes_devices_and_inputs_over_the_bound_are_reported_not_read(tmp_path, hostile):
+    out = str(tmp_path / 'out')
+    result = _run(str(hostile), out, '--max_input_mb=2', '--max_error_ratio=0.2')
+    assert result.returncode == 0, result.stderr
+    assert _errors(out) == {
+        f'{hostile}/train/c0/pipe.jpg': NOT_REGULAR.format('a named pipe (FIFO)'),
+        f'{hostile}/train/c1/zero.jpg': NOT_REGULAR.format('a device'),
+        f'{hostile}/train/c2/big.jpg': f'cannot read file: {3 << 20} bytes, {OVER}'}
+    assert len(read_split(out, 'train')) == 30
+
+
+def test_csv_listed_pipes_and_devices_are_reported_not_read(tmp_path, hostile):
+    rows = [f'{hostile}/train/c{i % 3}/{i}.jpg,c{i % 3}' for i in range(30)]
+    rows += [f'{hostile}/train/c0/pipe.jpg,c0', '/dev/zero,c1', f'{hostile}/train/c2/big.jpg,c2']
+    csv = tmp_path / 'train.csv'
+    csv.write_text('\n'.join(rows) + '\n')
+    out = str(tmp_path / 'out')
+    result = run_cli(f'--csv_train={csv}', f'--output_dir={out}', '--num_shards=2',
+                     '--max_input_mb=2', '--max_error_ratio=0.2', *IN_PROCESS, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert _errors(out) == {
+        f'{hostile}/train/c0/pipe.jpg':
+            'cannot read file: ' + NOT_REGULAR.format('a named pipe (FIFO)'),
+        '/dev/zero': 'cannot read file: ' + NOT_REGULAR.format('a device'),
+        f'{hostile}/train/c2/big.jpg': f'cannot read file: {3 << 20} bytes, {OVER}'}
+    assert len(read_split(out, 'train')) == 30
+
+
+def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported(tmp_path, gcs):
+    """Listed by a CSV without sizes: the bound stops the download itself."""
+    images = {f'c{i % 2}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(8)}
+    source = upload({**images, 'c0/big.jpg': os.urandom(3 << 20)}, 'in')
+    rows = [f'{source}/{name},{name[:2]}' for name in [*images, 'c0/big.jpg']]
+    csv = upload({'train.csv': ('\n'.join(rows) + '\n').encode()}, 'lists')
+    out = str(tmp_path / 'out')
+    result = run_cli(f'--csv_train={csv}/train.csv', f'--output_dir={out}', '--num_shards=2',
+                     '--max_input_mb=2', '--max_error_ratio=0.2', *IN_PROCESS, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert _errors(out) == {f'{source}/c0/big.jpg': f'cannot read file: its download holds {OVER}'}
+    assert len(read_split(out, 'train')) == 8
+
+
+@pytest.mark.parametrize('suffix', ['.zip', '.tar', '.tar.gz'])
+def test_an_archive_member_over_the_bound_is_reported_before_it_is_inflated(tmp_path, suffix):
+    """A zip bomb's member states its size: nothing is inflated past the bound."""
+    members = {f'{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(6)}
+    members['bomb.jpg'] = bytes(3 << 20)   # Zeros: a few KB compressed.
+    archive = (archivemaker.zip_(members, zipfile.ZIP_DEFLATED) if suffix == '.zip'
+               else archivemaker.tar(members, 'gz' if suffix == '.tar.gz' else ''))
+    inputs = write_tree(tmp_path / 'in', {f'train/c0{suffix}': archive,
+                                          **{f'train/c1/{i}.jpg': imagemaker.jpeg(24, 16, seed=10 + i)
+                                             for i in range(3)}})
+    out = str(tmp_path / 'out')
+    result = _run(inputs, out, '--max_input_mb=2', '--max_error_ratio=0.2')
+    assert result.returncode == 0, result.stderr
+    reason = _errors(out)[f'{inputs}/train/c0{suffix}/bomb.jpg']
+    assert reason.endswith(f'{3 << 20} bytes in its archive, {OVER}'), reason
+    assert len(read_split(out, 'train')) == 9
+
+
+def test_an_outsized_lock_is_refused_after_reading_a_bounded_prefix(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(6))
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / '.lock').write_bytes(b'{' + b' ' * (4 << 20))
+    result = _run(inputs, str(out))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f'error: {out}/.lock holds more than 1 MiB, so it is not a lock of this tool (those '
+        'hold a few hundred bytes); move it away and rerun')
+    assert os.path.getsize(out / '.lock') == (4 << 20) + 1
+
+
+def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path):
+    """The lock names a live process of this machine (this test's): --break_lock refuses it,
+    and the message says so instead of suggesting it."""
+    inputs = write_tree(tmp_path / 'in', _images(6))
+    out = tmp_path / 'out'
+    out.mkdir()
+    with open('/proc/self/stat') as stream:
+        started = stream.read().rsplit(')', 1)[1].split()[19]
+    holder = {'token': 't', 'run_id': 'r', 'host': os.uname().nodename, 'pid': os.getpid(),
+              'pid_start': started, 'started': '2026-01-01T00:00:00+00:00',
+              'runner': 'DirectRunner', 'waits': True}
+    with open('/proc/sys/kernel/random/boot_id') as stream:
+        holder.update(boot_id=stream.read().strip(), pid_ns=os.readlink('/proc/self/ns/pid'))
+    (out / '.lock').write_text(json.dumps(holder))
+    for flags in ([], ['--break_lock']):
+        result = _run(inputs, str(out), *flags)
+        assert result.returncode == 2
+        line = result.stderr.strip()
+        assert line.endswith(
+            f'its lock is {out}/.lock. Its process is running on this machine: wait for it to '
+            'end (--break_lock never takes the lock of a running process; if that process is '
+            f'not a run of this tool, move {out}/.lock away and rerun)'), line
+        assert 'pass --break_lock' not in line
+    assert json.loads((out / '.lock').read_text()) == holder
+
+
+def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(12))
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp))
+    assert _run(inputs, str(tmp_path / 'one'), env=env).returncode == 0
+    assert os.listdir(temp) == []
+    assert _run(inputs, str(tmp_path / 'two'), kill_at='chunk:1', env=env).returncode == -9
+    assert len(os.listdir(temp)) == 1   # The killed run's folder, its log in it.
+    assert _run(inputs, str(tmp_path / 'two'), env=env).returncode == 0
+    assert os.listdir(temp) == []
+
+
+def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
+    (tmp_path / 'failing_config.py').write_text(
+        'from pipeline.config import ImageClassificationConfig\n'
+        'class Failing(ImageClassificationConfig):\n'
+        '    num_labels, supported_modes = 2, ("train",)\n'
+        '    def example_generator(self, mode):\n'
+        '        raise RuntimeError("boom")\n')
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+    result = run_cli('--config=failing_config:Failing', f'--output_dir={tmp_path}/out',
+                     *IN_PROCESS, env=env, timeout=TIMEOUT)
+    assert result.returncode == 2
+    [log] = glob.glob(f'{temp}/image-tfrecords-logs/run-*.log')
+    assert result.stderr.strip().endswith(f'(the full trace is in {log}; --verbose prints it)')
+    assert 'RuntimeError: boom' in open(log).read()
+    assert os.listdir(temp) == ['image-tfrecords-logs']
