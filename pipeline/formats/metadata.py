@@ -22,6 +22,7 @@ SUMMARY = 'summary.json'
 LEAKAGE = 'leakage.jsonl'   # Near-duplicate pairs across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
+MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.
 
 _TFDS = 'tensorflow_datasets.core.features.'
 
@@ -85,7 +86,7 @@ def dataset_info_json(dataset: str, version: str, description: str,
         'version': version,
         'description': description,
         'fileFormat': file_formats[0].tfds_name,
-        'moduleName': 'image_tfrecords',
+        'moduleName': MODULE,
         'supervisedKeys': {'tuple': {'items': [{'featureKey': records.ENCODED},
                                                {'featureKey': records.LABEL}]}},
         'splits': [{'name': name, 'filepathTemplate': SHARD_TEMPLATE,
