@@ -7,6 +7,7 @@ they are written as plain JSON so workers need no TFDS import. TFDS sees the rec
 are (`image/encoded`, `image/class/label`, ...), each a top-level feature, and those two as the
 supervised keys, so `as_supervised=True` gives (image, label) pairs.
 """
+import hashlib
 import json
 from typing import Mapping, Sequence
 
@@ -112,6 +113,11 @@ def shard_paths(output_dir: str, info: dict, split: str,
     file_format = file_format or shard_formats.declared(info)[0]
     return [fileio.join(output_dir, shard_name(info['name'], split, i, total, file_format))
             for i in range(total)]
+
+
+def digests(files: Mapping[str, bytes]) -> dict[str, str]:
+    """summary.json's `digests`: the SHA-256 of each metadata file the run wrote, by name."""
+    return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
 
 
 def dumps(document) -> bytes:
