@@ -17,32 +17,39 @@ from pipeline.formats import fileio, metadata, output_folder, records
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
 
 
-def record_kinds(example: dict) -> dict[str, str]:
-    """{key: 'int', 'float' or 'bytes'} of a decoded record's non-empty features."""
-    return {key: 'int' if isinstance(values[0], int) else
-            'float' if isinstance(values[0], float) else 'bytes'
-            for key, values in example.items() if values}
+def note_kinds(kinds: dict[str, str | None], example: dict) -> None:
+    """Notes in `kinds` the type of each feature of a decoded record: 'int', 'float' or
+    'bytes' (None while the feature was only seen empty)."""
+    for key, values in example.items():
+        if values:
+            kinds[key] = ('int' if isinstance(values[0], int) else
+                          'float' if isinstance(values[0], float) else 'bytes')
+        else:
+            kinds.setdefault(key, None)
 
 
 def _feature_kind(entry) -> str | None:
     """The value type a features.json entry declares, None when it is none of this tool's."""
+    if isinstance(entry, dict) and isinstance(entry.get('sequence'), dict):
+        entry = entry['sequence'].get('feature')
     if not isinstance(entry, dict):
         return None
-    entry = entry.get('sequence', {}).get('feature', entry) if 'sequence' in entry else entry
     name = str(entry.get('pythonClassName', ''))
     if name.endswith(('text_feature.Text', 'image_feature.Image')):
         return 'bytes'
     if name.endswith('class_label_feature.ClassLabel'):
         return 'int'
-    return _KINDS.get(str(entry.get('tensor', {}).get('dtype')))
+    tensor = entry.get('tensor')
+    return _KINDS.get(str(tensor.get('dtype'))) if isinstance(tensor, dict) else None
 
 
 def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str]) -> list[str]:
     document = output_folder.read_metadata(output_dir, metadata.FEATURES)
     try:
         features = document['featuresDict']['features']
-        features.items()
-    except (TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError):
+        features = None
+    if not isinstance(features, dict):
         return [f'{metadata.FEATURES}: missing or not the TFDS features of this tool']
     ours = metadata.features_json(num_classes, {})['featuresDict']['features']
     problems = []
@@ -51,11 +58,16 @@ def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str])
         if key in ours and entry != ours[key]:
             problems.append(f'{metadata.FEATURES}: {key} is not described as this tool '
                             f'describes it ({records.IMAGE_FEATURES[key]})')
-        elif key in kinds and declared != kinds[key]:
+        elif kinds.get(key) and declared != kinds[key]:
             problems.append(f'{metadata.FEATURES}: {key} is declared {declared or "unknown"}, '
                             f'the records hold {kinds[key]} values')
-    problems += [f'{metadata.FEATURES}: does not describe {key}, which the records hold'
-                 for key in sorted(set(kinds) - set(features))]
+    missing, unheld = sorted(set(kinds) - set(features)), sorted(set(features) - set(kinds))
+    if missing:
+        problems.append(f'{metadata.FEATURES}: does not describe {", ".join(missing)}, which '
+                        'the records hold')
+    if kinds and unheld:
+        problems.append(f'{metadata.FEATURES}: describes {", ".join(map(str, unheld))}, which '
+                        'no record holds')
     return problems
 
 
@@ -147,7 +159,9 @@ def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list)
     names = labels.decode(errors='replace').splitlines()
     kinds = {}
     for report in reports:
-        kinds.update(report.kinds)
+        for key, kind in report.kinds.items():
+            if kind is not None or key not in kinds:
+                kinds[key] = kind
     try:
         problems = _labels_problems(output_dir, labels) + _features_problems(
             output_dir, len(names), kinds)
@@ -160,5 +174,5 @@ def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list)
         return problems + _digest_problems(output_dir, dict(summary.get('digests', {})),
                                            reported)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        return [f'{metadata.SUMMARY} or {metadata.FEATURES}: not as this tool writes them '
-                f'({type(exc).__name__}: {str(exc)[:100]})']
+        return [f'{metadata.SUMMARY}: not a summary this tool wrote ({type(exc).__name__}: '
+                f'{str(exc)[:100]})']

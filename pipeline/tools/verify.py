@@ -55,7 +55,7 @@ def _check_record(data: bytes, names: list[str], sample: float,
         example = records.decode_example(data)
     except ValueError as exc:
         return [f'does not parse as tf.train.Example ({exc})'], b'', ()
-    report.kinds.update(metadata_checks.record_kinds(example))
+    metadata_checks.note_kinds(report.kinds, example)
     problems = []
     for key, kind in records.IMAGE_FEATURES.items():
         values = example.get(key)
