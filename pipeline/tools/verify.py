@@ -50,7 +50,7 @@ class ShardReport:
 def _check_record(data: bytes, names: list[str], sample: float,
                   report: ShardReport) -> tuple[list[str], bytes, tuple]:
     """Problems of one record, the digest of its image, and (source, sha256, hashes); counts
-    its label and notes its value types in `report`."""
+    its class and notes its value types in `report`."""
     try:
         example = records.decode_example(data)
     except ValueError as exc:
