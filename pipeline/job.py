@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (
     DirectOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions,
     TestOptions)
 
-from pipeline import console, sample_data
+from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.formats import fileio, metadata, output_folder
@@ -287,7 +287,7 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
     counters = {}
     try:
         if job.pipeline is not None:
-            with Progress(settings), console.own_worker_lines():
+            with Progress(settings), console.own_worker_lines(), worker_watch.watching():
                 result = job.pipeline.run()
                 result.wait_until_finish()
             counters = _counters(result)

@@ -221,16 +221,18 @@ def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
     job = jobs.prepare([f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS])
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, 'dataset_info.json'), 'w') as stream:
-        stream.write('{"name": "other", "splits": []}')
+        stream.write('{"name": "other", "moduleName": "image_tfrecords", "splits": []}')
+    with open(os.path.join(out, 'summary.json'), 'w') as stream:
+        stream.write('{"dataset": "other", "run_id": "0123456789abcdef", "splits": {}}')
     try:
         with pytest.raises(Exception) as info:
             job.pipeline.run().wait_until_finish()
     finally:
         output_folder.release(out, job.settings.lock_token)
     assert DatasetError.find_in(info.value) == (
-        f'{out} now holds a dataset (1 files, e.g. dataset_info.json) that was not there when '
+        f'{out} now holds a dataset (2 files, e.g. dataset_info.json) that was not there when '
         'this run started; nothing was committed. Pass --overwrite to replace it')
-    assert _info(out) == {'name': 'other', 'splits': []}
+    assert _info(out) == {'name': 'other', 'moduleName': 'image_tfrecords', 'splits': []}
 
 
 @pytest.mark.slow

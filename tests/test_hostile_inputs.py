@@ -15,6 +15,8 @@ from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import upload
 from tests.helpers import IN_PROCESS, output_files, read_split, run_cli, write_tree
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT = 120   # No run may hang: a pipe read by mistake would wait for ever.
 
 

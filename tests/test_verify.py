@@ -91,7 +91,9 @@ def test_count_mismatch_in_dataset_info(copy):
     split = info['splits'][0]['name']
     assert problems == [f'{split} shard 0 ({os.path.basename(shard_paths(copy, split)[0])}): '
                         f'{int(info["splits"][0]["shardLengths"][0]) - 1} records, dataset_info.json '
-                        f'says {info["splits"][0]["shardLengths"][0]}']
+                        f'says {info["splits"][0]["shardLengths"][0]}',
+                        'dataset_info.json: not the file the run wrote (its SHA-256 is not the '
+                        'one summary.json notes)']
 
 
 def test_wrong_label(copy):

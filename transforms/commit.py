@@ -126,7 +126,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'inputs': facts.split_counts.get(split, 0), 'ignored': facts.ignored.get(split, 0),
             'listing': facts.listing_fingerprint(split),
             'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
-            'shards': len(kept), 'skipped': len(errors[split]),
+            'shards': len(kept), 'shard_bytes': [r.bytes for r in kept],
+            'skipped': len(errors[split]),
             'passed_through': sum(r.passed_through for r in kept),
             'damaged': sum(len(r.damaged) for r in shard_results),
             'dropped_copies': sum(len(r.dropped) for r in shard_results),
@@ -142,7 +143,6 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
              metadata.FEATURES: metadata.dumps(metadata.features_json(
                  len(label_map.names), facts.extras, settings.hashed)),
-             metadata.SUMMARY: metadata.dumps(summary),
              **{metadata.error_report_name(split): _error_lines(split, entries)
                 for split, entries in errors.items()},
              **{metadata.damaged_report_name(split): damaged_lines(split, shard_results)
@@ -150,6 +150,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
                  settings.dataset_name, settings.version, settings.description,
                  settings.output_formats, splits_info))}
+    summary['digests'] = metadata.digests(files)
+    files = {metadata.SUMMARY: metadata.dumps(summary), **files}
     for name, data in files.items():  # dataset_info.json last.
         fileio.write_bytes(fileio.join(staged, name), data)
         moves.append((f'final/{name}', name))

@@ -7,6 +7,7 @@ they are written as plain JSON so workers need no TFDS import. TFDS sees the rec
 are (`image/encoded`, `image/class/label`, ...), each a top-level feature, and those two as the
 supervised keys, so `as_supervised=True` gives (image, label) pairs.
 """
+import hashlib
 import json
 from typing import Mapping, Sequence
 
@@ -22,6 +23,7 @@ SUMMARY = 'summary.json'
 LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
+MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.
 
 _TFDS = 'tensorflow_datasets.core.features.'
 
@@ -86,7 +88,7 @@ def dataset_info_json(dataset: str, version: str, description: str,
         'version': version,
         'description': description,
         'fileFormat': file_formats[0].tfds_name,
-        'moduleName': 'image_tfrecords',
+        'moduleName': MODULE,
         'supervisedKeys': {'tuple': {'items': [{'featureKey': records.ENCODED},
                                                {'featureKey': records.LABEL}]}},
         'splits': [{'name': name, 'filepathTemplate': SHARD_TEMPLATE,
@@ -118,6 +120,11 @@ def shard_paths(output_dir: str, info: dict, split: str,
     file_format = file_format or shard_formats.declared(info)[0]
     return [fileio.join(output_dir, shard_name(info['name'], split, i, total, file_format))
             for i in range(total)]
+
+
+def digests(files: Mapping[str, bytes]) -> dict[str, str]:
+    """summary.json's `digests`: the SHA-256 of each metadata file the run wrote, by name."""
+    return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
 
 
 def dumps(document) -> bytes:

@@ -579,15 +579,37 @@ def remove_temp(folder: str) -> None:
 # --- The dataset in the folder ------------------------------------------------------------------
 
 def dataset_files(output_dir: str) -> list[str]:
-    """Names of the files of the dataset in `output_dir`, as its own dataset_info.json names
-    them ([] when there is none); a dataset_info.json this tool cannot read is a DatasetError."""
+    """Names of the files of this tool's dataset in `output_dir`, as its own dataset_info.json
+    names them: [] when there is none, or when the folder's dataset_info.json and summary.json
+    are not this tool's (see is_own_dataset); one of this tool's that it cannot read is a
+    DatasetError."""
     path = fileio.join(output_dir, metadata.DATASET_INFO)
     data = read_file(path)
     if data is None:
         return []
-    names = named_files(_json(data), path)
+    info = _json(data)
+    if not is_own_dataset(info, read_metadata(output_dir, metadata.SUMMARY)):
+        return []
+    names = named_files(info, path)
     files, _ = _entries(output_dir)
     return [name for name in names if name in files]
+
+
+def is_own_dataset(info, summary) -> bool:
+    """Whether a parsed dataset_info.json and summary.json are those of one dataset this tool
+    wrote: the first names this tool as its module, the second carries a run id, the dataset's
+    name and the same splits. Any other folder with a dataset_info.json (TFDS writes one, with
+    shards named by the same template) holds no dataset of this tool, so nothing in it is ever
+    replaced or removed."""
+    if not (isinstance(info, dict) and isinstance(summary, dict)
+            and isinstance(info.get('splits'), list) and isinstance(summary.get('splits'), dict)):
+        return False
+    run_id, splits = summary.get('run_id'), [s.get('name') if isinstance(s, dict) else None
+                                             for s in info['splits']]
+    return (info.get('moduleName') == metadata.MODULE and isinstance(run_id, str)
+            and _RUN_ID.match(run_id) is not None and summary.get('dataset') == info.get('name')
+            and all(isinstance(name, str) for name in splits)
+            and sorted(splits) == sorted(summary['splits']))
 
 
 def named_files(info, path: str) -> list[str]:

@@ -8,10 +8,13 @@ the stored size; then that shard names, shard counts and bytes agree with datase
 that no shard is missing or left from another run, and that no image occurs twice within a split
 or in two splits. A dataset written in two formats is read in both: each shard of the second
 must hold exactly the records (byte for byte) of its twin in the first, whose images are the
-ones decoded. Prints every problem with shard and record index and exits non-zero if there is
-any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
+ones decoded. The files beside the shards are checked against the records and against what
+the run noted in summary.json (pipeline/tools/metadata_checks.py): counts, each shard's bytes
+(two shards swapped), class names, feature types and each metadata file's SHA-256. Prints every
+problem with shard and record index (or the file's name) and exits non-zero if there is any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
 """
 import argparse
+import collections
 import dataclasses
 import hashlib
 import io
@@ -23,7 +26,7 @@ from PIL import Image
 
 from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
 from pipeline.formats.errors import DatasetError, printable
-from pipeline.tools import quality_checks
+from pipeline.tools import metadata_checks, quality_checks
 
 Image.MAX_IMAGE_PIXELS = None
 
@@ -40,14 +43,19 @@ class ShardReport:
     digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
     content: str = ''                                          # SHA-256 of all records, in order.
     hashes: list = dataclasses.field(default_factory=list)     # (source, sha256, hash, mirror)
+    classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    kinds: dict = dataclasses.field(default_factory=dict)      # Record key -> type of values.
 
 
-def _check_record(data: bytes, names: list[str], sample: float) -> tuple[list[str], bytes, tuple]:
-    """Problems of one record, the digest of its image, and (source, sha256, hashes)."""
+def _check_record(data: bytes, names: list[str], sample: float,
+                  report: ShardReport) -> tuple[list[str], bytes, tuple]:
+    """Problems of one record, the digest of its image, and (source, sha256, hashes); counts
+    its class and notes its value types in `report`."""
     try:
         example = records.decode_example(data)
     except ValueError as exc:
         return [f'does not parse as tf.train.Example ({exc})'], b'', ()
+    metadata_checks.note_kinds(report.kinds, example)
     problems = []
     for key, kind in records.IMAGE_FEATURES.items():
         values = example.get(key)
@@ -61,6 +69,7 @@ def _check_record(data: bytes, names: list[str], sample: float) -> tuple[list[st
         return problems, b'', ()
     value = {key: example[key][0] for key in records.IMAGE_FEATURES if key in example}
     label, text = value[records.LABEL], value[records.TEXT].decode()
+    report.classes[text] += 1
     if not 0 <= label < len(names):
         problems.append(f'label {label} is out of range 0..{len(names) - 1}')
     elif names[label] != text:
@@ -103,7 +112,7 @@ def check_shard(task: tuple) -> ShardReport:
     try:
         for number, data in enumerate(shard_format.read_records(path)):
             content.update(len(data).to_bytes(8, 'little') + data)
-            problems, digest, hashes = _check_record(data, names, sample)
+            problems, digest, hashes = _check_record(data, names, sample, report)
             report.problems += [f'record {number}: {p}' for p in problems]
             report.hashes += [hashes] if hashes else []
             report.digests.append((digest, number))
@@ -202,6 +211,8 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         total = sum(r.bytes for r in shards)
         if not any(r.problems for r in shards) and total != int(split['numBytes']):
             problems.append(f"{split['name']}: {total} bytes, dataset_info.json says {split['numBytes']}")
+    problems += metadata_checks.metadata_problems(output_dir, info, labels,
+                                                  list(primary.values()))
     problems += quality_checks.leakage_problems(
         output_dir, [(r.split, *h) for r in primary.values() for h in r.hashes])
     _print_summary(info, reports, problems)

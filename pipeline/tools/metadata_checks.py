@@ -1,0 +1,178 @@
+"""What `verify` checks of the files beside the shards, against what the records hold and what
+the run noted in summary.json: that summary.json is this dataset's (pipeline/formats/
+output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
+each shard's bytes, records per class, inputs accounted for) and with the error and damage
+reports (a line per input it counts); that TFDS's class-names file holds labels.txt's names in
+their order; that features.json describes each record key as this tool does, with the type the
+records hold; and that every metadata file has the SHA-256 the run noted (datasets written
+before summary.json carried `shard_bytes` and `digests` get every other check). leakage.jsonl
+is checked apart (quality_checks.py).
+"""
+import collections
+import hashlib
+import json
+
+from pipeline.formats import fileio, metadata, output_folder, records
+
+_KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
+
+
+def note_kinds(kinds: dict[str, str | None], example: dict) -> None:
+    """Notes in `kinds` the type of each feature of a decoded record: 'int', 'float' or
+    'bytes' (None while the feature was only seen empty)."""
+    for key, values in example.items():
+        if values:
+            kinds[key] = ('int' if isinstance(values[0], int) else
+                          'float' if isinstance(values[0], float) else 'bytes')
+        else:
+            kinds.setdefault(key, None)
+
+
+def _feature_kind(entry) -> str | None:
+    """The value type a features.json entry declares, None when it is none of this tool's."""
+    if isinstance(entry, dict) and isinstance(entry.get('sequence'), dict):
+        entry = entry['sequence'].get('feature')
+    if not isinstance(entry, dict):
+        return None
+    name = str(entry.get('pythonClassName', ''))
+    if name.endswith(('text_feature.Text', 'image_feature.Image')):
+        return 'bytes'
+    if name.endswith('class_label_feature.ClassLabel'):
+        return 'int'
+    tensor = entry.get('tensor')
+    return _KINDS.get(str(tensor.get('dtype'))) if isinstance(tensor, dict) else None
+
+
+def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str]) -> list[str]:
+    document = output_folder.read_metadata(output_dir, metadata.FEATURES)
+    try:
+        features = document['featuresDict']['features']
+    except (TypeError, KeyError):
+        features = None
+    if not isinstance(features, dict):
+        return [f'{metadata.FEATURES}: missing or not the TFDS features of this tool']
+    ours = metadata.features_json(num_classes, {})['featuresDict']['features']
+    problems = []
+    for key, entry in sorted(features.items()):
+        declared = _feature_kind(entry)
+        if key in ours and entry != ours[key]:
+            problems.append(f'{metadata.FEATURES}: {key} is not described as this tool '
+                            f'describes it ({records.IMAGE_FEATURES[key]})')
+        elif kinds.get(key) and declared != kinds[key]:
+            problems.append(f'{metadata.FEATURES}: {key} is declared {declared or "unknown"}, '
+                            f'the records hold {kinds[key]} values')
+    missing, unheld = sorted(set(kinds) - set(features)), sorted(set(features) - set(kinds))
+    if missing:
+        problems.append(f'{metadata.FEATURES}: does not describe {", ".join(missing)}, which '
+                        'the records hold')
+    if kinds and unheld:
+        problems.append(f'{metadata.FEATURES}: describes {", ".join(map(str, unheld))}, which '
+                        'no record holds')
+    return problems
+
+
+def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
+    problems = []
+    for name in (metadata.CLASS_NAMES, metadata.OLD_CLASS_NAMES):
+        found = output_folder.read_file(fileio.join(output_dir, name))
+        if found is not None and found != labels:
+            problems.append(f'{name}: not the class names of {metadata.LABELS} in their order; '
+                            'TFDS would name the labels wrongly')
+    return problems
+
+
+def _report_lines(output_dir: str, name: str, split: str) -> int | str:
+    """The number of entries of a split's error or damage report, or what is wrong with it."""
+    data = output_folder.read_file(fileio.join(output_dir, name))
+    if data is None:
+        return 'missing'
+    lines = data.decode(errors='replace').splitlines()
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict) or entry.get('split') != split or 'source' not in entry:
+            return f'line {number} is not an entry of split {split!r}'
+    return len(lines)
+
+
+def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
+                    shards: list) -> list[str]:
+    """summary.json's counts of one split against dataset_info.json, the split's shards (each
+    verify's report of a shard) and its error and damage reports."""
+    records_total = sum(r.records for r in shards)
+    facts = {'records': records_total, 'shards': len(shards),
+             'bytes': int(info_split['numBytes'])}
+    problems = [f'{metadata.SUMMARY}: {split} has {noted.get(key)} {key}, the dataset has {value}'
+                for key, value in facts.items() if noted.get(key) != value]
+    for report, noted_bytes in zip(shards, noted.get('shard_bytes', [r.bytes for r in shards])):
+        if not report.problems and report.bytes != noted_bytes:
+            problems.append(f'{split} shard {report.index} ({report.name}): {report.bytes} '
+                            f'bytes, {metadata.SUMMARY} says {noted_bytes} (shards swapped or '
+                            'replaced?)')
+    classes = collections.Counter()
+    for report in shards:
+        classes.update(report.classes)
+    if {c: n for c, n in noted.get('classes', {}).items() if n} != classes:
+        problems.append(f'{metadata.SUMMARY}: the records per class of {split} are not those '
+                        'of its shards')
+    accounted = records_total + noted.get('skipped', 0) + noted.get('dropped_copies', 0)
+    if noted.get('inputs') != accounted:
+        problems.append(f'{metadata.SUMMARY}: {split} has {noted.get("inputs")} inputs, but '
+                        f'{accounted} records, skipped inputs and dropped copies')
+    for name, key in ((metadata.error_report_name(split), 'skipped'),
+                      (metadata.damaged_report_name(split), 'damaged')):
+        lines = _report_lines(output_dir, name, split)
+        if lines == 'missing' and key not in noted:   # Written before this report existed.
+            continue
+        if isinstance(lines, str):
+            problems.append(f'{name}: {lines}')
+        elif key in noted and lines != noted[key]:
+            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says {noted[key]} '
+                            f'{key} inputs')
+    return problems
+
+
+def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list[str]:
+    """Each metadata file whose SHA-256 is not the one the run noted (unless already reported)."""
+    problems = []
+    for name, digest in sorted(digests.items()):
+        if not output_folder.is_dataset_file(name) or name in reported:
+            continue
+        data = output_folder.read_file(fileio.join(output_dir, name))
+        if data is None:
+            problems.append(f'{name}: missing')
+        elif hashlib.sha256(data).hexdigest() != digest:
+            problems.append(f'{name}: not the file the run wrote (its SHA-256 is not the one '
+                            f'{metadata.SUMMARY} notes)')
+    return problems
+
+
+def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list) -> list[str]:
+    """Every problem of the files beside the shards (see the module docstring); `reports` are
+    verify's reports of the shards of the dataset's first format."""
+    summary = output_folder.read_metadata(output_dir, metadata.SUMMARY)
+    if not output_folder.is_own_dataset(info, summary):
+        return [f'{metadata.SUMMARY}: missing or not the summary of this dataset (run id, '
+                'dataset name and splits of dataset_info.json)']
+    names = labels.decode(errors='replace').splitlines()
+    kinds = {}
+    for report in reports:
+        for key, kind in report.kinds.items():
+            if kind is not None or key not in kinds:
+                kinds[key] = kind
+    try:
+        problems = _labels_problems(output_dir, labels) + _features_problems(
+            output_dir, len(names), kinds)
+        for entry in info['splits']:
+            split = entry['name']
+            shards = sorted((r for r in reports if r.split == split), key=lambda r: r.index)
+            problems += _split_problems(output_dir, split, summary['splits'][split], entry,
+                                        shards)
+        reported = {problem.split(':', 1)[0] for problem in problems}
+        return problems + _digest_problems(output_dir, dict(summary.get('digests', {})),
+                                           reported)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return [f'{metadata.SUMMARY}: not a summary this tool wrote ({type(exc).__name__}: '
+                f'{str(exc)[:100]})']

@@ -1,0 +1,186 @@
+"""Ends a local multi-process run whose worker process died (killed when memory ran out, say),
+in one line, instead of waiting for it forever or failing with the runner's own error.
+
+DirectRunner's multi-process mode starts each worker as `sh -c 'python -m ...sdk_worker_main'`
+from a thread of this process that waits for it and reports a non-zero exit as that thread's
+uncaught `RuntimeError` ('Worker subprocess exited with return code N'); the runner itself may
+then wait forever for the dead worker's work. While `watching()`, that report is a dead worker:
+the runner gets GRACE_SECONDS to fail on its own, then the remaining workers (the processes
+below this one whose command line runs sdk_worker_main, as /proc lists them) are killed and the
+main thread gets WorkerDied, so the job's cleanup runs (the output lock is released). A job
+that fails after a worker died fails with WorkerDied, whatever the runner says; no worker of it
+is left running. Elsewhere (other runners, in-memory mode, no /proc) it does nothing.
+"""
+import contextlib
+import os
+import re
+import signal
+import threading
+import time
+from typing import Iterator
+
+from pipeline.formats.errors import DatasetError
+
+WORKER_COMMAND = b'sdk_worker_main'
+GRACE_SECONDS = 3.0        # For the runner to fail on its own once a worker died.
+SCAN_SECONDS = 0.5         # How often the worker processes are listed (to kill them later).
+_REPORT = re.compile(r'Worker subprocess exited with return code (-?\d+)')
+_INTERRUPT = signal.SIGUSR1
+
+
+class WorkerDied(DatasetError):
+    """A worker process of the run died; the run stopped and can be resumed."""
+
+    def __init__(self, how: str):
+        super().__init__(f'a worker process of this run died ({how}; the system kills one this '
+                         'way when memory runs out) and the run stopped. Rerun the same command '
+                         'to resume it; if a worker dies again, run fewer at once '
+                         '(--direct_num_workers=N) or give the machine more memory')
+
+
+def _how(code: int) -> str:
+    """A worker's exit code as its shell reports it (128 + N: killed by signal N)."""
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        return f'killed by {signal.Signals(number).name}' if number else f'exit status {code}'
+    except ValueError:
+        return f'exit status {code}'
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in _listdir(f'/proc/{pid}/task'):
+        with contextlib.suppress(OSError):
+            with open(f'/proc/{pid}/task/{task}/children') as stream:
+                found += [int(p) for p in stream.read().split()]
+    return found
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of a live process (None when it is gone or a zombie)."""
+    try:
+        with open(f'/proc/{pid}/stat') as stream:
+            fields = stream.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in 'ZXx' else fields[19]
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as stream:
+            return WORKER_COMMAND in stream.read()
+    except OSError:
+        return False
+
+
+def worker_processes(parent: int | None = None) -> dict[int, str]:
+    """The worker processes below `parent` (default: this process): {pid: start time}."""
+    found, todo = {}, _children(os.getpid() if parent is None else parent)
+    while todo:
+        pid = todo.pop()
+        todo += _children(pid)
+        started = _start_time(pid)
+        if started is not None and _is_worker(pid):
+            found[pid] = started
+    return found
+
+
+class _Watch:
+    def __init__(self):
+        self.died: str | None = None        # How the first dead worker ended.
+        self._known: dict[int, str] = {}    # Every worker seen, kept when its shell is gone.
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self.in_main = threading.current_thread() is threading.main_thread()
+        self.armed = self.in_main          # Whether the main thread may still get WorkerDied.
+        self._thread = threading.Thread(target=self._run, name='worker-watch', daemon=True)
+
+    def hook(self, args: threading.ExceptHookArgs) -> None:
+        """Takes the runner's report of a worker's non-zero exit (see the module docstring)."""
+        found = _REPORT.search(str(args.exc_value)) if args.exc_type is RuntimeError else None
+        if found and self.died is None:
+            self.died = _how(int(found[1]))
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._known.update(worker_processes())
+            if self._wake.wait(SCAN_SECONDS):
+                break
+        if self._stop.wait(GRACE_SECONDS):
+            return
+        self.kill_workers()
+        if self.armed:
+            signal.pthread_kill(threading.main_thread().ident, _INTERRUPT)
+
+    def kill_workers(self) -> None:
+        """SIGKILLs every worker seen that still runs and waits (a few seconds at most) until
+        none does, so none writes to the output after the lock is released."""
+        self._known.update(worker_processes())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            alive = [pid for pid, started in self._known.items() if _start_time(pid) == started]
+            if not alive:
+                return
+            for pid in alive:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+    """Runs a local job under watch (see the module docstring): raises WorkerDied, with every
+    worker process ended, when a worker died while it ran and it did not finish."""
+    if not os.path.isdir('/proc/self/task'):
+        yield
+        return
+    watch = _Watch()
+    previous_hook = threading.excepthook
+    threading.excepthook = _chained(watch, previous_hook)
+    previous_handler = signal.signal(_INTERRUPT, _raiser(watch)) if watch.in_main else None
+    watch.start()
+    try:
+        yield
+    except Exception as exc:
+        if watch.died is None or DatasetError.find_in(exc):
+            raise
+        raise WorkerDied(watch.died) from exc
+    finally:
+        watch.armed = False
+        watch.stop()
+        if watch.died is not None:
+            watch.kill_workers()
+        threading.excepthook = previous_hook
+        if watch.in_main:
+            signal.signal(_INTERRUPT, previous_handler or signal.SIG_DFL)
+
+
+def _chained(watch: _Watch, previous):
+    def hook(args: threading.ExceptHookArgs) -> None:
+        watch.hook(args)
+        previous(args)
+    return hook
+
+
+def _raiser(watch: _Watch):
+    def handler(signum, frame):
+        if watch.armed:
+            watch.armed = False
+            raise WorkerDied(watch.died)
+    return handler

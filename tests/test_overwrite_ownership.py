@@ -1,0 +1,44 @@
+"""`--overwrite` replaces only a dataset this tool wrote: a folder that TFDS built (its own
+dataset_info.json, shards named by the same template) holding the user's labels.txt and
+summary.json is refused in one line naming the files, with or without `--overwrite`."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from pipeline.testing import imagemaker
+from tests.helpers import IN_PROCESS, output_files, run_cli, write_tree
+
+
+@pytest.fixture
+def tfds_folder(tmp_path) -> str:
+    """Two shards of `pets` and the metadata tfds.folder_dataset.write_metadata adds to them,
+    plus the user's own labels.txt and summary.json."""
+    out = str(tmp_path / 'pets')
+    features = tfds.features.FeaturesDict({'image': tfds.features.Image(shape=(None, None, 3)),
+                                           'label': tfds.features.ClassLabel(names=['cat', 'dog'])})
+    write_tree(out, {'labels.txt': b'dog\ncat\n', 'summary.json': b'{"accuracy": 0.93}\n'})
+    for shard in range(2):
+        with tf.io.TFRecordWriter(f'{out}/pets-train.tfrecord-{shard:05d}-of-00002') as writer:
+            for label in range(2):
+                writer.write(features.serialize_example(
+                    {'image': np.zeros((4, 4, 3), np.uint8), 'label': label}))
+    tfds.folder_dataset.write_metadata(data_dir=out, features=features, split_infos=None,
+                                       check_data=False)
+    return out
+
+
+@pytest.mark.parametrize('flags', [[], ['--overwrite'], ['--overwrite', '--dataset_name=pets']])
+def test_a_folder_tfds_built_is_refused_and_left_as_it_was(tmp_path, tfds_folder, flags):
+    before = output_files(tfds_folder)
+    assert len(before) == 7
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
+                                          for i in range(4)})
+    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tfds_folder}', *flags, *IN_PROCESS)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f'error: {tfds_folder} holds files this run would overwrite that are not part of a '
+        'dataset it replaces: dataset_info.json, features.json, labels.txt, summary.json; move '
+        'them away or choose another --output_dir']
+    assert output_files(tfds_folder) == before
+    assert tfds.builder_from_directory(tfds_folder).info.splits['train'].num_examples == 4

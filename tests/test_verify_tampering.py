@@ -1,0 +1,111 @@
+"""`python -m pipeline.tools.verify` checks every file of a dataset against what the run wrote:
+each tampering below is one line naming the file, exit 1, never a traceback."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.testing import imagemaker
+from tests.helpers import convert, shard_paths, write_tree
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory) -> str:
+    files = {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i) for i in range(18)}
+    files['train/c0/bad.jpg'] = b'not an image'
+    root = write_tree(tmp_path_factory.mktemp('in'), files)
+    out = str(tmp_path_factory.mktemp('out') / 'ds')
+    convert(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=6',
+            '--max_error_ratio=0.5')
+    return out
+
+
+@pytest.fixture
+def copy(dataset, tmp_path) -> str:
+    target = str(tmp_path / 'copy')
+    shutil.copytree(dataset, target)
+    return target
+
+
+def _verify(path: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', path, '--processes=1'],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _edit_json(path: str, edit) -> None:
+    with open(path) as stream:
+        document = json.load(stream)
+    edit(document)
+    with open(path, 'w') as stream:
+        json.dump(document, stream)
+
+
+def _swap_shards(out: str) -> list[str]:
+    """Two shards of as many records (so dataset_info.json cannot tell them apart) swapped."""
+    with open(os.path.join(out, 'dataset_info.json')) as stream:
+        lengths = json.load(stream)['splits'][0]['shardLengths']
+    first, second = next((i, j) for i in range(len(lengths)) for j in range(i + 1, len(lengths))
+                         if lengths[i] == lengths[j])
+    paths = [shard_paths(out, 'train')[i] for i in (first, second)]
+    sizes = [os.path.getsize(path) for path in paths]
+    assert sizes[0] != sizes[1]
+    os.rename(paths[0], paths[0] + '.x')
+    os.rename(paths[1], paths[0])
+    os.rename(paths[0] + '.x', paths[1])
+    return [f'train shard {index} ({os.path.basename(path)}): {size} bytes, summary.json says '
+            f'{noted} (shards swapped or replaced?)'
+            for index, path, size, noted in zip((first, second), paths, sizes[::-1], sizes)]
+
+
+def _reorder_class_names(out: str) -> list[str]:
+    path = os.path.join(out, 'image.class.label.labels.txt')
+    with open(path) as stream:
+        names = stream.read().splitlines()
+    with open(path, 'w') as stream:
+        stream.write(''.join(f'{name}\n' for name in reversed(names)))
+    return ['image.class.label.labels.txt: not the class names of labels.txt in their order; '
+            'TFDS would name the labels wrongly']
+
+
+def _float_height(out: str) -> list[str]:
+    def edit(features):
+        features['featuresDict']['features']['image/height']['tensor']['dtype'] = 'float32'
+    _edit_json(os.path.join(out, 'features.json'), edit)
+    return ['features.json: image/height is not described as this tool describes it (int)']
+
+
+def _edit_record_count(out: str) -> list[str]:
+    def edit(summary):
+        summary['splits']['train']['records'] += 1
+    _edit_json(os.path.join(out, 'summary.json'), edit)
+    return ['summary.json: train has 19 records, the dataset has 18']
+
+
+def _empty_error_report(out: str) -> list[str]:
+    open(os.path.join(out, 'errors-train.jsonl'), 'w').close()
+    return ['errors-train.jsonl: 0 entries, summary.json says 1 skipped inputs']
+
+
+@pytest.mark.parametrize('tamper', [_swap_shards, _reorder_class_names, _float_height,
+                                    _edit_record_count, _empty_error_report])
+def test_tampered_file_is_one_line(copy, tamper):
+    expected = tamper(copy)
+    result = _verify(copy)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == expected
+    assert result.stdout.endswith(f'{len(expected)} problem(s)\n')
+
+
+def test_a_dataset_written_before_summary_noted_shards_and_digests_verifies(copy):
+    """Its files are still checked against each other: the class names, for one."""
+    def older(summary):
+        del summary['digests'], summary['splits']['train']['shard_bytes']
+    _edit_json(os.path.join(copy, 'summary.json'), older)
+    result = _verify(copy)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith('OK: no problems found\n')
+    expected = _reorder_class_names(copy)
+    assert _verify(copy).stderr.splitlines() == expected
