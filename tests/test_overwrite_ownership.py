@@ -9,6 +9,8 @@ import tensorflow_datasets as tfds
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, output_files, run_cli, write_tree
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def tfds_folder(tmp_path) -> str:

@@ -11,6 +11,8 @@ import pytest
 from pipeline.testing import imagemaker
 from tests.helpers import convert, shard_paths, write_tree
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> str:

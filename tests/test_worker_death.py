@@ -14,6 +14,8 @@ from pipeline.testing import imagemaker
 from pipeline.worker_watch import worker_processes
 from tests.helpers import output_files, run_cli, start_cli, write_tree
 
+pytestmark = pytest.mark.slow
+
 DIED = ('error: a worker process of this run died (killed by SIGKILL; the system kills one this '
         'way when memory runs out) and the run stopped. Rerun the same command to resume it; if '
         'a worker dies again, run fewer at once (--direct_num_workers=N) or give the machine '
