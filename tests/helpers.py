@@ -5,6 +5,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -42,6 +43,15 @@ def start_cli(*argv, env: dict | None = None, cwd=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv], env=env, cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+
+
+def start_until_converting(output_dir: str, *argv, poll: float = 0.02) -> subprocess.Popen:
+    """`start_cli(*argv)`, returned once a chunk is converted into output_dir's temporary folder."""
+    process = start_cli(*argv)
+    while not glob.glob(f'{output_dir}/.tmp-*/parts/*.tfrecord.json'):
+        assert process.poll() is None, process.communicate()
+        time.sleep(poll)
+    return process
 
 
 def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None,

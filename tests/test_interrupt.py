@@ -4,12 +4,11 @@ SIGINT as a terminal's Ctrl-C sends it."""
 import glob
 import os
 import signal
-import time
 
 import pytest
 
 from pipeline.testing import imagemaker
-from tests.helpers import read_split, run_cli, start_cli, write_tree
+from tests.helpers import read_split, run_cli, start_until_converting, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +20,7 @@ def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path
                                           imagemaker.jpeg(256, 192, seed=i) for i in range(3000)})
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
-    process = start_cli(*flags)
-    while not glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.json'):   # A chunk is converted.
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.05)
+    process = start_until_converting(out, *flags, poll=0.05)
     os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr

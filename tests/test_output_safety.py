@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.formats.errors import DatasetError
 from pipeline.testing import imagemaker
-from tests.helpers import convert, read_split, run_cli, shard_paths, write_tree
+from tests.helpers import convert, output_files, read_split, run_cli, shard_paths, write_tree
 
 
 def _error(*argv, **kwargs) -> str:
@@ -152,13 +152,17 @@ def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):
     assert not os.path.exists(f'{images}/train/out')
 
 
-@pytest.mark.slow
-def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
+def _converted_once(tmp_path, images) -> tuple[list[str], dict]:
+    """(the command line converting `images` into tmp_path/out, the files it wrote)."""
     argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
             f'--output_dir={tmp_path}/out', '--direct_running_mode=in_memory']
     assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
-    before = {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
-              for n in os.listdir(tmp_path / 'out')}
+    return argv, output_files(f'{tmp_path}/out')
+
+
+@pytest.mark.slow
+def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
+    argv, before = _converted_once(tmp_path, images)
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     run_id = json.loads(before['summary.json'])['run_id']
@@ -168,19 +172,14 @@ def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
     assert 'inputs/s' not in again.stdout
     assert '8 inputs, converted by an earlier run of this command; nothing converted now' in (
         again.stdout)
-    assert {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
-            for n in os.listdir(tmp_path / 'out')} == before
+    assert output_files(f'{tmp_path}/out') == before
     other = subprocess.run([*argv, '--jpeg_quality=80'], capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and 'already holds a dataset (' in other.stderr
 
 
 @pytest.mark.slow
 def test_a_rerun_after_the_input_changed_says_what_changed_and_converts_nothing(tmp_path, images):
-    argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
-            f'--output_dir={tmp_path}/out', '--direct_running_mode=in_memory']
-    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
-    before = {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
-              for n in os.listdir(tmp_path / 'out')}
+    argv, before = _converted_once(tmp_path, images)
     refusal = (f'error: {tmp_path}/out holds the dataset of this command, but its input changed '
                'since ({}); pass --overwrite to convert again')
     write_tree(images, {'train/c0/new.jpg': imagemaker.jpeg(30, 20, seed=99)})
@@ -191,8 +190,7 @@ def test_a_rerun_after_the_input_changed_says_what_changed_and_converts_nothing(
     modified = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert (modified.returncode, modified.stderr.strip()) == (2, refusal.format(
         'train: 8 inputs as then, but other names, sizes or labels'))
-    assert {n: open(os.path.join(tmp_path, 'out', n), 'rb').read()
-            for n in os.listdir(tmp_path / 'out')} == before
+    assert output_files(f'{tmp_path}/out') == before
     rebuilt = subprocess.run([*argv, '--overwrite'], capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(open(f'{tmp_path}/out/summary.json').read())['splits']['train']['records'] == 8

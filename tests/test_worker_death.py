@@ -1,18 +1,16 @@
 """A worker process of a default local run (one per core) that dies, as an out-of-memory kill
 ends it, stops the run at any stage in one line, the lock released and no worker left; the same
 command then resumes and writes exactly the dataset an uninterrupted run writes."""
-import glob
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pipeline.testing import imagemaker
 from pipeline.worker_watch import worker_processes
-from tests.helpers import output_files, run_cli, start_cli, write_tree
+from tests.helpers import output_files, run_cli, start_until_converting, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -58,10 +56,7 @@ def _assert_stopped_then_resumed(result, flags: list[str], out: str, reference: 
 def test_worker_killed_while_converting(tmp_path, inputs, reference):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3']
-    process = start_cli(*flags)
-    while not glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.json'):   # A chunk is converted.
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.01)
+    process = start_until_converting(out, *flags, poll=0.01)
     workers = worker_processes(process.pid)
     os.kill(_python_workers(process.pid)[0], signal.SIGKILL)
     try:
