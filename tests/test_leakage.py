@@ -228,6 +228,10 @@ def test_crops_of_two_photos_are_two_lines_and_drop_leaves_every_test_crop_out(t
     summary = json.load(open(f'{out}/summary.json'))
     assert summary['splits']['test']['dropped_copies'] == 12
     assert summary['leakage']['largest'] == 24
+    table = result.stdout.splitlines()   # inputs = records + skipped + dropped, on screen too.
+    assert table[0].split()[:5] == ['split', 'inputs', 'records', 'skipped', 'dropped']
+    assert next(line for line in table if line.startswith('test ')).split()[1:5] == [
+        '15', '3', '0', '12']
     assert verify(out, processes=1) == []
 
 
