@@ -92,6 +92,7 @@ def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
 def _csv_source(csvs: dict, labels: LabelSettings) -> Source:
     partitions = []
     for split, path in csvs.items():
+        _check_regular(path, f'--csv_{split}')
         if not fileio.exists(path):
             raise DatasetError(f'--csv_{split} {path} does not exist; give the path of a CSV '
                                'file with uri,label lines')
@@ -163,6 +164,7 @@ def _literal(text: str):
 
 
 def _read_labels_file(path: str) -> tuple[str, ...]:
+    _check_regular(path, '--labels_file')
     try:
         text = fileio.read_bytes(path).decode('utf-8')
     except Exception as exc:
@@ -171,3 +173,9 @@ def _read_labels_file(path: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise DatasetError(f'--labels_file {path} lists a class name twice')
     return names
+
+
+def _check_regular(path: str, flag: str) -> None:
+    why = fileio.not_regular(path)
+    if why:
+        raise DatasetError(f'{flag} {path}: {why}')

@@ -96,6 +96,16 @@ def test_csv_listed_pipes_and_devices_are_reported_not_read(tmp_path, hostile):
     assert len(read_split(out, 'train')) == 30
 
 
+@pytest.mark.parametrize('flag', ['--csv_train', '--labels_file'])
+def test_a_pipe_given_as_a_csv_or_labels_file_is_refused_in_one_line(tmp_path, hostile, flag):
+    pipe = f'{hostile}/train/c0/pipe.jpg'
+    result = run_cli(f'{flag}={pipe}', *([] if flag == '--csv_train' else [f'--input_dir={hostile}']),
+                     f'--output_dir={tmp_path}/out', timeout=TIMEOUT)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f'error: {flag} {pipe}: ' + NOT_REGULAR.format(
+        'a named pipe (FIFO)')
+
+
 def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported(tmp_path, gcs):
     """Listed by a CSV without sizes: the bound stops the download itself."""
     images = {f'c{i % 2}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(8)}

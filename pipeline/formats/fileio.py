@@ -119,6 +119,17 @@ class _Bounded(io.BytesIO):
         return super().write(data)
 
 
+def not_regular(path: str) -> str | None:
+    """Why a local `path` that exists is not read (a pipe would block its reader), or None."""
+    if is_gcs(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None   # Missing: its reader says so.
+    return None if stat.S_ISREG(mode) else _not_regular(mode)
+
+
 def _not_regular(mode: int) -> str:
     """Why a file that is not a regular one is not read, in words."""
     kind = ('a folder' if stat.S_ISDIR(mode) else 'a named pipe (FIFO)' if stat.S_ISFIFO(mode)
