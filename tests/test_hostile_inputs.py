@@ -7,6 +7,7 @@ Each test runs the command line in a subprocess on a few dozen generated images.
 import glob
 import json
 import os
+import socket
 import zipfile
 
 import pytest
@@ -208,3 +209,38 @@ def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
     assert result.stderr.strip().endswith(f'(the full trace is in {log}; --verbose prints it)')
     assert 'RuntimeError: boom' in open(log).read()
     assert os.listdir(temp) == ['image-tfrecords-logs']
+
+
+def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path):
+    inputs = write_tree(tmp_path / 'in', _images(40))
+    reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
+    assert _run(inputs, reference).returncode == 0
+    assert _run(inputs, out, kill_at='chunk:1').returncode == -9
+    part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord'))[0]
+    with open(f'{part}.json') as stream:
+        sidecar = json.load(stream)
+    os.remove(part)
+    os.mkfifo(part)
+    with open(f'{part}.json', 'w') as stream:   # The size a pipe shows.
+        json.dump(dict(sidecar, bytes=0), stream)
+    rerun = _run(inputs, out)
+    assert rerun.returncode == 0, rerun.stderr
+    assert output_files(out) == output_files(reference)
+
+
+def test_a_socket_listed_in_a_csv_and_a_link_into_proc_are_reported(tmp_path):
+    root = write_tree(tmp_path / 'in', _images(6))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(f'{root}/train/c0/socket.jpg')
+    os.symlink('/proc/self', f'{root}/train/proc')
+    csv = tmp_path / 'train.csv'
+    csv.write_text(f'{root}/train/c1/1.jpg,c1\n{root}/train/c0/socket.jpg,c0\n')
+    listed = run_cli(f'--csv_train={csv}', f'--output_dir={tmp_path}/csv', '--max_error_ratio=1',
+                     *IN_PROCESS, timeout=TIMEOUT)
+    assert listed.returncode == 0, listed.stderr
+    assert list(_errors(f'{tmp_path}/csv')) == [f'{root}/train/c0/socket.jpg']
+    folder = _run(root, f'{tmp_path}/folder', '--max_error_ratio=1')
+    assert folder.returncode == 0, folder.stderr
+    assert _errors(f'{tmp_path}/folder')[f'{root}/train/proc'] == (
+        'a link into /proc, /sys or /dev (they change as they are read and never end), not followed')
+    server.close()

@@ -44,3 +44,16 @@ def test_a_folder_tfds_built_is_refused_and_left_as_it_was(tmp_path, tfds_folder
         'them away or choose another --output_dir']
     assert output_files(tfds_folder) == before
     assert tfds.builder_from_directory(tfds_folder).info.splits['train'].num_examples == 4
+
+
+def test_overwrite_leaves_a_file_of_the_users_with_an_old_metadata_name(tmp_path):
+    """A dataset that noted its metadata files (summary.json's digests) owns only those: a file
+    named like the class-names file of earlier versions is the user's."""
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
+                                          for i in range(4)})
+    out = tmp_path / 'out'
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS]
+    assert run_cli(*flags).returncode == 0
+    (out / 'image-class-label.labels.txt').write_text('my own class list\n')
+    assert run_cli(*flags, '--overwrite').returncode == 0
+    assert (out / 'image-class-label.labels.txt').read_text() == 'my own class list\n'

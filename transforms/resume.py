@@ -76,7 +76,7 @@ def load_done(path: str, result_type, **expected):
     field values), and its data file there with the size the sidecar says (else None, and the
     work is done again)."""
     result = load_sidecar(path, result_type, **expected)
-    if result is None or fileio.is_hard_linked(path):
+    if result is None or fileio.is_untrusted(path):
         return None
     try:
         return result if fileio.size(path) == result.bytes else None
@@ -87,10 +87,10 @@ def load_done(path: str, result_type, **expected):
 def load_sidecar(path: str, result_type, **expected):
     """The result saved for `path`, also once its data is gone (a part joined into its shard);
     None when there is none, it does not parse, or a field differs from `expected` (split,
-    shard, chunk: what the run knows the file holds), or it is hard linked (a file with another
-    name is never trusted: it is made again, under a new file). Its `temp_path` is `path`,
+    shard, chunk: what the run knows the file holds), or it is untrusted (fileio.is_untrusted:
+    hard linked or no regular file; it is made again, under a new file). Its `temp_path` is `path`,
     whatever the file says: no path is ever taken from a file's contents."""
-    if fileio.is_hard_linked(f'{path}.json'):
+    if fileio.is_untrusted(f'{path}.json'):
         return None
     data = output_folder.read_file(f'{path}.json')
     if data is None:

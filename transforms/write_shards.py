@@ -349,13 +349,13 @@ def _with_tables(results: list[ShardResult], hashed: bool) -> Iterator:
 def _complete_shard(path: str, split: str, shard: int,
                     settings: ConversionSettings) -> 'ShardResult | None':
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
-    output format with the size the sidecar gives it, none hard linked; else None (it is made
-    again)."""
+    output format with the size the sidecar gives it, none untrusted (fileio.is_untrusted);
+    else None (it is made again)."""
     result = resume.load_done(path, ShardResult, split=split, shard=shard)
     files = {f.name: output_folder.in_format(path, f) for f in settings.output_formats}
     try:
         if result is not None and all(
-                not fileio.is_hard_linked(file)
+                not fileio.is_untrusted(file)
                 and fileio.size(file) == result.format_bytes.get(name)
                 for name, file in files.items()):
             return result

@@ -98,6 +98,7 @@ def read_input(path: str, limit: int) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise DamagedInput(_not_regular(info.st_mode))
+        os.set_blocking(fd, True)   # A regular file: read it whole, as read() promises.
         if info.st_size > limit:
             raise TooLarge(f'{info.st_size} bytes,', limit)
         data = stream.read(limit + 1)
@@ -249,16 +250,18 @@ def _create_local(path: str):
     return os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), 'wb')
 
 
-def is_hard_linked(path: str) -> bool:
-    """Whether a local file has other names too (st_nlink > 1): one may lie outside the output,
-    so this tool never trusts such a file as its own work. False when absent and on Cloud
-    Storage."""
+def is_untrusted(path: str) -> bool:
+    """Whether a local file is not one this tool could have made: it has other names too
+    (st_nlink > 1; one may lie outside the output), or it is no regular file (a pipe would block
+    its reader, a link lead elsewhere). Such a file is never taken as the tool's own work. False
+    when absent and on Cloud Storage."""
     if is_gcs(path):
         return False
     try:
-        return os.stat(path, follow_symlinks=False).st_nlink > 1
+        found = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
+    return found.st_nlink > 1 or not stat.S_ISREG(found.st_mode)
 
 
 @contextlib.contextmanager
@@ -519,6 +522,13 @@ class Entry:
         return self.name.startswith('.')
 
 
+_SYSTEM_FOLDERS = ('/proc', '/sys', '/dev')
+
+
+def _is_system_folder(real: str) -> bool:
+    return real in _SYSTEM_FOLDERS or real.startswith(tuple(f'{f}/' for f in _SYSTEM_FOLDERS))
+
+
 def _local_entry(entry: os.DirEntry) -> Entry:
     try:
         found = entry.stat()  # Follows links.
@@ -528,6 +538,9 @@ def _local_entry(entry: os.DirEntry) -> Entry:
                   f'cannot read file: {exc.strerror}')
         return Entry(entry.path, entry.name, error=reason)
     if entry.is_dir():
+        if entry.is_symlink() and _is_system_folder(os.path.realpath(entry.path)):
+            return Entry(entry.path, entry.name, error='a link into /proc, /sys or /dev (they '
+                         'change as they are read and never end), not followed')
         return Entry(entry.path, entry.name, is_dir=True)
     if not stat.S_ISREG(found.st_mode):   # Never opened: a pipe would block, a device not end.
         return Entry(entry.path, entry.name, error=_not_regular(found.st_mode))
@@ -573,11 +586,17 @@ def walk_files(path: str) -> Iterator[tuple[str, Entry]]:
     seen = set()
 
     def walk(folder: str, relative: str) -> Iterator[tuple[str, Entry]]:
-        identity = os.stat(folder)
-        if (identity.st_dev, identity.st_ino) in seen:
+        try:
+            identity = os.stat(folder)
+            entries = list_dir(folder) if (identity.st_dev, identity.st_ino) not in seen else []
+        except (OSError, DatasetError) as exc:   # Gone since its parent was listed, denied, ...
+            if not relative:
+                raise
+            yield relative.rstrip('/'), Entry(folder, os.path.basename(folder), error=(
+                f'folder cannot be listed: {getattr(exc, "strerror", None) or exc}'))
             return
         seen.add((identity.st_dev, identity.st_ino))
-        for entry in list_dir(folder):
+        for entry in entries:
             name = f'{relative}{entry.name}'
             if entry.is_dir:
                 yield from walk(entry.path, name + '/')
@@ -671,14 +690,21 @@ def _permanent_write_error(exc: BaseException) -> str | None:
     return None
 
 
+# Local files that no retry can read: a socket (ENXIO), /proc/self/mem (EIO), a link loop, ...
+_PERMANENT_ERRNOS = frozenset({errno.ENXIO, errno.EIO, errno.ENODEV, errno.ELOOP,
+                               errno.ENAMETOOLONG, errno.EINVAL})
+
+
 def unreadable_input(exc: BaseException) -> str | None:
-    """Why an input file cannot be read, if retrying cannot help (missing, denied); else None."""
+    """Why an input file cannot be read, if retrying cannot help (missing, denied, a socket);
+    else None."""
     from google.api_core import exceptions as google
     for cause in _causes(exc):
         if isinstance(cause, DamagedInput):
             return str(cause)
         if isinstance(cause, (FileNotFoundError, PermissionError, IsADirectoryError,
-                              NotADirectoryError)):
+                              NotADirectoryError)) or (isinstance(cause, OSError)
+                                                       and cause.errno in _PERMANENT_ERRNOS):
             return cause.strerror or type(cause).__name__
         if isinstance(cause, (google.NotFound, google.Forbidden)):
             return _short(cause)

@@ -587,10 +587,12 @@ def dataset_files(output_dir: str) -> list[str]:
     data = read_file(path)
     if data is None:
         return []
-    info = _json(data)
-    if not is_own_dataset(info, read_metadata(output_dir, metadata.SUMMARY)):
+    info, summary = _json(data), read_metadata(output_dir, metadata.SUMMARY)
+    if not is_own_dataset(info, summary):
         return []
     names = named_files(info, path)
+    if isinstance(summary.get('digests'), dict):   # It noted the metadata files it wrote.
+        names = [n for n in names if n != metadata.OLD_CLASS_NAMES or n in summary['digests']]
     files, _ = _entries(output_dir)
     return [name for name in names if name in files]
 
