@@ -34,8 +34,14 @@ def test_existing_dataset_is_refused_then_fully_replaced_with_overwrite(tmp_path
     assert message.startswith(f'{out} already holds a dataset (')
     assert message.endswith('pass --overwrite to replace it or choose another --output_dir')
     (tmp_path / 'out' / 'notes.md').write_text('not ours')
-    # The class names under the name earlier versions gave them (nested TFDS features).
+    # As earlier versions wrote it: the class names under the name they gave them (nested TFDS
+    # features), and a summary.json without the digests of the metadata files.
     os.rename(f'{out}/image.class.label.labels.txt', f'{out}/image-class-label.labels.txt')
+    with open(f'{out}/summary.json') as stream:
+        summary = json.load(stream)
+    del summary['digests']
+    with open(f'{out}/summary.json', 'w') as stream:
+        json.dump(summary, stream)
     convert(f'--input_dir={images}', f'--output_dir={out}', '--overwrite', '--dataset_name=new')
     names = sorted(os.listdir(out))
     assert [n for n in names if 'tfrecord' in n] == ['new-train.tfrecord-00000-of-00001']

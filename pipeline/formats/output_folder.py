@@ -198,12 +198,17 @@ def _json(data: bytes):
         return None
 
 
+METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
+
+
 def read_metadata(output_dir: str, name: str) -> dict | None:
-    """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder, or
-    not a JSON object this tool could have written."""
+    """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder,
+    larger than METADATA_LIMIT, or not a JSON object this tool could have written."""
     try:
-        found = _read_file(fileio.join(output_dir, name))
+        found = _read_file(fileio.join(output_dir, name), METADATA_LIMIT)
     except _NotAFile:
+        return None
+    if found is not None and len(found[0]) > METADATA_LIMIT:
         return None
     document = _json(found[0]) if found is not None else None
     return document if isinstance(document, dict) else None
@@ -584,10 +589,8 @@ def dataset_files(output_dir: str) -> list[str]:
     are not this tool's (see is_own_dataset); one of this tool's that it cannot read is a
     DatasetError."""
     path = fileio.join(output_dir, metadata.DATASET_INFO)
-    data = read_file(path)
-    if data is None:
-        return []
-    info, summary = _json(data), read_metadata(output_dir, metadata.SUMMARY)
+    info, summary = (read_metadata(output_dir, name) for name in (metadata.DATASET_INFO,
+                                                                  metadata.SUMMARY))
     if not is_own_dataset(info, summary):
         return []
     names = named_files(info, path)
