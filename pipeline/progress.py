@@ -45,6 +45,7 @@ class Progress:
         self._seen: dict[str, int] = {}   # Sidecar path -> inputs it accounts for.
         self._total = self._started = None
         self._ended = False
+        self._all_done_at = None   # When the polls saw every input done (for the last rate).
         self._watching = console.watching_lines(self._before_line)
         self._previous_sigint = None
 
@@ -93,8 +94,8 @@ class Progress:
             if finished and self._read_plan():
                 todo = self._total - self._reused
                 if todo > 0:
-                    LOG.info('%s', status_text(todo, todo, self._reused,
-                                               time.time() - self._started))
+                    end = self._all_done_at or time.time()
+                    LOG.info('%s', status_text(todo, todo, self._reused, end - self._started))
 
     def _read_plan(self) -> bool:
         """Whether the plan (the total and the conversion's start) is known, reading it once."""
@@ -108,7 +109,7 @@ class Progress:
         return True
 
     def _watch(self) -> None:
-        done, last_line, next_step = 0, time.monotonic(), 1
+        done, last_line, next_step, shown = 0, time.monotonic(), 1, None
         while not self._stop.wait(self._poll):
             try:
                 if not self._read_plan():
@@ -118,11 +119,17 @@ class Progress:
                 logging.getLogger(console.TRACE).info('progress', exc_info=True)
                 continue
             todo = self._total - self._reused
-            text = status_text(min(done, todo), todo, self._reused, time.time() - self._started)
+            if done >= todo and self._all_done_at is None:
+                self._all_done_at = time.time()
+            text = status_text(min(done, todo), todo, self._reused,
+                               (self._all_done_at or time.time()) - self._started)
+            if text == shown:
+                continue
             with console.output_lock():
                 if self._ended:
                     return
                 if console.show_status(text):
+                    shown = text
                     continue
                 step = int(10 * done / max(1, todo))
                 if 0 < done < todo and (step >= next_step
