@@ -127,9 +127,10 @@ def test_a_failing_run_prints_one_line_and_no_traceback(tmp_path, case):
                 f'mount -t tmpfs -o size=64k tmpfs {out} && exec "$@"', 'sh', *argv]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
-    lines = result.stderr.splitlines()   # Progress lines, then the error.
-    assert len(lines) <= 3 and 'Traceback' not in result.stderr
+    lines = result.stderr.splitlines()   # Progress and shard lines, then the error.
+    assert 'Traceback' not in result.stderr
     assert [n for n, line in enumerate(lines) if line.startswith('error: ')] == [len(lines) - 1]
+    assert all(line.startswith('converting: ') or ' shard ' in line for line in lines[:-1]), lines
     lines = lines[-1:]
     expected = {
         'empty split': "error: split 'test' has no examples; add images for it or leave the "
