@@ -57,13 +57,14 @@ def _parsed(flags: 'Sequence[str] | Options', values: dict) -> Options:
 
 
 def prepare(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
-            waits: bool = True, **values) -> Job:
+            waits: bool = True, check_buckets: bool = True, **values) -> Job:
     """Resolves the options, takes the output lock and builds the pipeline without running it.
 
     Options are command-line `flags` (ours, Beam's, the runners') and keyword `values` by option
     name, which take precedence, or an Options that `options.parse` made of them. `waits`: the
     caller runs the job to its end (and then releases the lock); otherwise the job's commit step
-    releases it. Dry runs and template files take no lock.
+    releases it. Dry runs and template files take no lock. `check_buckets`: whether the gs://
+    buckets named are checked (a dry run without credentials cannot).
     """
     parsed = _parsed(flags, values)
     options, given, opts = parsed.beam, parsed.given, parsed.converter
@@ -75,7 +76,7 @@ def prepare(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
         opts.output_dir, opts.overwrite = SAMPLE_OUTPUT, True
         LOG.info('no input given: converting a generated sample dataset into ./%s', SAMPLE_OUTPUT)
     try:
-        return _prepare(options, given, config, waits, sample_dir)
+        return _prepare(options, given, config, waits, sample_dir, check_buckets)
     except BaseException:
         if sample_dir:
             shutil.rmtree(sample_dir, ignore_errors=True)
@@ -83,7 +84,7 @@ def prepare(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
 
 
 def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
-             sample_dir: str | None) -> Job:
+             sample_dir: str | None, check_buckets: bool) -> Job:
     opts = options.view_as(ConverterOptions)
     if not opts.output_dir and not opts.plan_only:
         raise DatasetError('--output_dir is required: a local folder or gs://bucket/prefix')
@@ -91,7 +92,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     if output_dir:
         output_folder.check_output_dir(output_dir)
     for path in [output_dir, opts.input_dir, opts.labels_file,
-                 *(getattr(opts, f'csv_{s}') for s in SPLITS)]:
+                 *(getattr(opts, f'csv_{s}') for s in SPLITS)] if check_buckets else []:
         fileio.check_bucket(path or '')
     source = resolve_source(opts, config)
     if output_dir:
@@ -310,10 +311,11 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
 
 
 def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
-         **values) -> dict:
+         *, time_here: bool = True, **values) -> dict:
     """Lists the input and plans the conversion without converting anything: per split the
     inputs, ignored files, labels, shards and estimated sizes, with the time and worker
-    estimate of pipeline/plan.py. Options as for `prepare` (with --plan_only)."""
+    estimate of pipeline/plan.py (`time_here`: with the time on this machine, for a local
+    runner). Options as for `prepare` (with --plan_only)."""
     parsed = _parsed(flags, dict(values, plan_only=True))
     if not parsed.converter.plan_only:
         raise ValueError('plan() needs options with plan_only set')
@@ -325,7 +327,7 @@ def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfi
         fileio.delete([job.plan_path] if fileio.exists(job.plan_path) else [])
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
-    cores = os.cpu_count() if is_direct(job.options) else 0
+    cores = os.cpu_count() if is_direct(job.options) and time_here else 0
     return estimate(document, cores)
 
 

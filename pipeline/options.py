@@ -202,7 +202,8 @@ def converter_parser() -> argparse.ArgumentParser:
         '(tf.train.Example) per split, on Apache Beam.',
         epilog='Every other flag goes to Beam, e.g. --runner=DataflowRunner --project=P '
         '--region=R --temp_location=gs://B/tmp (with --dry_run=true: build the Dataflow job and '
-        'print its steps, workers and staged files without submitting it), or '
+        'print its stages, workers, staged files and plan without submitting it; without '
+        'credentials it runs offline, the buckets unchecked), or '
         '--direct_num_workers=N for a local run (default: one worker process per core).')
     ConverterOptions._add_argparse_args(parser)
     return parser

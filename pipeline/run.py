@@ -14,13 +14,13 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 
 from apache_beam.options.pipeline_options import (  # noqa: E402
-    GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions, WorkerOptions)
+    GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions)
 
 from pipeline import job, plan, run_folder  # noqa: E402
 from pipeline.console import TRACE, send_stderr_to, setup_console_logging  # noqa: E402
-from pipeline.credentials import check_credentials  # noqa: E402
-from pipeline.dataflow import (  # noqa: E402
-    build_worker_package, check_locations, is_dataflow)
+from pipeline.credentials import check_credentials, missing_credentials  # noqa: E402
+from pipeline.dataflow import check_locations, is_dataflow  # noqa: E402
+from pipeline.dry_run import dry_run  # noqa: E402
 from pipeline.formats import output_folder, shard_formats  # noqa: E402
 from pipeline.formats.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
@@ -96,29 +96,6 @@ def _submit(options: Options) -> int:
     return 0
 
 
-def _dry_run(options: Options) -> int:
-    """Builds a Dataflow job as a submission would, without submitting it, and says what was
-    checked."""
-    if not is_dataflow(options.beam):
-        raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
-                           'use --plan_only to see what it would write')
-    prepared = job.prepare(options)   # A dry run takes no lock and writes nothing.
-    result = prepared.pipeline.run()
-    steps = len(result.job.proto_pipeline.components.transforms)
-    workers = prepared.options.view_as(WorkerOptions)
-    cloud = prepared.options.view_as(GoogleCloudOptions)
-    staged = build_worker_package(prepared.options)
-    print('Dry run: nothing submitted. Checked:\n'
-          f'  flags and Dataflow options (project {cloud.project}, region {cloud.region}, '
-          f'temp {cloud.temp_location})\n'
-          f'  the buckets of the input and of {prepared.settings.output_dir}\n'
-          f'  the job graph: {steps} steps; workers {workers.machine_type}, up to '
-          f'{workers.max_num_workers}\n'
-          '  the files staged for the workers: '
-          + ', '.join(f'{name} ({size / 1e3:.0f} KB)' for name, size in staged))
-    return 0
-
-
 def follow_hint(options: PipelineOptions, result) -> str:
     """Where to follow a job handed to a service."""
     cloud = options.view_as(GoogleCloudOptions)
@@ -150,16 +127,18 @@ def main(argv: list[str] | None = None) -> int:
         if is_dataflow(beam_options) and not beam_options.view_as(
                 GoogleCloudOptions).template_location:
             check_locations(beam_options)   # Before anything touches the network.
-        check_credentials([flags.input_dir, flags.output_dir, flags.labels_file,
-                           *(getattr(flags, f'csv_{split}') for split in SPLITS),
-                           beam_options.view_as(GoogleCloudOptions).temp_location])
+        paths = [flags.input_dir, flags.output_dir, flags.labels_file,
+                 *(getattr(flags, f'csv_{split}') for split in SPLITS),
+                 beam_options.view_as(GoogleCloudOptions).temp_location]
+        if beam_options.view_as(TestOptions).dry_run and not flags.plan_only:
+            print(dry_run(options, signed_in=missing_credentials(paths) is None))
+            return _done()
+        check_credentials(paths)
         if flags.plan_only:
             document = job.plan(options)
             print(plan.dumps(document) if flags.plan_format == 'json'
                   else plan.format_plan(document))
             return _done()
-        if beam_options.view_as(TestOptions).dry_run:
-            return _dry_run(options)
         if job.is_remote(beam_options):
             return _submit(options)
         summary = job.convert(options)

@@ -1,16 +1,20 @@
 """A Dataflow command from the command line, offline: options that cannot work are refused in
 one line before anything touches the network, and a dry run checks the job without submitting."""
+import os
 import re
+import socket
 
 import pytest
 
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import run_cli
+from tests.helpers import run_cli, write_tree
 
 pytestmark = pytest.mark.slow
 
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
+STAGES = ['List Examples', 'Resolve Labels', 'Drop Ignored', 'Plan Shards', 'Write Shards',
+          'Commit Dataset']
 
 
 @pytest.fixture
@@ -33,10 +37,11 @@ def test_dry_run_from_the_command_line_checks_the_job_and_submits_nothing(raw):
                      f'--input_dir={raw}', f'--output_dir=gs://{BUCKET}/out')
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == 'Dry run: nothing submitted. Checked:'
-    assert re.fullmatch(r'  the job graph: \d+ steps; workers n2-standard-4, up to 32', lines[3])
-    assert re.fullmatch(r'  the files staged for the workers: workflow.tar.gz \(\d+ KB\), '
-                        r'submission_environment_dependencies.txt \(\d+ KB\)', lines[4])
+    assert lines[:2] == ['Dry run: nothing submitted.', 'Checked: the buckets of the input and of '
+                         f'gs://{BUCKET}/out, with your credentials']
+    assert re.fullmatch(r'Job graph: \d+ steps in these stages: ' + ', '.join(STAGES), lines[3])
+    assert re.fullmatch(r'Staged for the workers: workflow.tar.gz \(\d+ KB\), '
+                        r'submission_environment_dependencies.txt \(\d+ KB\)', lines[5])
     assert download('out') == {} and download('tmp') == {}
     missing = run_cli(*CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp',
                       f'--input_dir={raw}', '--output_dir=gs://no-such-bucket/out')
@@ -54,3 +59,48 @@ def test_dry_run_is_refused_for_a_local_run(tmp_path):
         'error: --dry_run checks a Dataflow job without submitting it; for a local run use '
         '--plan_only to see what it would write']
     assert not (tmp_path / 'out').exists()
+
+
+def test_dry_run_without_credentials_is_offline_and_prints_what_would_be_submitted(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
+                                          for i in range(6)})
+    gcloud = tmp_path / 'gcloud'
+    gcloud.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if 'EMULATOR' not in k and k not in ('GOOGLE_APPLICATION_CREDENTIALS',
+                                                 'GOOGLE_CLOUD_PROJECT')}
+    with socket.socket() as silent:   # A metadata server that never answers: no machine account.
+        silent.bind(('127.0.0.1', 0))
+        silent.listen()
+        host = f'127.0.0.1:{silent.getsockname()[1]}'
+        env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(gcloud), GCE_METADATA_HOST=host,
+                   GCE_METADATA_IP=host)
+        result = run_cli(*CLOUD, '--dry_run=true', '--temp_location=gs://my-bucket/tmp',
+                         f'--input_dir={inputs}', '--output_dir=gs://my-bucket/out', env=env,
+                         cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == [
+        'Dry run: nothing submitted.',
+        'No Google Cloud credentials found: the buckets were not checked (sign in with gcloud '
+        'auth application-default login and run it again to check them)',
+        'Dataflow options: project my-project, region us-central1, temp gs://my-bucket/tmp, '
+        'staging gs://my-bucket/tmp']
+    assert re.fullmatch(r'Job graph: \d+ steps in these stages: ' + ', '.join(STAGES), lines[3])
+    assert lines[4] == ('Workers: n2-standard-4, 1 at first and up to 32 (THROUGHPUT_BASED '
+                        'autoscaling), 4 harness threads per SDK process, 30 GB disk; code: this '
+                        f'package built from {os.path.dirname(os.path.dirname(__file__))}/setup.py')
+    assert re.fullmatch(r'Staged for the workers: workflow.tar.gz \(\d+ KB\), '
+                        r'submission_environment_dependencies.txt \(\d+ KB\)', lines[5])
+    assert lines[7] == 'Plan (listed here, with the Dataflow estimate):'
+    assert lines[9].split()[:2] == ['train', '6'] and '6 images' in result.stdout
+    assert sorted(os.listdir(tmp_path)) == ['gcloud', 'in']
+
+    refused = run_cli(*CLOUD, '--dry_run=true', '--temp_location=gs://my-bucket/tmp',
+                      '--input_dir=gs://my-bucket/in', '--output_dir=gs://my-bucket/out',
+                      env=dict(env, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / 'none.json')),
+                      timeout=120)
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        'error: gs://my-bucket/in is read to build the job (its splits, labels and listing): a dry '
+        'run without Google Cloud credentials needs the input on local disk; or sign in (gcloud '
+        'auth application-default login)']

@@ -1,0 +1,86 @@
+"""`--dry_run=true` with `--runner=DataflowRunner`: what a submission would send, without sending
+it. The job is built as a submission builds it (Beam's option checks, the job graph, the package
+staged for the workers) and printed with the plan's estimate; nothing is written anywhere.
+
+Without Google Cloud credentials it works offline: the buckets are not checked (it says so), and
+the input must be on local disk (its top folders decide the job's graph, and it is planned).
+"""
+from apache_beam.options.pipeline_options import (
+    DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, WorkerOptions)
+
+from pipeline import job, plan
+from pipeline.dataflow import build_worker_package, is_dataflow
+from pipeline.formats import fileio
+from pipeline.formats.errors import DatasetError
+from pipeline.formats.metadata import SPLITS
+from pipeline.options import Options, parse
+
+
+def dry_run(options: Options, signed_in: bool) -> str:
+    """Builds the Dataflow job of `options` without submitting it; returns what would be
+    submitted. `signed_in`: there are credentials for the gs:// paths (else none is touched)."""
+    if not is_dataflow(options.beam):
+        raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
+                           'use --plan_only to see what it would write')
+    flags = options.converter
+    inputs = [flags.input_dir, flags.labels_file, *(getattr(flags, f'csv_{s}') for s in SPLITS)]
+    remote = next((p for p in inputs if p and fileio.is_gcs(p)), None)
+    if not signed_in and remote:
+        raise DatasetError(f'{remote} is read to build the job (its splits, labels and listing): '
+                           'a dry run without Google Cloud credentials needs the input on local '
+                           'disk; or sign in (gcloud auth application-default login)')
+    planned = _plan_here(options)
+    if not signed_in:   # Else Beam looks for credentials, retrying for a minute, before going on.
+        options.beam.view_as(GoogleCloudOptions).no_auth = True
+    prepared = job.prepare(options, check_buckets=signed_in)   # No lock; nothing written.
+    try:
+        graph = prepared.pipeline.run().job.proto_pipeline
+    except ValueError as exc:   # Beam's checks of the Dataflow options.
+        if 'validations errors' not in str(exc):
+            raise
+        raise DatasetError('Dataflow would refuse these options: '
+                           + '; '.join(str(exc).splitlines()[1:]).strip()) from None
+    cloud = prepared.options.view_as(GoogleCloudOptions)
+    lines = ['Dry run: nothing submitted.',
+             f'Checked: the buckets of the input and of {prepared.settings.output_dir}, with your '
+             'credentials' if signed_in else
+             'No Google Cloud credentials found: the buckets were not checked (sign in with gcloud '
+             'auth application-default login and run it again to check them)',
+             f'Dataflow options: project {cloud.project}, region {cloud.region}, temp '
+             f'{cloud.temp_location}, staging {cloud.staging_location or cloud.temp_location}',
+             f'Job graph: {len(graph.components.transforms)} steps in these stages: '
+             + ', '.join(_stages(graph)),
+             f'Workers: {_workers(prepared.options)}',
+             'Staged for the workers: ' + ', '.join(
+                 f'{name} ({size / 1e3:.0f} KB)' for name, size in build_worker_package(
+                     prepared.options)),
+             '', 'Plan (listed here, with the Dataflow estimate):', plan.format_plan(planned)]
+    return '\n'.join(lines)
+
+
+def _stages(graph) -> list[str]:
+    """The names of the job's stages: the transforms directly under the pipeline's root."""
+    transforms = graph.components.transforms
+    top = list(graph.root_transform_ids)
+    while len(top) == 1 and transforms[top[0]].subtransforms:   # A wrapper around them all.
+        top = list(transforms[top[0]].subtransforms)
+    return [transforms[t].unique_name for t in top]
+
+
+def _workers(options: PipelineOptions) -> str:
+    workers = options.view_as(WorkerOptions)
+    threads = options.view_as(DebugOptions).number_of_worker_harness_threads
+    code = (f'SDK container {workers.sdk_container_image}' if workers.sdk_container_image
+            else f'this package built from {options.view_as(SetupOptions).setup_file}')
+    return (f'{workers.machine_type}, {workers.num_workers or 1} at first and up to '
+            f'{workers.max_num_workers} ({workers.autoscaling_algorithm or "THROUGHPUT_BASED"} '
+            f'autoscaling), {threads} harness threads per SDK process, {workers.disk_size_gb} GB '
+            f'disk; code: {code}')
+
+
+def _plan_here(options: Options) -> dict:
+    """The plan of the input, listed by a local runner (the Dataflow job would list the same);
+    its estimate is the Dataflow one."""
+    values = dict(options.beam.get_all_options(drop_default=True), runner='DirectRunner',
+                  plan_only=True, dry_run=False, output_dir=None)
+    return job.plan(parse([], **values), time_here=False)
