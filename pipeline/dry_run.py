@@ -79,8 +79,9 @@ def _workers(options: PipelineOptions) -> str:
 
 
 def _plan_here(options: Options) -> dict:
-    """The plan of the input, listed by a local runner (the Dataflow job would list the same);
-    its estimate is the Dataflow one."""
+    """The plan of the input, listed by a local runner (the Dataflow job would list the same),
+    with the Dataflow estimate only."""
     values = dict(options.beam.get_all_options(drop_default=True), runner='DirectRunner',
                   plan_only=True, dry_run=False, output_dir=None)
-    return job.plan(parse([], **values), time_here=False)
+    document = job.plan(parse([], **values))
+    return plan.estimate({k: v for k, v in document.items() if k != 'estimate'})

@@ -8,7 +8,8 @@
                -> Commit Dataset
 (and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)
 
-A plan-only job (`--plan_only`) runs the first three stages and writes the plan instead.
+A plan-only job (`--plan_only`) runs the first three stages and writes the plan instead (on a
+local runner, with the conversion rate of a sample of the inputs: transforms/local_rate.py).
 """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -19,6 +20,7 @@ from pipeline.progress import plan_path
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, Partition, is_input
+from transforms.local_rate import MeasureLocalRate
 from transforms.settings import ConversionSettings
 from transforms.sharding import PlanShards
 from transforms.write_shards import WriteShards
@@ -47,13 +49,18 @@ def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam
 
 
 def build_plan_pipeline(options: PipelineOptions, partitions: list[Partition],
-                        settings: ConversionSettings, plan_path: str) -> beam.Pipeline:
-    """Lists and plans without converting: the plan document goes to `plan_path`."""
+                        settings: ConversionSettings, plan_path: str,
+                        measure_rate: bool = False) -> beam.Pipeline:
+    """Lists and plans without converting: the plan document goes to `plan_path`, with this
+    machine's conversion rate for a sample of the inputs if `measure_rate`."""
     p = beam.Pipeline(runner=runner_for(options), options=options)
     measure_sizes = not all(x.sizes_known for x in partitions)
-    facts, label_map, _, plans = _plan(p, partitions, settings, measure_sizes)
+    facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
+    rate = ([inputs | 'Measure Local Rate' >> MeasureLocalRate(settings, label_map)]
+            if measure_rate else [])
     _ = facts | 'Write Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
-                                         beam.pvalue.AsDict(plans), plan_path)
+                                         beam.pvalue.AsDict(plans), plan_path,
+                                         *map(beam.pvalue.AsSingleton, rate))
     return p
 
 

@@ -28,7 +28,7 @@ from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.local_runner import is_direct
 from pipeline.options import ConverterOptions, Options, parse
-from pipeline.plan import estimate
+from pipeline.plan import Here, estimate
 from pipeline.progress import Progress
 from pipeline.sources import resolve_source
 from transforms import resume
@@ -115,8 +115,9 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     _default_to_all_cores(options, given)
     if opts.plan_only:  # Writes nothing to the output: no lock.
         path = _plan_path(options, settings)
-        return Job(build_plan_pipeline(options, source.partitions, settings, path), settings,
-                   options, sample_dir, path)
+        return Job(build_plan_pipeline(options, source.partitions, settings, path,
+                                       measure_rate=is_direct(options)),
+                   settings, options, sample_dir, path)
     if (options.view_as(TestOptions).dry_run
             or options.view_as(GoogleCloudOptions).template_location):  # A job description only.
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
@@ -311,11 +312,13 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
 
 
 def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,
-         *, time_here: bool = True, **values) -> dict:
+         *, started: float | None = None, **values) -> dict:
     """Lists the input and plans the conversion without converting anything: per split the
     inputs, ignored files, labels, shards and estimated sizes, with the time and worker
-    estimate of pipeline/plan.py (`time_here`: with the time on this machine, for a local
-    runner). Options as for `prepare` (with --plan_only)."""
+    estimate of pipeline/plan.py; on a local runner, with the time on this machine, whose
+    fixed part counts from `started` (time.monotonic() when the command started, so that its
+    imports count; default: now). Options as for `prepare` (with --plan_only)."""
+    started = time.monotonic() if started is None else started
     parsed = _parsed(flags, dict(values, plan_only=True))
     if not parsed.converter.plan_only:
         raise ValueError('plan() needs options with plan_only set')
@@ -323,12 +326,25 @@ def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfi
     try:
         job.pipeline.run().wait_until_finish()
         document = json.loads(fileio.read_bytes(job.plan_path))
+        planned = time.monotonic() - started
     finally:
         fileio.delete([job.plan_path] if fileio.exists(job.plan_path) else [])
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
-    cores = os.cpu_count() if is_direct(job.options) and time_here else 0
-    return estimate(document, cores)
+    if not is_direct(job.options):
+        return estimate(document)
+    output_dir = job.options.view_as(ConverterOptions).output_dir or ''
+    here = Here(cores=os.cpu_count() or 1, workers=_local_workers(job.options),
+                planning_seconds=planned, output_in_cloud=fileio.is_gcs(output_dir))
+    return estimate(document, here)
+
+
+def _local_workers(options: PipelineOptions) -> int:
+    """The worker processes a local run converts in (threads share one core's worth of Python)."""
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode != 'multi_processing':
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
 
 
 def _counters(result) -> dict:

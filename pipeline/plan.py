@@ -10,11 +10,17 @@ The rate per vCPU is measured with one work item per vCPU while every Cloud Stor
 50 ms (benchmarks/latency.py): the converter's CPU per image, the reads being hidden by
 --reads_in_flight. More threads per process add reads in flight, not CPU, so they cannot raise
 it; fewer reads in flight can lower it, as a thread converts at most --reads_in_flight /
-seconds per read images/s (32 / 50 ms = 640/s, above the measured rate). A bucket serves about 5,000 object reads/s
-at first and more only as Cloud Storage ramps it up; a plan that reads faster is told how long
-the reads alone take under that ramp. The rate is measured; everything else is an assumption
-stated in the output and in docs/cloud.md.
+seconds per read images/s (32 / 50 ms = 640/s, above the measured rate). A bucket serves
+about 5,000 object reads/s at first and more only as Cloud Storage ramps it up; a plan that
+reads faster is told how long the reads alone take under that ramp. The rate is measured;
+everything else is an assumption stated in the output and in docs/cloud.md.
+
+The time on this machine (a local runner) is measured instead, during the plan: the plan's own
+time from the command's start (start-up, listing and planning, which the conversion repeats),
+and the conversion at the rate of a sample of the inputs converted with the run's options
+(transforms/local_rate.py) on the local workers, capped by the CPU the machine spent per image.
 """
+import dataclasses
 import json
 import math
 
@@ -43,8 +49,9 @@ def seconds_to_read(objects: int) -> float:
     return doubling * math.log2(1 + objects * math.log(2) / (rate * doubling))
 
 
-def plan_document(facts, label_map, plans: dict) -> dict:
-    """Per split: inputs, ignored files, labels, shards, estimated bytes (runs in the pipeline)."""
+def plan_document(facts, label_map, plans: dict, local_rate: dict | None = None) -> dict:
+    """Per split: inputs, ignored files, labels, shards, estimated bytes, and the rate measured
+    here if any (runs in the pipeline)."""
     splits = {}
     for split, plan in plans.items():
         labels = {t for t, where in facts.texts.items() if split in where} or facts.int_labels
@@ -55,26 +62,41 @@ def plan_document(facts, label_map, plans: dict) -> dict:
                          'shard_bytes': plan.input_bytes // plan.num_shards}
         if facts.streamed.get(split):   # Gzip archives: read in one pass per chunk.
             splits[split]['streamed_archives'] = sorted(facts.streamed[split])
-    return {'labels': len(label_map.names), 'splits': splits}
+    document = {'labels': len(label_map.names), 'splits': splits}
+    return dict(document, local_rate=local_rate) if local_rate else document
 
 
-def write_plan(facts, label_map, plans: dict, path: str) -> None:
+def write_plan(facts, label_map, plans: dict, path: str, local_rate: dict | None = None) -> None:
     """The last step of a plan-only job: its document, as JSON at `path`."""
-    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans)).encode())
+    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans, local_rate)).encode())
 
 
-def estimate(document: dict, cores: int) -> dict:
-    """Adds the time and worker model to a plan document."""
+@dataclasses.dataclass(frozen=True)
+class Here:
+    """This machine, for the time of a local run: its cores, the local runner's worker
+    processes, the seconds the plan took from the command's start (imports, the runner's
+    start-up, listing, planning, and timing the sample), and whether the output is gs://."""
+    cores: int
+    workers: int
+    planning_seconds: float
+    output_in_cloud: bool = False
+
+
+def estimate(document: dict, here: Here | None = None) -> dict:
+    """Adds the time and worker model to a plan document: for Dataflow, and with `here`, for a
+    local run on this machine."""
     images = sum(s['inputs'] for s in document['splits'].values())
     vcpu_hours = images / IMAGES_PER_VCPU_SECOND / 3600
     workers = max(1, math.ceil(vcpu_hours / DATAFLOW_VCPUS_PER_WORKER))
     reads_per_second = workers * DATAFLOW_VCPUS_PER_WORKER * IMAGES_PER_VCPU_SECOND
+    local = time_here(document, images, here) if here else None
     return dict(document, estimate={
         'images': images,
         'input_bytes': sum(s['input_bytes'] for s in document['splits'].values()),
         'vcpu_hours': vcpu_hours,
-        'seconds_here': images / IMAGES_PER_VCPU_SECOND / max(1, cores),
-        'cores_here': cores,
+        'seconds_here': local['seconds'] if local else None,
+        'cores_here': here.cores if here else 0,
+        'here': local,
         'dataflow_workers_for_one_hour': workers,
         'reads_per_second': reads_per_second,
         'bucket_reads_per_second': BUCKET_READS_PER_SECOND,
@@ -89,6 +111,32 @@ def estimate(document: dict, cores: int) -> dict:
                        f'{RAMP_DOUBLING_SECONDS // 60} min at most; start-up and listing not '
                        'included',
     })
+
+
+def time_here(document: dict, images: int, here: Here) -> dict:
+    """The wall time of the same command without --plan_only on this machine: the plan's own
+    time (start-up, listing, planning; the conversion repeats them) less the sample's timing,
+    plus the conversion at the rate measured for the sample (transforms/local_rate.py). The
+    conversion runs on the workers that convert at once
+    (at most one per core and per chunk), and cannot be faster than the cores give the CPU the
+    whole machine spent per sampled image: with a gs:// output, the CPU it spent beyond the
+    worker's own (a local storage emulator's, other processes') is counted twice, as the
+    conversion writes back the bytes it read (the sample writes to local disk)."""
+    rate = document.get('local_rate') or {}
+    chunks = sum(s['chunks'] for s in document['splits'].values())
+    parallel = max(1, min(here.workers, here.cores, chunks))
+    fixed = max(0.0, here.planning_seconds - rate.get('seconds', 0.0))
+    per_image = rate.get('seconds_per_image') or 1 / IMAGES_PER_VCPU_SECOND
+    machine_cpu = rate.get('machine_cpu_seconds_per_image') or 0
+    if here.output_in_cloud:   # The same bytes written back through the storage.
+        machine_cpu += max(0.0, machine_cpu - rate.get('worker_cpu_seconds_per_image', 0))
+    per_image_here = max(per_image / parallel, machine_cpu / here.cores)
+    converting = images * per_image_here
+    return {'seconds': fixed + converting, 'fixed_seconds': fixed, 'images': images,
+            'converting_seconds': converting, 'workers': parallel,
+            'seconds_per_image': rate.get('seconds_per_image'),
+            'machine_cpu_seconds_per_image': rate.get('machine_cpu_seconds_per_image'),
+            'images_timed': rate.get('images', 0)}
 
 
 def format_plan(document: dict) -> str:
@@ -110,9 +158,7 @@ def format_plan(document: dict) -> str:
     e = document['estimate']
     lines += ['', f'{e["images"]} images, about {e["input_bytes"] / 1e9:.1f} GB in and out '
               f'(pass-through keeps the bytes); {document["labels"]} label ids.',
-              f'Conversion: about {e["vcpu_hours"]:.3g} vCPU-hours'
-              + (f': ~{e["seconds_here"]:.0f} s on the {e["cores_here"]} cores here' if e['cores_here']
-                 else '')
+              f'Conversion: about {e["vcpu_hours"]:.3g} vCPU-hours on Dataflow'
               + f'; one hour needs {e["dataflow_workers_for_one_hour"]} Dataflow n2-standard-4 '
               f'worker(s), reading {e["reads_per_second"]:,.0f} objects/s.']
     if e['read_limited_seconds'] is not None:
@@ -122,8 +168,28 @@ def format_plan(document: dict) -> str:
             f'so the reads alone take at least {e["read_limited_seconds"] / 3600:.1f} h however '
             'many workers run: reads beyond the bucket\'s rate are answered 429 and retried '
             'with backoff.')
-    lines.append(f'Assumes {e["assumptions"]}.')
+    lines.append(f'Dataflow assumes {e["assumptions"]}.')
+    if e.get('here'):
+        lines.append(here_line(e['here']))
     return '\n'.join(lines)
+
+
+def here_line(here: dict) -> str:
+    """The time on this machine and how it was measured."""
+    if here['images_timed']:
+        how = (f'the rate measured now: {here["images_timed"]} sampled inputs converted with these '
+               'options by one worker (read, decode, checks, Example encoding, writing) at '
+               f'{1 / here["seconds_per_image"]:,.0f} images/s, times {here["workers"]} worker(s), '
+               'capped by the CPU the whole machine used per image meanwhile (other processes '
+               'and a local storage emulator included)')
+    else:
+        how = (f'{IMAGES_PER_VCPU_SECOND} images/s per worker x {here["workers"]}, the Dataflow '
+               'rate (no input could be sampled here)')
+    rate = here['converting_seconds'] and here['images'] / here['converting_seconds']
+    return (f'Here: ~{here["seconds"]:.0f} s for the same command without --plan_only: '
+            f'{here["fixed_seconds"]:.0f} s of start-up, listing and planning (as this plan took '
+            f'them) and {here["converting_seconds"]:.0f} s converting at {rate:,.0f} images/s, '
+            f'{how}.')
 
 
 def dumps(document: dict) -> str:

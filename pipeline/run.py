@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             return _done()
         check_credentials(paths)
         if flags.plan_only:
-            document = job.plan(options)
+            document = job.plan(options, started=STARTED)
             print(plan.dumps(document) if flags.plan_format == 'json'
                   else plan.format_plan(document))
             return _done()

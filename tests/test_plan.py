@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from pipeline.testing import archivemaker, imagemaker
-from tests.helpers import write_tree
+from pipeline.testing.gcs_servers import upload
+from tests.helpers import run_cli, write_tree
+from transforms.local_rate import SAMPLE_SIZE, WARM_UP
 
 
 def _plan_cli(*argv):
@@ -69,13 +71,12 @@ def _document(images: int) -> dict:
 
 def test_a_plan_that_reads_faster_than_a_new_bucket_serves_says_how_long_the_reads_take():
     from pipeline import plan
-    small = plan.estimate(_document(1_281_167), cores=0)['estimate']
+    small = plan.estimate(_document(1_281_167))['estimate']
     assert small['read_limited_seconds'] is None
     assert small['reads_per_second'] <= plan.BUCKET_READS_PER_SECOND
-    assert 'a bucket serves at first' not in plan.format_plan(plan.estimate(_document(1_281_167),
-                                                                          cores=0))
+    assert 'a bucket serves at first' not in plan.format_plan(plan.estimate(_document(1_281_167)))
 
-    large = plan.estimate(_document(100_000_000), cores=0)
+    large = plan.estimate(_document(100_000_000))
     e = large['estimate']
     assert e['reads_per_second'] > plan.BUCKET_READS_PER_SECOND
     # At 5,000 reads/s doubling every 20 minutes, 10^8 reads take about 73 minutes.
@@ -96,3 +97,64 @@ def test_an_input_archive_of_every_split_is_named_once(tmp_path):
     assert ('1 gzip-compressed archive(s), each listed in one pass and read again in one pass per '
             'chunk of its members (gzip cannot be split; an uncompressed .tar is read by ranged '
             f'reads): {tmp_path}/data.tar.gz\n') in result.stdout
+
+
+def test_the_time_here_is_the_plans_own_time_and_the_sampled_rate_on_the_workers_and_cores():
+    from pipeline import plan
+    rate = {'images': 280, 'seconds': 0.28, 'seconds_per_image': 0.001,
+            'machine_cpu_seconds_per_image': 0.001}
+    document = dict(_document(10_000), local_rate=rate)   # 78 chunks.
+    here = plan.Here(cores=2, workers=2, planning_seconds=5.28)
+    e = plan.estimate(document, here)['estimate']
+    # The plan's 5.28 s less the sample's 0.28 s, and 10,000 x 1 ms on two workers.
+    assert (e['here']['fixed_seconds'], e['here']['converting_seconds']) == pytest.approx((5, 5))
+    assert e['seconds_here'] == pytest.approx(10) and e['cores_here'] == 2
+    text = plan.format_plan(plan.estimate(document, here))
+    assert ('Here: ~10 s for the same command without --plan_only: 5 s of start-up, listing and '
+            'planning (as this plan took them) and 5 s converting at 2,000 images/s, the rate '
+            'measured now: 280 sampled inputs converted with these options by one worker') in text
+    # Other processes (or a local storage emulator) used a core more per image meanwhile.
+    busy = dict(document, local_rate=dict(rate, machine_cpu_seconds_per_image=0.002))
+    assert plan.estimate(busy, here)['estimate']['here']['converting_seconds'] == pytest.approx(10)
+    # To a gs:// output the bytes go back through the storage: its share (beyond the worker's
+    # own CPU) counts twice.
+    storage = dict(document, local_rate=dict(rate, worker_cpu_seconds_per_image=0.0005))
+    to_cloud = plan.Here(cores=2, workers=2, planning_seconds=5.28, output_in_cloud=True)
+    assert plan.estimate(storage, to_cloud)['estimate']['here']['converting_seconds'] == \
+        pytest.approx(7.5)
+    one_chunk = dict(document, splits={'train': dict(document['splits']['train'], chunks=1)})
+    assert plan.estimate(one_chunk, here)['estimate']['here']['workers'] == 1
+    assert plan.estimate(document)['estimate']['seconds_here'] is None   # Dataflow only.
+
+
+def _mosaic_tree(count: int) -> dict:
+    splits = ('train', 'train', 'train', 'validation', 'test')
+    return {f'{splits[i % 5]}/c{i % 10}/{i}.jpg': data
+            for i, data in enumerate(imagemaker.mosaics(count))}
+
+
+def _plan_then_run(input_dir: str, output_dir: str) -> tuple[dict, float]:
+    """The plan's estimate for this machine, then the wall time of the same command without
+    --plan_only, as it prints it."""
+    planned = _plan_cli(f'--input_dir={input_dir}', f'--output_dir={output_dir}',
+                        '--plan_format=json')
+    assert planned.returncode == 0, planned.stderr
+    run = run_cli(f'--input_dir={input_dir}', f'--output_dir={output_dir}')
+    assert run.returncode == 0, run.stderr
+    seconds = float(re.search(r' inputs in ([\d.]+) s of wall time', run.stdout)[1])
+    return json.loads(planned.stdout)['estimate'], seconds
+
+
+@pytest.mark.slow
+def test_the_time_here_is_within_30_percent_of_the_run_from_local_disk(tmp_path):
+    root = write_tree(tmp_path / 'in', _mosaic_tree(8000))
+    estimate, seconds = _plan_then_run(root, str(tmp_path / 'out'))
+    assert estimate['here']['images_timed'] == SAMPLE_SIZE - WARM_UP
+    assert 0.7 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)
+
+
+def test_the_time_here_is_within_30_percent_of_the_run_from_cloud_storage(gcs):
+    raw = upload(_mosaic_tree(2000), 'raw')
+    estimate, seconds = _plan_then_run(raw, 'gs://test-bucket/out')
+    assert estimate['here']['images_timed'] == SAMPLE_SIZE - WARM_UP
+    assert 0.7 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)

@@ -222,7 +222,7 @@ class EncodeChunk(beam.DoFn):
             result = ShardResult(split, shard, paths[shard], chunk)
             result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
                                  for r in duplicates)
-            results.append(self._encode(unique, result, label_map))
+            results.append(self.encode(unique, result, label_map))
             resume.save_done(paths[shard], result)
         faults.crash_point('chunk', counted=True)
         self._converted_chunks.inc()
@@ -246,7 +246,7 @@ class EncodeChunk(beam.DoFn):
             results.append(done)
         return results
 
-    def _encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap) -> ShardResult:
+    def encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap) -> ShardResult:
         """Converts `refs` (in order) into the part file `result.temp_path`."""
         started = time.monotonic()
         reads = self._reader.read_in_order(

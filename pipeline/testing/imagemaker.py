@@ -39,3 +39,17 @@ def exif_rotated_jpeg(width: int, height: int, orientation: int) -> bytes:
 
 def decode(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert('RGB'))
+
+
+def mosaics(count: int, side: int = 192, seed: int = 0):
+    """`count` distinct photo-like JPEGs of side x side, quickly made: each a 2x2 mosaic of four
+    different quarter tiles (turned 0-3 quarter turns) of 48 generated photos."""
+    rng = np.random.default_rng(seed)
+    half = side // 2
+    bases = [photo(side, side, seed=s) for s in range(48)]
+    tiles = [np.rot90(b[y:y + half, x:x + half], k) for b in bases for y in (0, half)
+             for x in (0, half) for k in range(4)]
+    for _ in range(count):
+        a, b, c, d = (tiles[j] for j in rng.choice(len(tiles), 4, replace=False))
+        mosaic = np.concatenate([np.concatenate([a, b], 1), np.concatenate([c, d], 1)], 0)
+        yield encode(Image.fromarray(mosaic), 'JPEG', quality=90)

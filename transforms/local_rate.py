@@ -1,0 +1,87 @@
+"""The conversion rate of this machine for this input and these options, measured while planning.
+
+A deterministic sample of the inputs (the SAMPLE_SIZE with the smallest key hashes, so the same
+input gives the same sample) goes through the conversion's own per-image work, EncodeChunk's:
+read, decode and checks, perceptual hashes (unless --leakage=off), re-encoding as the options
+ask, Example encoding, framing and writing, into a temporary file that is then removed. The
+first WARM_UP images are converted untimed (codec and client set-up); the rest are timed in one
+worker: seconds of one worker per image, its CPU seconds per image, and the CPU seconds the whole
+machine used per image meanwhile (a local storage emulator's too), which bound what more
+workers can do.
+"""
+import os
+import tempfile
+import time
+
+import apache_beam as beam
+
+from transforms.labels import LabelMap
+from transforms.refs import ExampleRef
+from transforms.settings import ConversionSettings
+from transforms.write_shards import EncodeChunk, ShardResult
+
+SAMPLE_SIZE = 300
+WARM_UP = 20
+
+
+class MeasureLocalRate(beam.PTransform):
+    """Input refs -> one dict: images timed, seconds, seconds per image (None when no input can
+    be timed: none listed, or only members of gzip archives, which are read in one pass)."""
+
+    def __init__(self, settings: ConversionSettings, label_map: beam.PCollection):
+        super().__init__()
+        self._settings, self._label_map = settings, label_map
+
+    def expand(self, refs: beam.PCollection) -> beam.PCollection:
+        return (refs
+                | 'Timeable' >> beam.Filter(_timeable)
+                | 'Sample' >> beam.combiners.Top.Of(SAMPLE_SIZE, key=_sample_key, reverse=True)
+                | 'Time Sample' >> beam.Map(time_sample, beam.pvalue.AsSingleton(self._label_map),
+                                            self._settings))
+
+
+def _timeable(ref: ExampleRef) -> bool:
+    return ref.problem is None and not (ref.member is not None and ref.member.archive.streamed)
+
+
+def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:
+    return ref.key_hash, ref.split, ref.key
+
+
+def time_sample(refs: list[ExampleRef], label_map: LabelMap,
+                settings: ConversionSettings) -> dict:
+    """Converts `refs` as a chunk is converted, timing all but the first WARM_UP."""
+    refs = sorted(refs, key=_sample_key)
+    timed = refs[WARM_UP:] if len(refs) > 2 * WARM_UP else refs
+    if not timed:
+        return {'images': 0, 'seconds': 0.0, 'seconds_per_image': None}
+    encoder = EncodeChunk(settings)
+    encoder.setup()
+    handle, path = tempfile.mkstemp(prefix='image-tfrecords-rate-', suffix='.tfrecord')
+    os.close(handle)
+    try:
+        if timed is not refs:
+            encoder.encode(refs[:WARM_UP], ShardResult('', 0, path, 0), label_map)
+        busy, cpu, started = machine_busy_seconds(), time.process_time(), time.monotonic()
+        encoder.encode(timed, ShardResult('', 0, path, 0), label_map)
+        seconds, busy = time.monotonic() - started, machine_busy_seconds() - busy
+        cpu = time.process_time() - cpu
+    finally:
+        encoder.teardown()
+        os.remove(path)
+    return {'images': len(timed), 'seconds': seconds, 'seconds_per_image': seconds / len(timed),
+            'worker_cpu_seconds_per_image': cpu / len(timed),
+            'machine_cpu_seconds_per_image': busy / len(timed) if busy > 0 else None}
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process of this machine has used since boot (Linux; 0 elsewhere): what
+    converting costs whoever does the work (a storage emulator serving the reads too), and what
+    else is running."""
+    try:
+        with open('/proc/stat') as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf('SC_CLK_TCK')
