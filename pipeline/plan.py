@@ -117,11 +117,11 @@ def time_here(document: dict, images: int, here: Here) -> dict:
     """The wall time of the same command without --plan_only on this machine: the plan's own
     time (start-up, listing, planning; the conversion repeats them) less the sample's timing,
     plus the conversion at the rate measured for the sample (transforms/local_rate.py). The
-    conversion runs on the workers that convert at once
-    (at most one per core and per chunk), and cannot be faster than the cores give the CPU the
-    whole machine spent per sampled image: with a gs:// output, the CPU it spent beyond the
-    worker's own (a local storage emulator's, other processes') is counted twice, as the
-    conversion writes back the bytes it read (the sample writes to local disk)."""
+    conversion runs on the workers that convert at once (at most one per core and per chunk),
+    and cannot be faster than the cores give the CPU the whole machine spent per sampled image:
+    with a gs:// output, the CPU it spent beyond the worker's own (a local storage emulator's,
+    other processes') is counted twice, as the conversion writes back the bytes it read (the
+    sample writes to local disk)."""
     rate = document.get('local_rate') or {}
     chunks = sum(s['chunks'] for s in document['splits'].values())
     parallel = max(1, min(here.workers, here.cores, chunks))
