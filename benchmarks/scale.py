@@ -30,7 +30,7 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from benchmarks.benchmark import measure
-from pipeline.formats import records
+from pipeline.output import records
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, Partition
 from transforms.refs import ExampleRef

@@ -2,8 +2,8 @@
 import os
 from typing import Iterable
 
-from pipeline.formats import fileio
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.errors import DatasetError
 
 
 def check_credentials(paths: Iterable[str | None]) -> None:

@@ -23,8 +23,9 @@ from apache_beam.options.pipeline_options import (
 from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
-from pipeline.formats import fileio, metadata, output_folder
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.output import metadata, output_folder
+from pipeline.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.local_runner import is_direct
 from pipeline.options import ConverterOptions, Options, parse
@@ -32,7 +33,7 @@ from pipeline.plan import estimate
 from pipeline.progress import Progress
 from pipeline.sources import resolve_source
 from transforms import resume
-from pipeline.formats.metadata import SPLITS
+from pipeline.output.metadata import SPLITS
 from transforms.settings import ConversionSettings
 from transforms.write_shards import NAMESPACE
 

@@ -14,13 +14,13 @@ from typing import Sequence
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.formats.errors import DatasetError
-from pipeline.formats import shard_formats
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline.errors import DatasetError
+from pipeline.output import shard_formats
+from pipeline.output.shard_formats import ShardFormat
 from transforms.images import DAMAGED_ACTIONS, ImageOptions
 from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
-from transforms.pairing import RADIUS
-from pipeline.formats.metadata import SPLITS
+from pipeline.quality.pairing import RADIUS
+from pipeline.output.metadata import SPLITS
 from transforms.settings import ConversionSettings
 
 DEFAULT_TARGET_SHARD_MB = 128

@@ -16,8 +16,9 @@ import threading
 import time
 
 from pipeline import console
-from pipeline.formats import fileio, output_folder
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.output import output_folder
+from pipeline.errors import DatasetError
 from transforms.settings import ConversionSettings
 from transforms.write_shards import SHARD_LINE_PATTERN
 

@@ -21,11 +21,11 @@ from pipeline.console import TRACE, send_stderr_to, setup_console_logging  # noq
 from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
-from pipeline.formats import output_folder, shard_formats  # noqa: E402
-from pipeline.formats.errors import DatasetError, printable  # noqa: E402
+from pipeline.output import output_folder, shard_formats  # noqa: E402
+from pipeline.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
-from pipeline.formats.metadata import SPLITS  # noqa: E402
+from pipeline.output.metadata import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
 

@@ -8,11 +8,12 @@ import dataclasses
 import importlib
 
 from pipeline.classic.config import ImageClassificationConfig
-from pipeline.formats import fileio, folders
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.inputs import folders
+from pipeline.errors import DatasetError
 from pipeline.options import ConverterOptions
 from transforms.listing import ConfigPartition, CsvFile, FolderSplit, Partition
-from pipeline.formats.metadata import SPLITS
+from pipeline.output.metadata import SPLITS
 from transforms.settings import LabelSettings
 
 

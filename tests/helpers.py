@@ -13,7 +13,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline import job
 from pipeline.local_runner import LocalRunner
-from pipeline.formats import records
+from pipeline.output import records
 
 IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
 
@@ -56,7 +56,7 @@ def start_until_converting(output_dir: str, *argv, poll: float = 0.02) -> subpro
 
 def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None,
             timeout: float = 300) -> subprocess.CompletedProcess:
-    """Runs the command line to its end; `kill_at` names a crash point (pipeline/formats/faults.py)."""
+    """Runs the command line to its end; `kill_at` names a crash point (pipeline/faults.py)."""
     env = dict(os.environ if env is None else env)
     if kill_at:
         env['IMAGE_TFRECORDS_KILL_AT'] = kill_at

@@ -20,7 +20,8 @@ import pytest
 from PIL import Image
 
 from pipeline.config import ImageClassificationConfig
-from pipeline.formats import archives, folders, records
+from pipeline.inputs import archives, folders
+from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import BUCKET, upload
 from tests.helpers import (
@@ -640,7 +641,7 @@ def test_a_zip_member_inflating_past_its_size_is_an_error_in_bounded_memory(tmp_
     path = os.path.join(write_tree(tmp_path, {'bomb.zip': data}), 'bomb.zip')
     # The child's peak resident memory: VmHWM (ru_maxrss would count this process's, as a
     # child keeps its parent's peak across exec).
-    code = ('from pipeline.formats import archives\n'
+    code = ('from pipeline.inputs import archives\n'
             f'member, = archives.members(archives.Archive.of_file({path!r}, {len(data)}, None))\n'
             'try:\n'
             '    member.read()\n'

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
-from pipeline.formats import records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import records
+from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
 from tests.helpers import convert, read_split, write_tree
 

@@ -1,7 +1,7 @@
 """Never lose a dataset: kills at chosen instants, the output lock, and resume after a crash.
 
 Conversions run as real subprocesses; a kill is a real SIGKILL, either from outside (the whole
-process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (pipeline/formats/faults.py).
+process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (pipeline/faults.py).
 """
 import glob
 import json
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pipeline.formats import output_folder, records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import output_folder, records
+from pipeline.errors import DatasetError
 from transforms import resume
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload

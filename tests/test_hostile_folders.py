@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from pipeline.formats import output_folder
+from pipeline.output import output_folder
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, output_files, run_cli, start_cli, write_tree
@@ -163,7 +163,7 @@ def _contend(folders: list[str], barrier, results, emulator: str | None) -> None
     """One contender: at each barrier release, tries to take the lock of the next folder."""
     if emulator:
         os.environ['STORAGE_EMULATOR_HOST'] = emulator
-    from pipeline.formats.errors import DatasetError
+    from pipeline.errors import DatasetError
     for folder in folders:
         barrier.wait()
         try:
@@ -226,7 +226,7 @@ def _foreign_lock() -> bytes:
 
 def _break(folders: list[str], barrier, results, emulator: str | None) -> None:
     """One run with --break_lock: at each barrier release, breaks the lock of the next folder."""
-    from pipeline.formats.errors import DatasetError
+    from pipeline.errors import DatasetError
     for folder in folders:
         barrier.wait()
         try:
@@ -337,7 +337,7 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
     out = str(tmp_path / 'out')
     holder = subprocess.Popen(
         ['unshare', '--pid', '--fork', '--mount-proc', sys.executable, '-c',
-         'import sys, time; from pipeline.formats import output_folder as o; '
+         'import sys, time; from pipeline.output import output_folder as o; '
          f'o.acquire({out!r}, {RUN_ID!r}, "DirectRunner", waits=True); print("held", flush=True); '
          'time.sleep(60)'], stdout=subprocess.PIPE, text=True)
     try:
@@ -739,7 +739,7 @@ def test_class_names_with_direction_overrides_are_kept_but_printed_inert(tmp_pat
 
 
 def printable_repr(name: str) -> str:
-    from pipeline.formats.errors import printable
+    from pipeline.errors import printable
     return printable(repr(name))
 
 

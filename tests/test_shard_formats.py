@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from pipeline.formats import shard_formats
+from pipeline.output import shard_formats
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, output_files, write_tree
 
@@ -25,8 +25,9 @@ FORMAT_MODULE = '''
 import struct
 import zlib
 
-from pipeline.formats import fileio, shard_formats
-from pipeline.formats.records import RecordError
+from pipeline.io import fileio
+from pipeline.output import shard_formats
+from pipeline.output.records import RecordError
 
 
 def write_file(records, local_path):

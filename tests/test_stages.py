@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.formats import output_folder, records
+from pipeline.output import output_folder, records
 from pipeline.testing import imagemaker
 from tests.helpers import stage_pipeline, write_tree
 from transforms.commit import CommitDataset
@@ -100,7 +100,7 @@ def test_planner_honours_any_shard_count_up_to_a_million_with_even_chunks(count,
 
 @pytest.mark.slow
 def test_list_examples_accounts_for_every_file(tmp_path):
-    from pipeline.formats.folders import place_of
+    from pipeline.inputs.folders import place_of
     from transforms.listing import FolderSplit
     root = write_tree(tmp_path, {'train/a/1.jpg': b'x', 'train/a/.hidden': b'x',
                                  'train/loose.jpg': b'x', 'train/b/sub/2.jpg': b'x'})

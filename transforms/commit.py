@@ -7,15 +7,17 @@ accounted for, that the error ratio is acceptable, that the output holds no data
 told to replace, that every shard file has the size its result says, and that no file a new
 name would overwrite belongs to anything but the dataset replaced. Then it writes the new
 metadata into the temporary folder and hands the moves to the journal of the output-folder
-protocol (pipeline/formats/output_folder.py), which carries them out and cleans up.
+protocol (pipeline/output/output_folder.py), which carries them out and cleans up.
 """
 import json
 import logging
 
 import apache_beam as beam
 
-from pipeline.formats import faults, fileio, metadata, output_folder
-from pipeline.formats.errors import DatasetError
+from pipeline import faults
+from pipeline.io import fileio
+from pipeline.output import metadata, output_folder
+from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_lines
 from transforms.settings import ConversionSettings

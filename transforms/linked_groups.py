@@ -15,8 +15,9 @@ import json
 
 import numpy as np
 
-from pipeline.formats import fileio, output_folder
-from transforms.pairing import LINK, ROW, Table
+from pipeline.io import fileio
+from pipeline.output import output_folder
+from pipeline.quality.pairing import LINK, ROW, Table
 
 
 def fingerprint(key: tuple, tables: list[Table]) -> str:

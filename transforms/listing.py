@@ -3,7 +3,7 @@
 A source is described by a few partitions made on the launcher without listing anything big:
 a folder split splits further into one partition per class folder or class archive, a CSV into
 byte ranges, a user config into the partitions it offers. Each partition is listed on a worker.
-Archives are folders (pipeline/formats/folders.py): their members are listed like files.
+Archives are folders (pipeline/inputs/folders.py): their members are listed like files.
 
 Every input is accounted for: each file below a split folder, each data row of a CSV and each
 dict a generator yields becomes one ref, which is either converted, reported as an error, or
@@ -19,8 +19,10 @@ from typing import Any, Iterator
 import apache_beam as beam
 import cloudpickle
 
-from pipeline.formats import archives, fileio, folders, records
-from pipeline.formats.errors import DatasetError
+from pipeline.inputs import archives, folders
+from pipeline.io import fileio
+from pipeline.output import records
+from pipeline.errors import DatasetError
 from transforms.refs import ExampleRef
 
 CSV_CHUNK_BYTES = 8 << 20

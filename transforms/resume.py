@@ -27,7 +27,8 @@ import json
 import os
 from typing import Iterable
 
-from pipeline.formats import fileio, output_folder
+from pipeline.io import fileio
+from pipeline.output import output_folder
 from transforms.refs import ExampleRef
 
 LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.

@@ -21,12 +21,15 @@ import apache_beam as beam
 import threadpoolctl
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import archives, faults, fileio, output_folder, records
-from pipeline.formats.errors import DatasetError
+from pipeline.inputs import archives
+from pipeline import faults
+from pipeline.io import fileio
+from pipeline.output import output_folder, records
+from pipeline.errors import DatasetError
 from transforms import resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
 from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copies, part_table
-from transforms.phash import to_int64
+from pipeline.quality.phash import to_int64
 from transforms.labels import LabelMap
 from transforms.refs import ExampleRef
 from transforms.settings import ConversionSettings
@@ -368,7 +371,7 @@ class WriteShard(beam.DoFn):
     """((split, shard), part results) -> ShardResult of the temporary shard, with a file per
     output format (`temp_path` is the first format's; `bytes` its size).
 
-    Each format writes the shard from the parts (pipeline/formats/shard_formats.py): TFRecord
+    Each format writes the shard from the parts (pipeline/output/shard_formats.py): TFRecord
     joins them; a format that rewrites the records (ArrayRecord, which ends in an index) needs
     local disk for one shard (about --target_shard_mb) and memory for one record at a time.
     """

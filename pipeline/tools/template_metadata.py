@@ -8,7 +8,7 @@ always shows the flags the pipeline really has; labels and parameter types are a
 import json
 import sys
 
-from pipeline.formats import shard_formats
+from pipeline.output import shard_formats
 from pipeline.options import converter_parser
 from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
 

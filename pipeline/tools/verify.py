@@ -24,8 +24,9 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
-from pipeline.formats.errors import DatasetError, printable
+from pipeline.io import fileio
+from pipeline.output import metadata, output_folder, records, shard_formats
+from pipeline.errors import DatasetError, printable
 from pipeline.tools import metadata_checks, quality_checks
 
 Image.MAX_IMAGE_PIXELS = None

@@ -11,8 +11,9 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
-from pipeline.formats import fileio, records, shard_formats
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline.io import fileio
+from pipeline.output import records, shard_formats
+from pipeline.output.shard_formats import ShardFormat
 
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 
 from typing import TYPE_CHECKING
 
-from pipeline.formats.errors import DatasetError
+from pipeline.errors import DatasetError
 
 if TYPE_CHECKING:
     from apache_beam.io.filesystem import FileMetadata

@@ -50,9 +50,11 @@ import stat
 import uuid
 from typing import Iterable, Iterator
 
-from pipeline.formats import faults, fileio, metadata, shard_formats
-from pipeline.formats.errors import DatasetError, printable
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline import faults
+from pipeline.io import fileio
+from pipeline.output import metadata, shard_formats
+from pipeline.errors import DatasetError, printable
+from pipeline.output.shard_formats import ShardFormat
 
 LOG = logging.getLogger('image_tfrecords')
 

@@ -33,7 +33,8 @@ import zipfile
 import zlib
 from typing import Callable, Iterable, Iterator
 
-from pipeline.formats import fileio, pickling
+from pipeline.io import fileio
+from pipeline import pickling
 
 SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')
 READ_BLOCK = 1 << 20                    # Bytes per read while indexing a tar.
