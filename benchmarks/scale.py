@@ -33,7 +33,7 @@ from benchmarks.benchmark import measure
 from pipeline.output import records
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, Partition
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import LabelSettings
 from transforms.sharding import (
     AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)

@@ -16,7 +16,7 @@ from tests.helpers import stage_pipeline, write_tree
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings, LabelSettings
 from transforms.sharding import (
     CHUNK_EXAMPLES, AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)

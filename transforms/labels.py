@@ -13,7 +13,7 @@ import apache_beam as beam
 
 from pipeline.output import records
 from pipeline.errors import DatasetError
-from transforms.refs import ExampleRef, listing_hash
+from pipeline.inputs.refs import ExampleRef, listing_hash
 from transforms.settings import LabelSettings
 
 _SHOW = 5

@@ -23,7 +23,7 @@ from pipeline.inputs import archives, folders
 from pipeline.io import fileio
 from pipeline.output import records
 from pipeline.errors import DatasetError
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 
 CSV_CHUNK_BYTES = 8 << 20
 _HEADER_URIS = {'uri', 'path', 'image', 'image_path', 'file', 'filename', 'url'}

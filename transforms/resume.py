@@ -29,7 +29,7 @@ from typing import Iterable
 
 from pipeline.io import fileio
 from pipeline.output import output_folder
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 
 LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.
 

@@ -31,7 +31,7 @@ from transforms.images import DamagedImageError, ImageError, StoredImage, conver
 from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copies, part_table
 from pipeline.quality.phash import to_int64
 from transforms.labels import LabelMap
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings
 from transforms.sharding import AssignChunks, ShardPlan
 
