@@ -31,7 +31,7 @@ from pipeline.local_runner import is_direct
 from pipeline.options import ConverterOptions, Options, parse
 from pipeline.plan import estimate
 from pipeline.progress import Progress
-from pipeline.sources import resolve_source
+from pipeline.sources import input_given, input_paths, input_root, resolve_source
 from transforms import resume
 from pipeline.output.metadata import SPLITS
 from transforms.settings import ConversionSettings
@@ -69,8 +69,7 @@ def prepare(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
     parsed = _parsed(flags, values)
     options, given, opts = parsed.beam, parsed.given, parsed.converter
     sample_dir = None
-    if not (opts.output_dir or opts.input_dir or opts.config or config
-            or any(getattr(opts, f'csv_{s}') for s in SPLITS)):
+    if not (opts.output_dir or input_given(opts, config)):
         sample_dir = tempfile.mkdtemp(prefix='sample_images_')
         opts.input_dir = sample_data.write_sample_dataset(sample_dir)
         opts.output_dir, opts.overwrite = SAMPLE_OUTPUT, True
@@ -91,12 +90,11 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     output_dir = (opts.output_dir or '').rstrip('/')
     if output_dir:
         output_folder.check_output_dir(output_dir)
-    for path in [output_dir, opts.input_dir, opts.labels_file,
-                 *(getattr(opts, f'csv_{s}') for s in SPLITS)]:
+    for path in [output_dir, *input_paths(opts)]:
         fileio.check_bucket(path or '')
     source = resolve_source(opts, config)
     if output_dir:
-        _check_not_inside_input(output_dir, opts.input_dir)
+        _check_not_inside_input(output_dir, input_root(opts))
     name = opts.dataset_name or source.name
     if not _NAME.match(name):
         raise DatasetError(f'dataset name {name!r} must be lower_snake_case (a-z, 0-9, _); '

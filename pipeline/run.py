@@ -24,6 +24,7 @@ from pipeline.dataflow import (  # noqa: E402
 from pipeline.output import output_folder, shard_formats  # noqa: E402
 from pipeline.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
+from pipeline.sources import input_paths  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
 from pipeline.output.metadata import SPLITS  # noqa: E402
 
@@ -150,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_dataflow(beam_options) and not beam_options.view_as(
                 GoogleCloudOptions).template_location:
             check_locations(beam_options)   # Before anything touches the network.
-        check_credentials([flags.input_dir, flags.output_dir, flags.labels_file,
-                           *(getattr(flags, f'csv_{split}') for split in SPLITS),
+        check_credentials([flags.output_dir, *input_paths(flags),
                            beam_options.view_as(GoogleCloudOptions).temp_location])
         if flags.plan_only:
             document = job.plan(options)
