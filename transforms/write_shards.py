@@ -21,7 +21,7 @@ import apache_beam as beam
 import threadpoolctl
 from apache_beam.metrics import Metrics
 
-from pipeline.inputs import archives
+from pipeline.inputs import gzip_pass
 from pipeline import faults
 from pipeline.io import fileio
 from pipeline.output import output_folder, records
@@ -329,11 +329,11 @@ def _with_streamed_bytes(refs: list[ExampleRef], limit: int) -> list[ExampleRef]
                 if r.member is not None and r.member.archive.streamed and r.problem is None}
     if not streamed:
         return refs
-    found = archives.read_streamed(streamed, limit)
+    found = gzip_pass.read_streamed(streamed, limit)
     out = []
     for ref in refs:
         if ref.member in streamed:
-            data = found.get((ref.member.name, ref.member.index), archives.gone(ref.member))
+            data = found.get((ref.member.name, ref.member.index), gzip_pass.gone(ref.member))
             ref = (dataclasses.replace(ref, data=None, problem=data) if isinstance(data, str)
                    else dataclasses.replace(ref, data=data))
         out.append(ref)
