@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.inputs import gzip_pass
 from pipeline import faults
-from pipeline.io import fileio
+from pipeline.io import failures, fileio, read_ahead
 from pipeline.output import output_folder, records
 from pipeline.errors import DatasetError
 from transforms import resume
@@ -192,7 +192,7 @@ class EncodeChunk(beam.DoFn):
         # The runner runs a worker per core; a multithreaded BLAS under the perceptual hash's
         # small matrix products would only spin on the other cores (twice the CPU, measured).
         threadpoolctl.threadpool_limits(1, user_api='blas')
-        self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES,
+        self._reader = read_ahead.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES,
                                         self._settings.max_input_bytes)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
@@ -300,7 +300,7 @@ class EncodeChunk(beam.DoFn):
             try:
                 data = read.result()
             except Exception as exc:
-                reason = fileio.unreadable_input(exc)
+                reason = failures.unreadable_input(exc)
                 if reason is None:  # Transient or unknown: the runner retries the chunk.
                     raise
                 raise ImageError(f'cannot read file: {reason}') from None

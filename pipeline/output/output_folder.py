@@ -52,6 +52,7 @@ from typing import Iterable, Iterator
 
 from pipeline import faults
 from pipeline.io import fileio
+from pipeline.io.gcs import delete_if_generation, list_prefix, read_versioned, write_if_generation
 from pipeline.output import metadata, shard_formats
 from pipeline.errors import DatasetError, printable
 from pipeline.output.shard_formats import ShardFormat
@@ -265,7 +266,7 @@ def read_lock(output_dir: str) -> LockState | None:
     """The lock of `output_dir`, or None when nobody holds it."""
     path = lock_path(output_dir)
     if fileio.is_gcs(path):
-        found = fileio.read_versioned(path, LOCK_MAX_BYTES)
+        found = read_versioned(path, LOCK_MAX_BYTES)
         if found is None:
             return None
         data, generation, updated = found
@@ -438,7 +439,7 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
             breaking = break_lock and state.holder == to_break and not _alive_here(state)
             if not (breaking or is_stale(state)):
                 raise DatasetError(_held(output_dir, state))
-            if gcs and not fileio.write_if_generation(path, data, state.generation):
+            if gcs and not write_if_generation(path, data, state.generation):
                 continue   # Another run changed it first: look again.
             if not gcs:
                 fileio.write_bytes_atomic(path, data)
@@ -477,7 +478,7 @@ def release(output_dir: str, token: str) -> None:
         if state is None or state.holder is None or state.holder.get('token') != token:
             return
         if fileio.is_gcs(path):
-            fileio.delete_if_generation(path, state.generation)
+            delete_if_generation(path, state.generation)
         else:
             os.remove(path)
 
@@ -545,7 +546,7 @@ def drop_if_unused(output_dir: str, run_id: str) -> None:
     folder = temp_dir(output_dir, run_id)
     marker = fileio.join(folder, MARKER)
     if fileio.is_gcs(folder):
-        if fileio.list_prefix(folder) == [marker]:
+        if list_prefix(folder) == [marker]:
             fileio.delete([marker])
     elif not _is_link(folder) and os.path.isdir(folder) and os.listdir(folder) == [MARKER]:
         os.remove(marker)
@@ -554,7 +555,7 @@ def drop_if_unused(output_dir: str, run_id: str) -> None:
 
 def _has_files(folder: str) -> bool:
     if fileio.is_gcs(folder):
-        return bool(fileio.list_prefix(folder))
+        return bool(list_prefix(folder))
     return os.path.isdir(folder) and bool(os.listdir(folder))
 
 
@@ -562,7 +563,7 @@ def remove_temp(folder: str) -> None:
     """Deletes a temporary folder, its marker last, so a kill leaves it recognisable."""
     marker = fileio.join(folder, MARKER)
     if fileio.is_gcs(folder):
-        fileio.delete([p for p in fileio.list_prefix(folder) if p != marker])
+        fileio.delete([p for p in list_prefix(folder) if p != marker])
         faults.crash_point('cleanup:contents')
         fileio.delete([marker] if fileio.exists(marker) else [])
         return
