@@ -24,7 +24,7 @@ from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.io import fileio
-from pipeline.output import metadata, output_folder
+from pipeline.output import commit_journal, metadata, output_folder, output_lock
 from pipeline.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.local_runner import is_direct
@@ -120,7 +120,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
                    sample_dir)
     runner = str(options.view_as(StandardOptions).runner or 'DirectRunner')
-    token = output_folder.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
+    token = output_lock.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
     try:
         settings = dataclasses.replace(settings, lock_token=token)
         if _nothing_to_do(settings, options, source.partitions):
@@ -131,7 +131,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
                    sample_dir)
     except BaseException:
-        output_folder.release(output_dir, token)
+        output_lock.release(output_dir, token)
         raise
 
 
@@ -154,7 +154,7 @@ def _nothing_to_do(settings: ConversionSettings, options: PipelineOptions,
     run's dataset (a commit of this run was interrupted, or the same command ran before on the
     same input and --overwrite does not ask to convert again)."""
     out = settings.output_dir
-    lines, finished = output_folder.finish_interrupted(out, settings.run_id)
+    lines, finished = commit_journal.finish_interrupted(out, settings.run_id)
     for line in lines:
         LOG.warning('%s', line)
     if settings.run_id in finished:
@@ -290,12 +290,12 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
                 result = job.pipeline.run()
                 result.wait_until_finish()
             counters = _counters(result)
-        output_folder.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
+        output_lock.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
         summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)
     finally:
         if job.pipeline is not None:
             output_folder.drop_if_unused(settings.output_dir, settings.run_id)
-        output_folder.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token)
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,

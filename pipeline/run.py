@@ -21,7 +21,7 @@ from pipeline.console import TRACE, send_stderr_to, setup_console_logging  # noq
 from pipeline.credentials import check_credentials  # noqa: E402
 from pipeline.dataflow import (  # noqa: E402
     build_worker_package, check_locations, is_dataflow)
-from pipeline.output import output_folder, shard_formats  # noqa: E402
+from pipeline.output import output_lock, shard_formats  # noqa: E402
 from pipeline.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
 from pipeline.sources import input_paths  # noqa: E402
@@ -84,13 +84,13 @@ def _submit(options: Options) -> int:
     prepared = job.prepare(options, waits=False)
     settings = prepared.settings
     if prepared.pipeline is None:
-        output_folder.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token)
         print(f'Nothing to submit: {settings.output_dir} holds the dataset of this run.')
         return 0
     try:
         result = prepared.pipeline.run()
     except BaseException:
-        output_folder.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token)
         raise
     print(f'{follow_hint(prepared.options, result)}\n'
           f'The dataset appears in {settings.output_dir} when the job ends.')

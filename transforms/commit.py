@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from pipeline import faults
 from pipeline.io import fileio
-from pipeline.output import metadata, output_folder
+from pipeline.output import commit_journal, metadata, output_folder, output_lock
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_lines
@@ -53,7 +53,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
                    settings: ConversionSettings, leakage: Leakage = Leakage()) -> dict:
     """Puts the new dataset in place (see the module docstring); returns the run summary."""
     out, temp = settings.output_dir, settings.temp_dir
-    output_folder.check_lock(out, settings.lock_token)
+    output_lock.check_lock(out, settings.lock_token)
     by_split = {s: sorted((r for r in results if r.split == s), key=lambda r: r.shard)
                 for s in settings.splits}
     errors = {s: sorted(e for r in rs for e in r.errors) for s, rs in by_split.items()}
@@ -78,14 +78,14 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     output_folder.refuse_foreign(out, output_folder.foreign_files(
         out, [target for _, target in installs], old))
     old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)
-    journal = output_folder.Journal(settings.run_id, 'replace', tuple(old_first),
+    journal = commit_journal.Journal(settings.run_id, 'replace', tuple(old_first),
                                     tuple(installs)).validate()
-    output_folder.write_journal(out, journal)
+    commit_journal.write_journal(out, journal)
     faults.crash_point('commit:journal')
-    output_folder.roll_forward(out, journal)
+    commit_journal.roll_forward(out, journal)
     LOG.info('dataset committed to %s', out)
     if settings.release_lock:
-        output_folder.release(out, settings.lock_token)
+        output_lock.release(out, settings.lock_token)
     return summary
 
 
