@@ -91,7 +91,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
 
 def _check_shard_files(results: list[ShardResult], settings: ConversionSettings) -> None:
     """Fails, committing nothing, unless every shard file has the size its result says."""
-    folder = fileio.join(settings.temp_dir, 'shards')
+    folder = fileio.join(settings.temp_dir, output_folder.SHARDS)
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
         for shard_format in settings.output_formats:

@@ -32,7 +32,7 @@ def fingerprint(key: tuple, tables: list[Table]) -> str:
 
 def path(temp_dir: str, key: tuple, tables: list[Table]) -> str:
     band, top, _ = key
-    return fileio.join(temp_dir, 'links', f'{band}-{top}-{fingerprint(key, tables)}.npz')
+    return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, tables)}.npz')
 
 
 def save(where: str, links: np.ndarray, members: Table, crowded: list[tuple]) -> None:

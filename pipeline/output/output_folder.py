@@ -63,6 +63,9 @@ TEMP_PREFIX = '.tmp-'
 MARKER = '.image-tfrecords-run.json'
 RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
+# Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar each), a file per
+# shard and format (and a sidecar), the leakage check's pairs and its linked groups.
+PARTS, SHARDS, PAIRS, LINKS = 'parts', 'shards', 'pairs', 'links'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
 
@@ -83,7 +86,7 @@ def _shard_patterns(suffixes: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
     """(final shard name, temporary shard path) for the registered formats' suffixes."""
     suffix = '(?:' + '|'.join(map(re.escape, suffixes)) + ')'
     return (re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
-            re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
+            re.compile(rf'{SHARDS}/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
 
 
 def is_shard_name(name: str) -> bool:
@@ -128,17 +131,27 @@ def temp_dir(output_dir: str, run_id: str) -> str:
 
 
 def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
-    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
+    return fileio.join(temp_dir, PARTS, f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
 
 
 def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
                shard_format: ShardFormat) -> str:
-    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
+    return fileio.join(temp_dir, SHARDS, f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
 
 
 def pairs_path(temp_dir: str, name: str) -> str:
     """A part of leakage.jsonl (transforms/findings.py), joined into it at the commit."""
-    return fileio.join(temp_dir, 'pairs', f'{name}.jsonl')
+    return fileio.join(temp_dir, PAIRS, f'{name}.jsonl')
+
+
+def links_path(temp_dir: str, name: str) -> str:
+    """A linked group of the leakage check (transforms/linked_groups.py), kept for a rerun."""
+    return fileio.join(temp_dir, LINKS, name)
+
+
+def work_files(temp_dir: str, folder: str, pattern: str) -> str:
+    """The glob of files named `pattern` in a subfolder of work (PARTS, SHARDS, ...)."""
+    return fileio.join(temp_dir, folder, pattern)
 
 
 def in_format(shard_file: str, shard_format: ShardFormat) -> str:
