@@ -35,11 +35,11 @@ from pipeline.sources import input_given, input_paths, input_root, resolve_sourc
 from transforms import resume
 from pipeline.output.metadata import SPLITS
 from transforms.settings import ConversionSettings
-from transforms.write_shards import NAMESPACE
+from transforms.leakage import NAMESPACE
 
 LOG = logging.getLogger('image_tfrecords')
 SAMPLE_OUTPUT = 'sample_tfrecords'
-_NAME = re.compile(r'^[a-z][a-z0-9_]*$')
+_NAME = re.compile(rf'^{metadata.DATASET_NAME}$')
 
 
 @dataclasses.dataclass

@@ -38,7 +38,7 @@ from pipeline.quality.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster,
 from transforms import linked_groups
 from pipeline.quality.phash import FLAT
 
-NAMESPACE = 'image_tfrecords'
+NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
 ACTIONS = ('report', 'drop', 'fail', 'off')   # off: no hashes, no check.
 
 

@@ -28,7 +28,8 @@ from pipeline.output import output_folder, records
 from pipeline.errors import DatasetError
 from transforms import resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
-from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copies, part_table
+from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
+                               part_table)
 from pipeline.quality.phash import to_int64
 from transforms.labels import LabelMap
 from pipeline.inputs.refs import ExampleRef
@@ -36,7 +37,6 @@ from transforms.settings import ConversionSettings
 from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
-NAMESPACE = 'image_tfrecords'
 # A joined shard's line; the first one means every chunk is converted (the join waits for all).
 SHARD_LINE = '%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s'
 SHARD_LINE_PATTERN = re.compile(r'\S+ shard \d+/\d+ (written|reused from an earlier attempt): ')

@@ -25,6 +25,7 @@ LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transfo
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.
+DATASET_NAME = r'[a-z][a-z0-9_]*'   # The pattern of a dataset's name, the shards' prefix.
 
 _TFDS = 'tensorflow_datasets.core.features.'
 

@@ -85,7 +85,7 @@ _GLOB = re.compile(r'[*?\[]')
 def _shard_patterns(suffixes: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
     """(final shard name, temporary shard path) for the registered formats' suffixes."""
     suffix = '(?:' + '|'.join(map(re.escape, suffixes)) + ')'
-    return (re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
+    return (re.compile(rf'{metadata.DATASET_NAME}-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
             re.compile(rf'{SHARDS}/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
 
 
@@ -400,7 +400,7 @@ def _named_files(info: dict) -> list[str]:
     if not isinstance(info, dict):
         raise ValueError('not a JSON object')
     name = info['name']
-    if not isinstance(name, str) or not re.fullmatch(r'[a-z][a-z0-9_]*', name):
+    if not isinstance(name, str) or not re.fullmatch(metadata.DATASET_NAME, name):
         raise ValueError(f'dataset name {name!r}')
     formats = shard_formats.declared(info)
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
