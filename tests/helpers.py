@@ -69,6 +69,20 @@ def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def run_with_module(folder, name: str, text: str, module: str, *argv,
+                    kill_at: str | None = None) -> subprocess.CompletedProcess:
+    """`module`'s main(argv) in a subprocess that imported the module `name` (source `text`,
+    written into `folder`) first: a shard format or an input kind from outside the product."""
+    (folder / f'{name}.py').write_text(text)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), root]))
+    if kill_at:
+        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
+    code = f'import sys, {name}; from {module} import main; sys.exit(main(sys.argv[1:]))'
+    return subprocess.run([sys.executable, '-c', code, *argv], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
 def shard_paths(output_dir: str, split: str) -> list[str]:
     return sorted(glob.glob(os.path.join(output_dir, f'*-{split}.tfrecord-*')))
 

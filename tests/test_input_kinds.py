@@ -5,15 +5,13 @@ flag. The command line runs with it imported, so the list is converted, resumed 
 and verified without any product module knowing the kind; its flag shows in --help and its
 name in the line that asks for one input.
 """
-import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, output_files, write_tree
+from tests.helpers import IN_PROCESS, output_files, run_with_module, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -60,18 +58,11 @@ class ImageList(InputKind):
 
 registry.register(ImageList())
 '''
-WITH_KIND = 'import sys, image_list_kind; from {module} import main; sys.exit(main(sys.argv[1:]))'
 
 
 def _run(tmp_path, module: str, *argv, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    """`module`'s main(argv) in a subprocess that imported the kind's module first."""
-    (tmp_path / 'image_list_kind.py').write_text(KIND_MODULE)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root]))
-    if kill_at:
-        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
-    return subprocess.run([sys.executable, '-c', WITH_KIND.format(module=module), *argv],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return run_with_module(tmp_path, 'image_list_kind', KIND_MODULE, module, *argv,
+                           kill_at=kill_at)
 
 
 def test_an_input_kind_registered_outside_the_product_converts_resumes_and_verifies(tmp_path):
