@@ -32,7 +32,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from benchmarks.benchmark import measure
 from pipeline.output import records
 from transforms.labels import ResolveLabels
-from transforms.listing import ListExamples, Partition
+from pipeline.inputs.kinds import Partition
+from transforms.listing import ListExamples
 from pipeline.inputs.refs import ExampleRef
 from transforms.settings import LabelSettings
 from transforms.sharding import (

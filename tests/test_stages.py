@@ -101,7 +101,7 @@ def test_planner_honours_any_shard_count_up_to_a_million_with_even_chunks(count,
 @pytest.mark.slow
 def test_list_examples_accounts_for_every_file(tmp_path):
     from pipeline.inputs.folders import place_of
-    from transforms.listing import FolderSplit
+    from pipeline.inputs.folder_layout import FolderSplit
     root = write_tree(tmp_path, {'train/a/1.jpg': b'x', 'train/a/.hidden': b'x',
                                  'train/loose.jpg': b'x', 'train/b/sub/2.jpg': b'x'})
     with stage_pipeline() as p:
