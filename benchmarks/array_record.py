@@ -24,7 +24,7 @@ import time
 
 from benchmarks.benchmark import fastest, measure, steady
 from benchmarks.workload import linked_workload, make_workload
-from pipeline.formats import array_records, metadata, shard_formats
+from pipeline.output import array_records, metadata, shard_formats
 
 PY = sys.executable
 CANDIDATES = ['group_size:1,uncompressed', 'group_size:1,zstd:3', 'group_size:16,uncompressed',

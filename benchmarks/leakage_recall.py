@@ -1,5 +1,5 @@
 """Recall and false pairs of the leakage check, by kind of copy and Hamming radius, on real
-photos: the basis of the radius chosen (transforms/pairing.py RADIUS).
+photos: the basis of the radius chosen (pipeline/quality/pairing.py RADIUS).
 
     python -m benchmarks.leakage_recall [--tile 128]
 
@@ -21,9 +21,9 @@ import numpy as np
 from PIL import Image, ImageEnhance
 
 from benchmarks.workload import _photos
-from transforms import pairing
+from pipeline.quality import pairing
 from transforms.images import ImageOptions, convert_image
-from transforms.phash import FLAT, distance, to_int64
+from pipeline.quality.phash import FLAT, distance, to_int64
 
 KINDS = {
     'resized, q60-90': lambda im, rng: _jpeg(im.resize(

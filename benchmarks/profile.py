@@ -18,19 +18,19 @@ from benchmarks.workload import make_workload
 
 # Step -> functions (file suffix, name) whose cumulative time is the step's.
 STEPS = {
-    'read the file': [('pipeline/formats/fileio.py', 'read_bytes')],
+    'read the file': [('pipeline/io/fileio.py', 'read_bytes')],
     'header: Pillow open (format, size, mode)': [('PIL/Image.py', 'open')],
     'header: EXIF orientation': [('PIL/Image.py', 'getexif')],
     'header: JPEG header parse': [('transforms/images.py', 'jpeg_header')],
-    'codec: strict reduced-scale decode (verdict)': [('transforms/jpeg_check.py', 'check_jpeg')],
-    'perceptual hash and mirror hash': [('transforms/phash.py', 'perceptual_hashes')],
+    'codec: strict reduced-scale decode (verdict)': [('pipeline/quality/jpeg_check.py', 'check_jpeg')],
+    'perceptual hash and mirror hash': [('pipeline/quality/phash.py', 'perceptual_hashes')],
     'codec: decode, convert, re-encode': [('transforms/images.py', '_decode_rgb'),
                                           ('transforms/images.py', '_orient'),
                                           ('~', "<built-in method simplejpeg._jpeg.encode_jpeg>")],
     'SHA-256': [('~', '<built-in method _hashlib.openssl_sha256>'),
                 ('~', "<method 'hexdigest' of '_hashlib.HASH' objects>")],
-    'Example encoding': [('pipeline/formats/records.py', 'encode_example')],
-    'TFRecord framing (CRC32C)': [('pipeline/formats/records.py', 'frame_record')],
+    'Example encoding': [('pipeline/output/records.py', 'encode_example')],
+    'TFRecord framing (CRC32C)': [('pipeline/output/records.py', 'frame_record')],
 }
 
 

@@ -30,10 +30,11 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from benchmarks.benchmark import measure
-from pipeline.formats import records
+from pipeline.output import records
 from transforms.labels import ResolveLabels
-from transforms.listing import ListExamples, Partition
-from transforms.refs import ExampleRef
+from pipeline.inputs.kinds import Partition
+from transforms.listing import ListExamples
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import LabelSettings
 from transforms.sharding import (
     AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)

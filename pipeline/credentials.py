@@ -7,8 +7,8 @@ a 3 s timeout each before giving up; here it is asked once, for at most METADATA
 import os
 from typing import Iterable
 
-from pipeline.formats import fileio
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.errors import DatasetError
 
 METADATA_PROBE_SECONDS = 1
 

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import (
     DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions,
     WorkerOptions)
 
-from pipeline.formats.errors import DatasetError
+from pipeline.errors import DatasetError
 
 WORKER_DEFAULTS = {  # flag: (options view, value)
     'machine_type': (WorkerOptions, 'n2-standard-4'),      # 4 vCPU, 16 GB: 4 GB per process.

@@ -10,9 +10,9 @@ from apache_beam.options.pipeline_options import (
 
 from pipeline import job, plan
 from pipeline.dataflow import build_worker_package, is_dataflow
-from pipeline.formats import fileio
-from pipeline.formats.errors import DatasetError
-from pipeline.formats.metadata import SPLITS
+from pipeline.io import fileio
+from pipeline.errors import DatasetError
+from pipeline.output.metadata import SPLITS
 from pipeline.options import Options, parse
 
 

@@ -19,7 +19,8 @@ from pipeline.plan import write_plan
 from pipeline.progress import plan_path
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
-from transforms.listing import ListExamples, Partition, is_input
+from pipeline.inputs.kinds import Partition
+from transforms.listing import ListExamples, is_input
 from transforms.local_rate import MeasureLocalRate
 from transforms.settings import ConversionSettings
 from transforms.sharding import PlanShards

@@ -23,22 +23,23 @@ from apache_beam.options.pipeline_options import (
 from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
-from pipeline.formats import fileio, metadata, output_folder
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.output import commit_journal, metadata, output_folder, output_lock
+from pipeline.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.local_runner import is_direct
 from pipeline.options import ConverterOptions, Options, parse
 from pipeline.plan import Here, estimate
 from pipeline.progress import Progress
-from pipeline.sources import resolve_source
+from pipeline.sources import input_given, input_paths, input_root, resolve_source
 from transforms import resume
-from pipeline.formats.metadata import SPLITS
+from pipeline.output.metadata import SPLITS
 from transforms.settings import ConversionSettings
-from transforms.write_shards import NAMESPACE
+from transforms.leakage import NAMESPACE
 
 LOG = logging.getLogger('image_tfrecords')
 SAMPLE_OUTPUT = 'sample_tfrecords'
-_NAME = re.compile(r'^[a-z][a-z0-9_]*$')
+_NAME = re.compile(rf'^{metadata.DATASET_NAME}$')
 
 
 @dataclasses.dataclass
@@ -69,8 +70,7 @@ def prepare(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
     parsed = _parsed(flags, values)
     options, given, opts = parsed.beam, parsed.given, parsed.converter
     sample_dir = None
-    if not (opts.output_dir or opts.input_dir or opts.config or config
-            or any(getattr(opts, f'csv_{s}') for s in SPLITS)):
+    if not (opts.output_dir or input_given(opts, config)):
         sample_dir = tempfile.mkdtemp(prefix='sample_images_')
         opts.input_dir = sample_data.write_sample_dataset(sample_dir)
         opts.output_dir, opts.overwrite = SAMPLE_OUTPUT, True
@@ -91,12 +91,11 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     output_dir = (opts.output_dir or '').rstrip('/')
     if output_dir:
         output_folder.check_output_dir(output_dir)
-    for path in [output_dir, opts.input_dir, opts.labels_file,
-                 *(getattr(opts, f'csv_{s}') for s in SPLITS)] if check_buckets else []:
+    for path in [output_dir, *input_paths(opts)] if check_buckets else []:
         fileio.check_bucket(path or '')
     source = resolve_source(opts, config)
     if output_dir:
-        _check_not_inside_input(output_dir, opts.input_dir)
+        _check_not_inside_input(output_dir, input_root(opts))
     name = opts.dataset_name or source.name
     if not _NAME.match(name):
         raise DatasetError(f'dataset name {name!r} must be lower_snake_case (a-z, 0-9, _); '
@@ -123,7 +122,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
                    sample_dir)
     runner = str(options.view_as(StandardOptions).runner or 'DirectRunner')
-    token = output_folder.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
+    token = output_lock.acquire(output_dir, settings.run_id, runner, waits, opts.break_lock)
     try:
         settings = dataclasses.replace(settings, lock_token=token)
         if _nothing_to_do(settings, options, source.partitions):
@@ -134,7 +133,7 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         return Job(build_pipeline(options, source.partitions, settings), settings, options,
                    sample_dir)
     except BaseException:
-        output_folder.release(output_dir, token)
+        output_lock.release(output_dir, token)
         raise
 
 
@@ -157,7 +156,7 @@ def _nothing_to_do(settings: ConversionSettings, options: PipelineOptions,
     run's dataset (a commit of this run was interrupted, or the same command ran before on the
     same input and --overwrite does not ask to convert again)."""
     out = settings.output_dir
-    lines, finished = output_folder.finish_interrupted(out, settings.run_id)
+    lines, finished = commit_journal.finish_interrupted(out, settings.run_id)
     for line in lines:
         LOG.warning('%s', line)
     if settings.run_id in finished:
@@ -293,12 +292,12 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
                 result = job.pipeline.run()
                 result.wait_until_finish()
             counters = _counters(result)
-        output_folder.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
+        output_lock.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
         summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)
     finally:
         if job.pipeline is not None:
             output_folder.drop_if_unused(settings.output_dir, settings.run_id)
-        output_folder.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token)
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,

@@ -14,13 +14,13 @@ from typing import Sequence
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.formats.errors import DatasetError
-from pipeline.formats import shard_formats
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline.errors import DatasetError
+from pipeline.inputs import registry
+from pipeline.output import shard_formats
+from pipeline.output.shard_formats import ShardFormat
 from transforms.images import DAMAGED_ACTIONS, ImageOptions
 from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
-from transforms.pairing import RADIUS
-from pipeline.formats.metadata import SPLITS
+from pipeline.quality.pairing import RADIUS
 from transforms.settings import ConversionSettings
 
 DEFAULT_TARGET_SHARD_MB = 128
@@ -62,19 +62,10 @@ class ConverterOptions(PipelineOptions):
             flag(name, type=parse_bool, nargs='?', const=True, default=default, metavar='BOOL',
                  help=f'{help} (default {str(default).lower()})')
 
-        # Input: exactly one of a folder, CSV files or a config class.
-        flag('input_dir', help='Folder layout: INPUT_DIR/<split>/<class>/<image>, local or gs://. '
-             'Splits are train, validation and test, whichever exist.')
-        for split in SPLITS:
-            flag(f'csv_{split}', metavar='CSV', help=f'CSV of uri,label lines for the {split} split '
-                 '(header line allowed; relative uris are relative to the CSV).')
+        # Input: one kind (pipeline/inputs/registry.py), or a folder with CSVs for other splits.
+        for kind in registry.kinds():
+            kind.add_flags(flag)
         flag('labels_file', help='One class name per line; fixes label ids to line order.')
-        flag('config', metavar='MODULE:CLASS', help='An ImageClassificationConfig subclass that '
-             'describes the dataset with example_generator(mode).')
-        flag('config_arg', action='append', default=[], metavar='KEY=VALUE',
-             help='Keyword argument for the --config class\'s __init__, VALUE read as a Python '
-             'literal (else as text); repeat for several. A keyword the class does not take is '
-             'an error.')
         # Output.
         flag('output_dir', help='Where shards and metadata go: a local folder or gs:// prefix. '
              'With neither an input flag nor --output_dir, a generated sample dataset is '

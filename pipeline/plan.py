@@ -24,8 +24,8 @@ import dataclasses
 import json
 import math
 
-from pipeline.formats import fileio
-from pipeline.formats.metadata import SPLITS
+from pipeline.io import fileio
+from pipeline.output.metadata import SPLITS
 
 # Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
 # Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,

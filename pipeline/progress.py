@@ -16,8 +16,9 @@ import threading
 import time
 
 from pipeline import console
-from pipeline.formats import fileio, output_folder
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.output import output_folder
+from pipeline.errors import DatasetError
 from transforms.settings import ConversionSettings
 from transforms.write_shards import SHARD_LINE_PATTERN
 
@@ -38,7 +39,8 @@ class Progress:
 
     def __init__(self, settings: ConversionSettings):
         self._plan = plan_path(settings)
-        self._parts = fileio.join(settings.temp_dir, 'parts', '*.tfrecord.json')
+        self._parts = output_folder.work_files(settings.temp_dir, output_folder.PARTS,
+                                               '*.tfrecord.json')
         self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name='progress', daemon=True)

@@ -21,11 +21,12 @@ from pipeline.console import TRACE, send_stderr_to, setup_console_logging  # noq
 from pipeline.credentials import check_credentials, missing_credentials  # noqa: E402
 from pipeline.dataflow import check_locations, is_dataflow  # noqa: E402
 from pipeline.dry_run import dry_run  # noqa: E402
-from pipeline.formats import output_folder, shard_formats  # noqa: E402
-from pipeline.formats.errors import DatasetError, printable  # noqa: E402
+from pipeline.output import output_lock, shard_formats  # noqa: E402
+from pipeline.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
+from pipeline.sources import input_paths  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
-from pipeline.formats.metadata import SPLITS  # noqa: E402
+from pipeline.output.metadata import SPLITS  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')
 
@@ -83,13 +84,13 @@ def _submit(options: Options) -> int:
     prepared = job.prepare(options, waits=False)
     settings = prepared.settings
     if prepared.pipeline is None:
-        output_folder.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token)
         print(f'Nothing to submit: {settings.output_dir} holds the dataset of this run.')
         return 0
     try:
         result = prepared.pipeline.run()
     except BaseException:
-        output_folder.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token)
         raise
     print(f'{follow_hint(prepared.options, result)}\n'
           f'The dataset appears in {settings.output_dir} when the job ends.')
@@ -127,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_dataflow(beam_options) and not beam_options.view_as(
                 GoogleCloudOptions).template_location:
             check_locations(beam_options)   # Before anything touches the network.
-        paths = [flags.input_dir, flags.output_dir, flags.labels_file,
-                 *(getattr(flags, f'csv_{split}') for split in SPLITS),
+        paths = [flags.output_dir, *input_paths(flags),
                  beam_options.view_as(GoogleCloudOptions).temp_location]
         if beam_options.view_as(TestOptions).dry_run and not flags.plan_only:
             print(dry_run(options, signed_in=missing_credentials(paths) is None))

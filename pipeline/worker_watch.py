@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Iterator
 
-from pipeline.formats.errors import DatasetError
+from pipeline.errors import DatasetError
 
 WORKER_COMMAND = b'sdk_worker_main'
 GRACE_SECONDS = 3.0        # For the runner to fail on its own once a worker died.

@@ -13,7 +13,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline import job
 from pipeline.local_runner import LocalRunner
-from pipeline.formats import records
+from pipeline.output import records
 
 IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
 
@@ -56,7 +56,7 @@ def start_until_converting(output_dir: str, *argv, poll: float = 0.02) -> subpro
 
 def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None,
             timeout: float = 300) -> subprocess.CompletedProcess:
-    """Runs the command line to its end; `kill_at` names a crash point (pipeline/formats/faults.py)."""
+    """Runs the command line to its end; `kill_at` names a crash point (pipeline/faults.py)."""
     env = dict(os.environ if env is None else env)
     if kill_at:
         env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
@@ -67,6 +67,20 @@ def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None
         os.killpg(process.pid, 9)
         raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_with_module(folder, name: str, text: str, module: str, *argv,
+                    kill_at: str | None = None) -> subprocess.CompletedProcess:
+    """`module`'s main(argv) in a subprocess that imported the module `name` (source `text`,
+    written into `folder`) first: a shard format or an input kind from outside the product."""
+    (folder / f'{name}.py').write_text(text)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), root]))
+    if kill_at:
+        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
+    code = f'import sys, {name}; from {module} import main; sys.exit(main(sys.argv[1:]))'
+    return subprocess.run([sys.executable, '-c', code, *argv], env=env, capture_output=True,
+                          text=True, timeout=300)
 
 
 def shard_paths(output_dir: str, split: str) -> list[str]:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.formats import records
+from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, read_split, run_cli, write_tree
 

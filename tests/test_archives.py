@@ -20,7 +20,8 @@ import pytest
 from PIL import Image
 
 from pipeline.config import ImageClassificationConfig
-from pipeline.formats import archives, folders, records
+from pipeline.inputs import archives, folders, gzip_pass, tar_index
+from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import BUCKET, upload
 from tests.helpers import (
@@ -440,7 +441,7 @@ def test_a_pass_over_a_gzip_tar_holds_no_member_it_does_not_keep(tmp_path):
     try:
         listed = list(archives.members(archive))
         image = [m for m in listed if m.name == 'cat/a.jpg']
-        found = archives.read_streamed(image)
+        found = gzip_pass.read_streamed(image)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -461,10 +462,10 @@ def test_each_listed_member_of_a_gzip_tar_reads_its_own_bytes_when_an_inner_tar_
             tar.addfile(info, io.BytesIO(inner))
     path = os.path.join(write_tree(tmp_path, {'train.tar.gz': outer.getvalue()}), 'train.tar.gz')
     archive = archives.Archive.of_file(path, os.path.getsize(path), os.path.getmtime(path))
-    listed = [m for m, _ in archives.stream(archive) if m.name == 'dog.tar/x.jpg']
+    listed = [m for m, _ in gzip_pass.stream(archive) if m.name == 'dog.tar/x.jpg']
     assert len(listed) == 2 and listed[0].offset == listed[1].offset
     assert [m.read() for m in listed] == [old, new]
-    assert archives.read_streamed(listed) == {('dog.tar/x.jpg', m.index): data
+    assert gzip_pass.read_streamed(listed) == {('dog.tar/x.jpg', m.index): data
                                               for m, data in zip(listed, (old, new))}
 
 
@@ -565,7 +566,7 @@ def test_a_header_whose_size_is_not_a_size_starts_a_damaged_stretch(tmp_path, si
 
 @pytest.mark.parametrize('long_name', [
     entry('././@LongLink', b'x' * 10, b'L', size_field=b'\x80' + (1 << 62).to_bytes(11, 'big')),
-    entry('././@LongLink', b'n' * (archives.EXTENDED_MAX + 1), b'L')])
+    entry('././@LongLink', b'n' * (tar_index.EXTENDED_MAX + 1), b'L')])
 def test_a_long_name_over_the_bound_is_a_damaged_stretch(tmp_path, long_name):
     assert indexed(tmp_path, long_name + entry('a.jpg', A) + END) == [
         ('/@0', f'damaged tar header at byte 0 of {tmp_path}/x.tar: the members in bytes '
@@ -640,7 +641,7 @@ def test_a_zip_member_inflating_past_its_size_is_an_error_in_bounded_memory(tmp_
     path = os.path.join(write_tree(tmp_path, {'bomb.zip': data}), 'bomb.zip')
     # The child's peak resident memory: VmHWM (ru_maxrss would count this process's, as a
     # child keeps its parent's peak across exec).
-    code = ('from pipeline.formats import archives\n'
+    code = ('from pipeline.inputs import archives\n'
             f'member, = archives.members(archives.Archive.of_file({path!r}, {len(data)}, None))\n'
             'try:\n'
             '    member.read()\n'
@@ -799,7 +800,7 @@ def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path, dama
               else pax(pax_record(b'size', b'-2000')) + entry('b.jpg', B))
     data = gzip.compress(entry('a.jpg', A) + second + entry('c.jpg', A) + END)
     path = os.path.join(write_tree(tmp_path, {'x.tar.gz': data}), 'x.tar.gz')
-    found = [(m.name, m.error) for m, _ in archives.stream(
+    found = [(m.name, m.error) for m, _ in gzip_pass.stream(
         archives.Archive.of_file(path, len(data), None))]
     assert found[0] == ('a.jpg', None) and len(found) == 2
     assert found[1][0] == '/@512' and found[1][1].startswith(f'damaged archive {path}: ')

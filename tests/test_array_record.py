@@ -8,8 +8,8 @@ import pytest
 import simplejpeg
 from array_record.python.array_record_module import ArrayRecordReader
 
-from pipeline.formats import array_records, records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import array_records, records
+from pipeline.errors import DatasetError
 from pipeline.readers import grain_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker

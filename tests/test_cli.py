@@ -98,11 +98,11 @@ def test_missing_credentials_for_a_cloud_storage_path_is_one_line_with_the_fix(t
 
 def test_worker_lines_of_any_module_of_ours_show_and_the_runners_do_not():
     """Worker records come to the launcher as protobuf text naming the file that logged them; a
-    module in a sub-package (pipeline/formats/) counts as ours like one at the top."""
+    module in a sub-package (pipeline/output/) counts as ours like one at the top."""
     import logging
 
     from pipeline import console
-    from pipeline.formats import output_folder
+    from pipeline.output import output_folder
 
     def record(where: str) -> logging.LogRecord:
         entry = (f'severity: INFO\nmessage: "dataset committed to /tmp/caf\\303\\251"\n'

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from pipeline.formats import records
+from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import (
     convert, output_files, pixels, read_files, read_split, run_cli, shard_paths, write_tree)

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
-from pipeline.formats import records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import records
+from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
 from tests.helpers import convert, read_split, write_tree
 
@@ -37,12 +37,12 @@ def test_csv_with_header_labels_file_and_relative_paths(tmp_path):
 
 def test_csv_chunks_split_records_exactly_once_with_line_numbers(tmp_path, monkeypatch):
     """Chunks of a few bytes cut a CSV with a BOM, quoted newlines and CRLF only between records."""
-    from transforms import listing
-    monkeypatch.setattr(listing, 'CSV_CHUNK_BYTES', 7)
+    from pipeline.inputs import csv_files
+    monkeypatch.setattr(csv_files, 'CSV_CHUNK_BYTES', 7)
     rows = ''.join(f'"/x/multi\nline{i}.jpg",l{i % 3}\r\n' if i % 4 == 0 else f'/x/img{i}.jpg,l{i % 3}\n'
                    for i in range(40))
     (tmp_path / 'a.csv').write_bytes(('\ufeffuri,label\n' + rows).encode())
-    chunks = listing.CsvFile('train', str(tmp_path / 'a.csv')).split_further()
+    chunks = csv_files.CsvFile('train', str(tmp_path / 'a.csv')).split_further()
     refs = [ref for chunk in chunks for ref in chunk.examples()]
     assert len(chunks) > 20
     assert [r.key for r in refs] == [f'/x/multi\nline{i}.jpg' if i % 4 == 0 else f'/x/img{i}.jpg'

@@ -1,7 +1,7 @@
 """Never lose a dataset: kills at chosen instants, the output lock, and resume after a crash.
 
 Conversions run as real subprocesses; a kill is a real SIGKILL, either from outside (the whole
-process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (pipeline/formats/faults.py).
+process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (pipeline/faults.py).
 """
 import glob
 import json
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pipeline.formats import output_folder, records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import output_lock, records
+from pipeline.errors import DatasetError
 from transforms import resume
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
@@ -228,7 +228,7 @@ def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
         with pytest.raises(Exception) as info:
             job.pipeline.run().wait_until_finish()
     finally:
-        output_folder.release(out, job.settings.lock_token)
+        output_lock.release(out, job.settings.lock_token)
     assert DatasetError.find_in(info.value) == (
         f'{out} now holds a dataset (2 files, e.g. dataset_info.json) that was not there when '
         'this run started; nothing was committed. Pass --overwrite to replace it')
@@ -255,12 +255,12 @@ def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
 
 def test_lock_on_cloud_storage_is_exclusive(gcs):
     out = f'gs://{BUCKET}/locked'
-    token = output_folder.acquire(out, 'r1', 'DataflowRunner', waits=False)
+    token = output_lock.acquire(out, 'r1', 'DataflowRunner', waits=False)
     with pytest.raises(DatasetError) as info:
-        output_folder.acquire(out, 'r2', 'DirectRunner', waits=True)
+        output_lock.acquire(out, 'r2', 'DirectRunner', waits=True)
     assert f'its lock is {out}/.lock' in str(info.value) and '(DataflowRunner)' in str(info.value)
-    output_folder.release(out, 'not-the-token')
-    assert output_folder.read_lock(out).holder['run_id'] == 'r1'
-    output_folder.release(out, token)
-    assert output_folder.read_lock(out) is None
-    output_folder.release(out, output_folder.acquire(out, 'r2', 'DirectRunner', waits=True))
+    output_lock.release(out, 'not-the-token')
+    assert output_lock.read_lock(out).holder['run_id'] == 'r1'
+    output_lock.release(out, token)
+    assert output_lock.read_lock(out) is None
+    output_lock.release(out, output_lock.acquire(out, 'r2', 'DirectRunner', waits=True))

@@ -11,7 +11,7 @@ import pytest
 import simplejpeg
 from PIL import Image
 
-from pipeline.formats import records
+from pipeline.output import records
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, pixels, read_split, run_cli, write_tree

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from pipeline.formats import records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import records
+from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import convert, output_files, read_files
@@ -152,7 +152,7 @@ def test_transient_503s_are_retried(gcs, tmp_path):
 
 
 def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
-    from pipeline.formats import fileio
+    from pipeline.io import fileio
     parts = {f'parts/p{i:03d}': f'<{i}>'.encode() for i in range(70)}
     upload(parts, 'cat')
     fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)], f'gs://{BUCKET}/cat/joined')

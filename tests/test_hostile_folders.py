@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from pipeline.formats import output_folder
+from pipeline.output import output_lock
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, output_files, run_cli, start_cli, write_tree
@@ -163,11 +163,11 @@ def _contend(folders: list[str], barrier, results, emulator: str | None) -> None
     """One contender: at each barrier release, tries to take the lock of the next folder."""
     if emulator:
         os.environ['STORAGE_EMULATOR_HOST'] = emulator
-    from pipeline.formats.errors import DatasetError
+    from pipeline.errors import DatasetError
     for folder in folders:
         barrier.wait()
         try:
-            output_folder.acquire(folder, RUN_ID, 'DirectRunner', waits=True)
+            output_lock.acquire(folder, RUN_ID, 'DirectRunner', waits=True)
             results.put((folder, 'won'))
         except DatasetError as exc:
             results.put((folder, str(exc)))
@@ -202,7 +202,7 @@ def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tm
         assert results.count('won') == 1, (folder, results)
         assert all(r.startswith(f'{folder} is being written by another run: run {RUN_ID} on host ')
                    for r in results if r != 'won'), results
-        holder = output_folder.read_lock(folder).holder
+        holder = output_lock.read_lock(folder).holder
         assert holder['run_id'] == RUN_ID and holder['token'] != 'stale'
         assert sorted(os.listdir(folder)) == ['.lock']
 
@@ -216,7 +216,7 @@ def test_runs_released_together_at_a_stale_lock_on_cloud_storage_leave_one_holde
     outcomes = _race(folders, contenders=3, emulator=os.environ['STORAGE_EMULATOR_HOST'])
     for folder, results in outcomes.items():
         assert results.count('won') == 1, (folder, results)
-        assert output_folder.read_lock(folder).holder['token'] != 'stale'
+        assert output_lock.read_lock(folder).holder['token'] != 'stale'
 
 
 def _foreign_lock() -> bytes:
@@ -226,11 +226,11 @@ def _foreign_lock() -> bytes:
 
 def _break(folders: list[str], barrier, results, emulator: str | None) -> None:
     """One run with --break_lock: at each barrier release, breaks the lock of the next folder."""
-    from pipeline.formats.errors import DatasetError
+    from pipeline.errors import DatasetError
     for folder in folders:
         barrier.wait()
         try:
-            output_folder.acquire(folder, RUN_ID, 'DirectRunner', waits=True, break_lock=True)
+            output_lock.acquire(folder, RUN_ID, 'DirectRunner', waits=True, break_lock=True)
             results.put((folder, 'won'))
         except DatasetError as exc:
             results.put((folder, str(exc)))
@@ -337,7 +337,7 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
     out = str(tmp_path / 'out')
     holder = subprocess.Popen(
         ['unshare', '--pid', '--fork', '--mount-proc', sys.executable, '-c',
-         'import sys, time; from pipeline.formats import output_folder as o; '
+         'import sys, time; from pipeline.output import output_lock as o; '
          f'o.acquire({out!r}, {RUN_ID!r}, "DirectRunner", waits=True); print("held", flush=True); '
          'time.sleep(60)'], stdout=subprocess.PIPE, text=True)
     try:
@@ -367,7 +367,7 @@ def test_empty_lock_is_refused_while_young_and_taken_over_when_old(tmp_path, inp
     line = _one_error_line(run_cli(*_flags(inputs, str(out))))
     assert line.startswith(f'error: {out} is being written by another run: an empty or '
                            'unreadable lock, written ')
-    old = time.time() - 2 * output_folder.STALE_UNREADABLE_SECONDS
+    old = time.time() - 2 * output_lock.STALE_UNREADABLE_SECONDS
     os.utime(out / '.lock', (old, old))
     result = run_cli(*_flags(inputs, str(out)))
     assert result.returncode == 0, result.stderr
@@ -739,7 +739,7 @@ def test_class_names_with_direction_overrides_are_kept_but_printed_inert(tmp_pat
 
 
 def printable_repr(name: str) -> str:
-    from pipeline.formats.errors import printable
+    from pipeline.errors import printable
     return printable(repr(name))
 
 

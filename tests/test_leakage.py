@@ -14,9 +14,9 @@ import sys
 import pytest
 from PIL import Image, ImageEnhance
 
-from pipeline.formats import records
-from pipeline.formats.errors import DatasetError
-from pipeline.formats.metadata import SPLITS
+from pipeline.output import records
+from pipeline.errors import DatasetError
+from pipeline.output.metadata import SPLITS
 from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker

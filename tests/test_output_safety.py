@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipeline.formats.errors import DatasetError
+from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
 from tests.helpers import convert, output_files, read_split, run_cli, shard_paths, write_tree
 

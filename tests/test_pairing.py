@@ -15,11 +15,12 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.helpers import stage_pipeline
-from transforms import leakage, pairing
+from transforms import leakage
+from pipeline.quality import pairing
 from transforms.findings import CollectLeakage
 from transforms.leakage import GROUP_SIZE, FindLeakage, dropped_copies, group_bits, part_table
-from transforms.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster, Pair, find_clusters
-from transforms.phash import FLAT, to_int64
+from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster, Pair, find_clusters
+from pipeline.quality.phash import FLAT, to_int64
 from transforms.sharding import ShardPlan
 from transforms.write_shards import ShardResult
 

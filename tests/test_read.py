@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.formats import records
+from pipeline.output import records
 from pipeline.readers.tf_data import dataset
 from pipeline.readers.torch_data import TFRecordImageDataset
 from pipeline.testing import imagemaker

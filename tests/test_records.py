@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.formats import records
+from pipeline.output import records
 
 
 def test_encoded_example_parses_in_tensorflow_with_every_value_kind():

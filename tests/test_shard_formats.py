@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from pipeline.formats import shard_formats
+from pipeline.output import shard_formats
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, output_files, write_tree
+from tests.helpers import IN_PROCESS, output_files, run_with_module, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +25,9 @@ FORMAT_MODULE = '''
 import struct
 import zlib
 
-from pipeline.formats import fileio, shard_formats
-from pipeline.formats.records import RecordError
+from pipeline.io import fileio
+from pipeline.output import shard_formats
+from pipeline.output.records import RecordError
 
 
 def write_file(records, local_path):
@@ -53,18 +54,11 @@ LENPREFIX = shard_formats.register(shard_formats.ShardFormat(
     name='lenprefix', suffix='lenprefix', tfds_name='lenprefix', write_file=write_file,
     read_records=read_records))
 '''
-WITH_FORMAT = 'import sys, lenprefix_format; from {module} import main; sys.exit(main(sys.argv[1:]))'
 
 
 def _run(tmp_path, module: str, *argv, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    """`module`'s main(argv) in a subprocess that imported the format module first."""
-    (tmp_path / 'lenprefix_format.py').write_text(FORMAT_MODULE)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root]))
-    if kill_at:
-        env['IMAGE_TFRECORDS_KILL_AT'] = kill_at
-    return subprocess.run([sys.executable, '-c', WITH_FORMAT.format(module=module), *argv],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return run_with_module(tmp_path, 'lenprefix_format', FORMAT_MODULE, module, *argv,
+                           kill_at=kill_at)
 
 
 def test_a_format_registered_outside_the_product_converts_resumes_and_verifies(tmp_path):

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.formats import output_folder, records
+from pipeline.output import output_folder, output_lock, records
 from pipeline.testing import imagemaker
 from tests.helpers import stage_pipeline, write_tree
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings, LabelSettings
 from transforms.sharding import (
     CHUNK_EXAMPLES, AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)
@@ -100,8 +100,8 @@ def test_planner_honours_any_shard_count_up_to_a_million_with_even_chunks(count,
 
 @pytest.mark.slow
 def test_list_examples_accounts_for_every_file(tmp_path):
-    from pipeline.formats.folders import place_of
-    from transforms.listing import FolderSplit
+    from pipeline.inputs.folders import place_of
+    from pipeline.inputs.folder_layout import FolderSplit
     root = write_tree(tmp_path, {'train/a/1.jpg': b'x', 'train/a/.hidden': b'x',
                                  'train/loose.jpg': b'x', 'train/b/sub/2.jpg': b'x'})
     with stage_pipeline() as p:
@@ -156,7 +156,7 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
     out = str(tmp_path / 'out')
     settings = ConversionSettings('d', ('train',), num_shards=2, output_dir=out,
                                   max_error_ratio=0.2)
-    token = output_folder.acquire(out, settings.run_id, 'DirectRunner', waits=True)
+    token = output_lock.acquire(out, settings.run_id, 'DirectRunner', waits=True)
     settings = dataclasses.replace(settings, lock_token=token)
     output_folder.start_temp(out, settings.run_id)
     with stage_pipeline() as p:
@@ -168,7 +168,7 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
                                                   s['splits']['train']['skipped'],
                                                   s['splits']['train']['classes'])),
                     equal_to([(settings.run_id, 6, 1, {'c0': 3, 'c1': 3})]))
-    output_folder.release(out, token)
+    output_lock.release(out, token)
     assert sorted(os.listdir(out)) == [
         'd-train.tfrecord-00000-of-00002', 'd-train.tfrecord-00001-of-00002', 'damaged-train.jsonl',
         'dataset_info.json', 'errors-train.jsonl', 'features.json', 'image.class.label.labels.txt',

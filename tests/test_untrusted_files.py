@@ -2,7 +2,7 @@
 opens as a CSV or labels file (fileio.not_regular): files with another name, pipes, links."""
 import os
 
-from pipeline.formats import fileio
+from pipeline.io import fileio
 
 
 def test_a_hard_link_a_pipe_and_a_link_are_untrusted_a_plain_file_is_not(tmp_path):

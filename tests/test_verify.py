@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.formats import records
+from pipeline.output import records
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
 from tests.helpers import convert, shard_paths, write_tree

@@ -7,15 +7,17 @@ accounted for, that the error ratio is acceptable, that the output holds no data
 told to replace, that every shard file has the size its result says, and that no file a new
 name would overwrite belongs to anything but the dataset replaced. Then it writes the new
 metadata into the temporary folder and hands the moves to the journal of the output-folder
-protocol (pipeline/formats/output_folder.py), which carries them out and cleans up.
+protocol (pipeline/output/output_folder.py), which carries them out and cleans up.
 """
 import json
 import logging
 
 import apache_beam as beam
 
-from pipeline.formats import faults, fileio, metadata, output_folder
-from pipeline.formats.errors import DatasetError
+from pipeline import faults
+from pipeline.io import fileio
+from pipeline.output import commit_journal, metadata, output_folder, output_lock
+from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_lines
 from transforms.settings import ConversionSettings
@@ -51,7 +53,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
                    settings: ConversionSettings, leakage: Leakage = Leakage()) -> dict:
     """Puts the new dataset in place (see the module docstring); returns the run summary."""
     out, temp = settings.output_dir, settings.temp_dir
-    output_folder.check_lock(out, settings.lock_token)
+    output_lock.check_lock(out, settings.lock_token)
     by_split = {s: sorted((r for r in results if r.split == s), key=lambda r: r.shard)
                 for s in settings.splits}
     errors = {s: sorted(e for r in rs for e in r.errors) for s, rs in by_split.items()}
@@ -76,20 +78,20 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     output_folder.refuse_foreign(out, output_folder.foreign_files(
         out, [target for _, target in installs], old))
     old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)
-    journal = output_folder.Journal(settings.run_id, 'replace', tuple(old_first),
+    journal = commit_journal.Journal(settings.run_id, 'replace', tuple(old_first),
                                     tuple(installs)).validate()
-    output_folder.write_journal(out, journal)
+    commit_journal.write_journal(out, journal)
     faults.crash_point('commit:journal')
-    output_folder.roll_forward(out, journal)
+    commit_journal.roll_forward(out, journal)
     LOG.info('dataset committed to %s', out)
     if settings.release_lock:
-        output_folder.release(out, settings.lock_token)
+        output_lock.release(out, settings.lock_token)
     return summary
 
 
 def _check_shard_files(results: list[ShardResult], settings: ConversionSettings) -> None:
     """Fails, committing nothing, unless every shard file has the size its result says."""
-    folder = fileio.join(settings.temp_dir, 'shards')
+    folder = fileio.join(settings.temp_dir, output_folder.SHARDS)
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
         for shard_format in settings.output_formats:

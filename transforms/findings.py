@@ -15,10 +15,11 @@ import json
 
 import apache_beam as beam
 
-from pipeline.formats import fileio, metadata, output_folder
-from pipeline.formats.errors import DatasetError
-from pipeline.formats.metadata import SPLITS
-from transforms.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster
+from pipeline.io import fileio
+from pipeline.output import metadata, output_folder
+from pipeline.errors import DatasetError
+from pipeline.output.metadata import SPLITS
+from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster
 from transforms.settings import ConversionSettings
 
 

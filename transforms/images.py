@@ -24,8 +24,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from transforms.jpeg_check import DAMAGED, check_jpeg
-from transforms.phash import perceptual_hashes
+from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
+from pipeline.quality.phash import perceptual_hashes
 
 # Size limits are enforced by `convert_image` with a message that names the flag to change.
 Image.MAX_IMAGE_PIXELS = None

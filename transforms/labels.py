@@ -11,9 +11,9 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from pipeline.formats import records
-from pipeline.formats.errors import DatasetError
-from transforms.refs import ExampleRef, listing_hash
+from pipeline.output import records
+from pipeline.errors import DatasetError
+from pipeline.inputs.refs import ExampleRef, listing_hash
 from transforms.settings import LabelSettings
 
 _SHOW = 5

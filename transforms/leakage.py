@@ -28,15 +28,17 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import faults, fileio, records
-from pipeline.formats.metadata import SPLITS
-from transforms.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster, Table, band_values,
+from pipeline import faults
+from pipeline.io import fileio
+from pipeline.output import records
+from pipeline.output.metadata import SPLITS
+from pipeline.quality.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster, Table, band_values,
                                 clusters, filed, filings, leaking, link_band, record_ids,
                                 reduce_links, sha_digest)
 from transforms import linked_groups
-from transforms.phash import FLAT
+from pipeline.quality.phash import FLAT
 
-NAMESPACE = 'image_tfrecords'
+NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
 ACTIONS = ('report', 'drop', 'fail', 'off')   # off: no hashes, no check.
 
 

@@ -15,8 +15,9 @@ import json
 
 import numpy as np
 
-from pipeline.formats import fileio, output_folder
-from transforms.pairing import LINK, ROW, Table
+from pipeline.io import fileio
+from pipeline.output import output_folder
+from pipeline.quality.pairing import LINK, ROW, Table
 
 
 def fingerprint(key: tuple, tables: list[Table]) -> str:
@@ -31,7 +32,7 @@ def fingerprint(key: tuple, tables: list[Table]) -> str:
 
 def path(temp_dir: str, key: tuple, tables: list[Table]) -> str:
     band, top, _ = key
-    return fileio.join(temp_dir, 'links', f'{band}-{top}-{fingerprint(key, tables)}.npz')
+    return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, tables)}.npz')
 
 
 def save(where: str, links: np.ndarray, members: Table, crowded: list[tuple]) -> None:

@@ -16,7 +16,7 @@ import time
 import apache_beam as beam
 
 from transforms.labels import LabelMap
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings
 from transforms.write_shards import EncodeChunk, ShardResult
 

@@ -27,8 +27,9 @@ import json
 import os
 from typing import Iterable
 
-from pipeline.formats import fileio, output_folder
-from transforms.refs import ExampleRef
+from pipeline.io import fileio
+from pipeline.output import output_folder
+from pipeline.inputs.refs import ExampleRef
 
 LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.
 
@@ -108,8 +109,8 @@ def load_sidecar(path: str, result_type, **expected):
 
 def finished_work(temp_dir: str) -> tuple[int, int]:
     """(chunks, shards) that an earlier attempt finished in `temp_dir`."""
-    parts = fileio.match(fileio.join(temp_dir, 'parts', '*.tfrecord.json'))
-    shards = fileio.match(fileio.join(temp_dir, 'shards', '*.json'))
+    parts = fileio.match(output_folder.work_files(temp_dir, output_folder.PARTS, '*.tfrecord.json'))
+    shards = fileio.match(output_folder.work_files(temp_dir, output_folder.SHARDS, '*.json'))
     return len({chunk_of_part(m.path) for m in parts}), len(shards)
 
 

@@ -2,9 +2,9 @@
 import dataclasses
 import functools
 
-from pipeline.formats.fileio import DEFAULT_MAX_INPUT
-from pipeline.formats.output_folder import temp_dir
-from pipeline.formats.shard_formats import TFRECORD, ShardFormat
+from pipeline.io.fileio import DEFAULT_MAX_INPUT
+from pipeline.output.output_folder import temp_dir
+from pipeline.output.shard_formats import TFRECORD, ShardFormat
 from transforms.images import ImageOptions
 from transforms.resume import LAYOUT_VERSION, fingerprint
 

@@ -23,7 +23,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 
 LOG = logging.getLogger('image_tfrecords')
 

@@ -21,19 +21,22 @@ import apache_beam as beam
 import threadpoolctl
 from apache_beam.metrics import Metrics
 
-from pipeline.formats import archives, faults, fileio, output_folder, records
-from pipeline.formats.errors import DatasetError
+from pipeline.inputs import gzip_pass
+from pipeline import faults
+from pipeline.io import failures, fileio, read_ahead
+from pipeline.output import output_folder, records
+from pipeline.errors import DatasetError
 from transforms import resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
-from transforms.leakage import FindLeakage, by_shard, drop_from_part, dropped_copies, part_table
-from transforms.phash import to_int64
+from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
+                               part_table)
+from pipeline.quality.phash import to_int64
 from transforms.labels import LabelMap
-from transforms.refs import ExampleRef
+from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings
 from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
-NAMESPACE = 'image_tfrecords'
 # A joined shard's line; the first one means every chunk is converted (the join waits for all).
 SHARD_LINE = '%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s'
 SHARD_LINE_PATTERN = re.compile(r'\S+ shard \d+/\d+ (written|reused from an earlier attempt): ')
@@ -189,7 +192,7 @@ class EncodeChunk(beam.DoFn):
         # The runner runs a worker per core; a multithreaded BLAS under the perceptual hash's
         # small matrix products would only spin on the other cores (twice the CPU, measured).
         threadpoolctl.threadpool_limits(1, user_api='blas')
-        self._reader = fileio.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES,
+        self._reader = read_ahead.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES,
                                         self._settings.max_input_bytes)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
@@ -297,7 +300,7 @@ class EncodeChunk(beam.DoFn):
             try:
                 data = read.result()
             except Exception as exc:
-                reason = fileio.unreadable_input(exc)
+                reason = failures.unreadable_input(exc)
                 if reason is None:  # Transient or unknown: the runner retries the chunk.
                     raise
                 raise ImageError(f'cannot read file: {reason}') from None
@@ -326,11 +329,11 @@ def _with_streamed_bytes(refs: list[ExampleRef], limit: int) -> list[ExampleRef]
                 if r.member is not None and r.member.archive.streamed and r.problem is None}
     if not streamed:
         return refs
-    found = archives.read_streamed(streamed, limit)
+    found = gzip_pass.read_streamed(streamed, limit)
     out = []
     for ref in refs:
         if ref.member in streamed:
-            data = found.get((ref.member.name, ref.member.index), archives.gone(ref.member))
+            data = found.get((ref.member.name, ref.member.index), gzip_pass.gone(ref.member))
             ref = (dataclasses.replace(ref, data=None, problem=data) if isinstance(data, str)
                    else dataclasses.replace(ref, data=data))
         out.append(ref)
@@ -368,7 +371,7 @@ class WriteShard(beam.DoFn):
     """((split, shard), part results) -> ShardResult of the temporary shard, with a file per
     output format (`temp_path` is the first format's; `bytes` its size).
 
-    Each format writes the shard from the parts (pipeline/formats/shard_formats.py): TFRecord
+    Each format writes the shard from the parts (pipeline/output/shard_formats.py): TFRecord
     joins them; a format that rewrites the records (ArrayRecord, which ends in an index) needs
     local disk for one shard (about --target_shard_mb) and memory for one record at a time.
     """

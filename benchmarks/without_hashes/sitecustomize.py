@@ -18,7 +18,8 @@ if os.environ.get('WITHOUT_PAIRING') == '1' or os.environ.get('WITHOUT_HASHES') 
     leakage._groups = _nothing
 
 if os.environ.get('WITHOUT_HASHES') == '1':
-    from transforms import images, jpeg_check, phash
+    from transforms import images
+    from pipeline.quality import jpeg_check, phash
 
     def _flat(pixels) -> tuple[int, int]:
         return phash.FLAT, phash.FLAT

@@ -19,8 +19,8 @@ import grain
 import numpy as np
 import simplejpeg
 
-from pipeline.formats import metadata, records, shard_formats
-from pipeline.formats.errors import DatasetError
+from pipeline.output import metadata, records, shard_formats
+from pipeline.errors import DatasetError
 
 
 def data_source(output_dir: str, split: str) -> grain.sources.ArrayRecordDataSource:

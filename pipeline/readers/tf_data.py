@@ -3,13 +3,13 @@
     from pipeline.readers.tf_data import dataset
     ds = dataset('gs://my-bucket/tfrecords/imagenet', 'train', shuffle_files=True, shuffle_buffer=10_000)
 
-The shard list comes from dataset_info.json and the parse spec from pipeline/formats/records.py, the
+The shard list comes from dataset_info.json and the parse spec from pipeline/output/records.py, the
 same definitions the writer uses. (For TFDS: `tfds.builder_from_directory(output_dir)`.)
 """
 import tensorflow as tf
 
-from pipeline.formats import metadata, records, shard_formats
-from pipeline.formats.errors import DatasetError
+from pipeline.output import metadata, records, shard_formats
+from pipeline.errors import DatasetError
 
 
 def dataset(output_dir: str, split: str, shuffle_files: bool = False, shuffle_buffer: int = 0,

@@ -4,7 +4,7 @@
     loader = torch.utils.data.DataLoader(TFRecordImageDataset(out, 'train'), num_workers=4)
 
 Records are read with this project's own TFRecord reader and Example decoder
-(pipeline/formats/records.py): no TensorFlow in a PyTorch environment, every record CRC-checked, and
+(pipeline/output/records.py): no TensorFlow in a PyTorch environment, every record CRC-checked, and
 `gs://` read through the same I/O layer as the converter. A dataset in ArrayRecord only is read
 through ArrayRecord's reader, in the same order. Each DataLoader worker (and each rank,
 with `rank`/`world_size`) reads its own shards; with fewer shards than readers, every reader
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pipeline.formats import metadata, records, shard_formats
+from pipeline.output import metadata, records, shard_formats
 
 
 class TFRecordImageDataset(torch.utils.data.IterableDataset):

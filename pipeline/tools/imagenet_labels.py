@@ -14,8 +14,8 @@ import io
 import sys
 import tarfile
 
-from pipeline.formats import fileio
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.errors import DatasetError
 
 GROUND_TRUTH = 'data/ILSVRC2012_validation_ground_truth.txt'
 META = 'data/meta.mat'

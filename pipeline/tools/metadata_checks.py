@@ -1,5 +1,5 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
-the run noted in summary.json: that summary.json is this dataset's (pipeline/formats/
+the run noted in summary.json: that summary.json is this dataset's (pipeline/output/
 output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
 each shard's bytes, records per class, inputs accounted for) and with the error and damage
 reports (a line per input it counts); that TFDS's class-names file holds labels.txt's names in
@@ -12,7 +12,8 @@ import collections
 import hashlib
 import json
 
-from pipeline.formats import fileio, metadata, output_folder, records
+from pipeline.io import fileio
+from pipeline.output import metadata, output_folder, records
 
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
 

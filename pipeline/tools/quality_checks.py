@@ -5,10 +5,11 @@ them), against leakage.jsonl.
 """
 import json
 
-from pipeline.formats import fileio, metadata, records
-from transforms.jpeg_check import DAMAGED, check_jpeg
-from transforms.pairing import RADIUS, find_clusters
-from transforms.phash import perceptual_hashes, to_int64
+from pipeline.io import fileio
+from pipeline.output import metadata, records
+from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
+from pipeline.quality.pairing import RADIUS, find_clusters
+from pipeline.quality.phash import perceptual_hashes, to_int64
 
 HASH_FEATURES = records.HASH_FEATURES
 

@@ -8,7 +8,8 @@ import json
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata
+from pipeline.io import fileio
+from pipeline.output import metadata
 
 THUMBNAIL = 128
 CLUSTERS_SHOWN = 24

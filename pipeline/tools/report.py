@@ -18,9 +18,10 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, records, shard_formats
-from pipeline.formats.shard_formats import ShardFormat
-from pipeline.formats.errors import DatasetError
+from pipeline.io import fileio
+from pipeline.output import metadata, records, shard_formats
+from pipeline.output.shard_formats import ShardFormat
+from pipeline.errors import DatasetError
 from pipeline.tools import quality_section
 
 try:

@@ -3,14 +3,15 @@
     python -m pipeline.tools.template_metadata > dataflow_templates/metadata.json
 
 Names, help texts, defaults and optionality come from pipeline/options.py, so the console form
-always shows the flags the pipeline really has; labels and parameter types are added here.
+always shows the flags the pipeline really has; labels and parameter types are added here. A
+flag with argparse `choices` gets a regex of them.
 """
 import json
 import sys
 
-from pipeline.formats import shard_formats
+from pipeline.output import shard_formats
 from pipeline.options import converter_parser
-from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
+from pipeline.output.metadata import DATASET_NAME
 
 _GCS = r'^gs:\/\/[^\n\r]+$'
 _FORMATS = '|'.join(shard_formats.names())
@@ -24,7 +25,7 @@ PARAMETERS = {
     'config': ('Config class (module:Class, installed in the image)', 'TEXT', [r'^[\w.]+:\w+$']),
     'config_arg': ('Config argument (key=value)', 'TEXT', [r'^\w+=.*$']),
     'output_dir': ('Output folder for shards and metadata', 'GCS_WRITE_FOLDER', [_GCS]),
-    'dataset_name': ('Dataset name (shard file prefix)', 'TEXT', [r'^[a-z][a-z0-9_]*$']),
+    'dataset_name': ('Dataset name (shard file prefix)', 'TEXT', [rf'^{DATASET_NAME}$']),
     'output_format': ('Shard format: tfrecord, array_record, or both (comma-separated)', 'TEXT',
                       [rf'^({_FORMATS})(,({_FORMATS}))?$']),
     'num_shards': ('Shards per split (0: automatic)', 'NUMBER', []),
@@ -41,16 +42,14 @@ PARAMETERS = {
     'max_image_pixels': ('Skip images larger than this many pixels', 'NUMBER', []),
     'reads_in_flight': ('Images read ahead per worker thread', 'NUMBER', []),
     'max_input_mb': ('Most MiB read for one input', 'NUMBER', []),
-    'damaged_images': ('Damaged JPEGs: skip, keep or reencode', 'TEXT',
-                       [r'^(skip|keep|reencode)$']),
-    'leakage': ('Near-duplicates across splits: report, drop, fail or off', 'TEXT',
-                [rf'^({"|".join(LEAKAGE_ACTIONS)})$']),
+    'damaged_images': ('Damaged JPEGs: skip, keep or reencode', 'TEXT', []),
+    'leakage': ('Near-duplicates across splits: report, drop, fail or off', 'TEXT', []),
     'label_offset': ('Label id offset (1: background class)', 'NUMBER', []),
     'num_labels': ('Maximum number of distinct labels', 'NUMBER', []),
     'max_error_ratio': ('Maximum fraction of unconvertible images', 'NUMBER', []),
     'skip_duplicates': ('Drop inputs listed twice', 'BOOLEAN', []),
     'plan_only': ('Only plan: list and estimate, convert nothing', 'BOOLEAN', []),
-    'plan_format': ('Plan output format (text or json)', 'TEXT', [r'^(text|json)$']),
+    'plan_format': ('Plan output format (text or json)', 'TEXT', []),
     'verbose': ('Full launcher log', 'BOOLEAN', []),
 }
 REQUIRED = {'output_dir'}
@@ -69,6 +68,8 @@ def template_metadata() -> dict:
         if action.dest == 'help':
             continue
         label, param_type, regexes = PARAMETERS[action.dest]
+        if action.choices:
+            regexes = [rf'^({"|".join(action.choices)})$']
         parameter = {'name': action.dest, 'label': label, 'helpText': action.help,
                      'isOptional': action.dest not in REQUIRED, 'paramType': param_type}
         if regexes:

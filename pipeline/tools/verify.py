@@ -24,8 +24,9 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
-from pipeline.formats.errors import DatasetError, printable
+from pipeline.io import fileio
+from pipeline.output import commit_journal, metadata, output_folder, output_lock, records, shard_formats
+from pipeline.errors import DatasetError, printable
 from pipeline.tools import metadata_checks, quality_checks
 
 Image.MAX_IMAGE_PIXELS = None
@@ -144,10 +145,10 @@ def _layout_problems(output_dir: str, info: dict) -> list[str]:
 def warnings(output_dir: str) -> list[str]:
     """What is left in `output_dir` besides the dataset: a lock, temporary folders."""
     found = []
-    state = output_folder.read_lock(output_dir)
+    state = output_lock.read_lock(output_dir)
     if state is not None:
-        found.append(f'{output_folder.lock_path(output_dir)}: held by '
-                     f'{output_folder.describe(state)}; {output_folder.lock_advice(state)}')
+        found.append(f'{output_lock.lock_path(output_dir)}: held by '
+                     f'{output_lock.describe(state)}; {output_lock.lock_advice(state)}')
     for folder in output_folder.temp_folders(output_dir):
         size = f'{fileio.tree_bytes(folder.path) / 1e6:.1f} MB'
         if folder.state == output_folder.COMMITTED:
@@ -162,10 +163,10 @@ def warnings(output_dir: str) -> list[str]:
 def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
     """All problems of the dataset under `output_dir` ([] when it is sound)."""
     output_dir = output_dir.rstrip('/')
-    journal = output_folder.read_journal(output_dir)
+    journal = commit_journal.read_journal(output_dir)
     if journal is not None:
         raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal.run_id} '
-                           f'({output_folder.journal_path(output_dir)}); rerun the conversion '
+                           f'({commit_journal.journal_path(output_dir)}); rerun the conversion '
                            'command to complete it')
     info = output_folder.read_metadata(output_dir, metadata.DATASET_INFO)
     labels = output_folder.read_file(fileio.join(output_dir, metadata.LABELS))

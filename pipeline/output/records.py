@@ -26,7 +26,7 @@ LABEL = 'image/class/label'
 TEXT = 'image/class/text'
 SHA256 = 'image/key/sha256'
 SOURCE = 'image/source'
-PHASH = 'image/phash'                    # Perceptual hash (transforms/phash.py), as int64.
+PHASH = 'image/phash'                    # Perceptual hash (pipeline/quality/phash.py), as int64.
 PHASH_MIRRORED = 'image/phash_mirrored'  # ... of the mirror image.
 
 # Name -> value kind of every feature each record carries ('bytes', 'int' or 'text').

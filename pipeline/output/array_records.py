@@ -15,7 +15,7 @@ objects (through the Cloud Storage C++ client and Application Default Credential
 """
 from typing import Iterable, Iterator
 
-from pipeline.formats.records import RecordError
+from pipeline.output.records import RecordError
 
 WRITER_OPTIONS = 'group_size:1,uncompressed'
 _READ_BATCH = 64          # Records per read call when reading a file through.

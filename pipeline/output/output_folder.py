@@ -36,36 +36,36 @@ and in last. After the moves the marker says `committed`, then the journal is de
 temporary folder with the marker last. A kill at any instant leaves a journal (the next run
 rolls it forward: every move can be repeated) or a committed marker (the next run finishes the
 cleanup); the folder holds the complete old dataset or the complete new one.
+
+This module holds the names, the temporary folders and what counts as the dataset; the lock is
+in output_lock.py, the commit journal and recovery in commit_journal.py.
 """
+
 import contextlib
 import dataclasses
-import datetime
 import functools
 import json
 import logging
 import os
 import re
-import socket
 import stat
-import uuid
-from typing import Iterable, Iterator
+from typing import Iterable
 
-from pipeline.formats import faults, fileio, metadata, shard_formats
-from pipeline.formats.errors import DatasetError, printable
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline import faults
+from pipeline.errors import DatasetError, printable
+from pipeline.io import fileio
+from pipeline.io.gcs import list_prefix
+from pipeline.output import metadata, shard_formats
+from pipeline.output.shard_formats import ShardFormat
 
 LOG = logging.getLogger('image_tfrecords')
-
-LOCK = '.lock'
-JOURNAL = '.commit.json'
 TEMP_PREFIX = '.tmp-'
 MARKER = '.image-tfrecords-run.json'
-MOVE_BATCH = 100
-STALE_UNREADABLE_SECONDS = 30
-LOCK_MAX_BYTES = 1 << 20   # Read of a lock at most; the locks this tool writes have ~300.
 RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
-
+# Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar each), a file per
+# shard and format (and a sidecar), the leakage check's pairs and its linked groups.
+PARTS, SHARDS, PAIRS, LINKS = 'parts', 'shards', 'pairs', 'links'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
 
@@ -77,19 +77,16 @@ def metadata_names(splits: Iterable[str]) -> tuple[str, ...]:
             *(metadata.damaged_report_name(s) for s in splits))
 
 
-# Any version's, any splits': what the protocol recognises as a dataset's metadata file.
 METADATA_NAMES = (*metadata_names(metadata.SPLITS), metadata.OLD_CLASS_NAMES)
 _GLOB = re.compile(r'[*?\[]')
 
-
-# --- Names and the folder itself ---------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def _shard_patterns(suffixes: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
     """(final shard name, temporary shard path) for the registered formats' suffixes."""
     suffix = '(?:' + '|'.join(map(re.escape, suffixes)) + ')'
-    return (re.compile(rf'[a-z][a-z0-9_]*-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
-            re.compile(rf'shards/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
+    return (re.compile(rf'{metadata.DATASET_NAME}-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
+            re.compile(rf'{SHARDS}/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
 
 
 def is_shard_name(name: str) -> bool:
@@ -134,17 +131,27 @@ def temp_dir(output_dir: str, run_id: str) -> str:
 
 
 def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) -> str:
-    return fileio.join(temp_dir, 'parts', f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
+    return fileio.join(temp_dir, PARTS, f'{split}-{shard:05d}-{chunk:06d}-{chunk_fp}.tfrecord')
 
 
 def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
                shard_format: ShardFormat) -> str:
-    return fileio.join(temp_dir, 'shards', f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
+    return fileio.join(temp_dir, SHARDS, f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
 
 
 def pairs_path(temp_dir: str, name: str) -> str:
     """A part of leakage.jsonl (transforms/findings.py), joined into it at the commit."""
-    return fileio.join(temp_dir, 'pairs', f'{name}.jsonl')
+    return fileio.join(temp_dir, PAIRS, f'{name}.jsonl')
+
+
+def links_path(temp_dir: str, name: str) -> str:
+    """A linked group of the leakage check (transforms/linked_groups.py), kept for a rerun."""
+    return fileio.join(temp_dir, LINKS, name)
+
+
+def work_files(temp_dir: str, folder: str, pattern: str) -> str:
+    """The glob of files named `pattern` in a subfolder of work (PARTS, SHARDS, ...)."""
+    return fileio.join(temp_dir, folder, pattern)
 
 
 def in_format(shard_file: str, shard_format: ShardFormat) -> str:
@@ -245,243 +252,6 @@ def _remove_partials(output_dir: str, name: str) -> None:
             os.remove(entry.path)
 
 
-# --- The lock -----------------------------------------------------------------------------------
-
-def lock_path(output_dir: str) -> str:
-    return fileio.join(output_dir.rstrip('/'), LOCK)
-
-
-@dataclasses.dataclass(frozen=True)
-class LockState:
-    """What `.lock` holds now: its holder (None when empty or unreadable), age and generation."""
-    holder: dict | None
-    age: float
-    generation: int = 0      # Cloud Storage only.
-
-
-def read_lock(output_dir: str) -> LockState | None:
-    """The lock of `output_dir`, or None when nobody holds it."""
-    path = lock_path(output_dir)
-    if fileio.is_gcs(path):
-        found = fileio.read_versioned(path, LOCK_MAX_BYTES)
-        if found is None:
-            return None
-        data, generation, updated = found
-    else:
-        try:
-            found = _read_file(path, LOCK_MAX_BYTES)
-        except _NotAFile as exc:
-            raise DatasetError(f'{path} is {exc}, not the lock of this tool; move it away and '
-                               'rerun') from None
-        if found is None:
-            return None
-        data, updated = found
-        generation = 0
-    if len(data) > LOCK_MAX_BYTES:
-        raise DatasetError(f'{path} holds more than {LOCK_MAX_BYTES >> 20} MiB, so it is not a '
-                           'lock of this tool (those hold a few hundred bytes); move it away and '
-                           'rerun')
-    age = datetime.datetime.now(datetime.timezone.utc).timestamp() - updated
-    return LockState(_parse_holder(data), age, generation)
-
-
-def _parse_holder(data: bytes) -> dict | None:
-    holder = _json(data)
-    return holder if isinstance(holder, dict) and isinstance(holder.get('token'), str) else None
-
-
-def lock_advice(state: LockState) -> str:
-    """What happens to a lock, in words: who may take it over, and when."""
-    holder = state.holder
-    if is_stale(state):
-        return 'its holder is gone: the next run takes it over'
-    if holder is None:
-        return (f'if no run is starting, the next run takes it over once it is '
-                f'{STALE_UNREADABLE_SECONDS} s old')
-    if _checkable(holder):
-        return 'its process is running'
-    return ('a run on another host or a Dataflow job holds it; once it is not running any more, '
-            'pass --break_lock')
-
-
-def describe(state: LockState) -> str:
-    """Who holds a lock, in one line, with anything from the file escaped."""
-    holder = state.holder
-    if holder is None:
-        when = (f'written {state.age:.0f} s ago' if state.age >= 0
-                else 'with a modification time in the future')
-        return f'an empty or unreadable lock, {when}'
-    text = (f"run {holder.get('run_id', '?')} on host {holder.get('host', '?')}, pid "
-            f"{holder.get('pid', '?')}, started {holder.get('started', '?')}"
-            + (f" ({holder['runner']})" if holder.get('runner') else ''))
-    return printable(text)
-
-
-def _proc_stat(pid: int) -> tuple[str, str | None] | None:
-    """(state, start time in clock ticks after boot) of a process, None when there is none; the
-    start time is None where it cannot be read."""
-    if not os.path.exists('/proc/self/stat'):   # No procfs: ask the kernel whether pid exists.
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except OSError:
-            pass
-        return '?', None
-    try:
-        with open(f'/proc/{pid}/stat') as stream:
-            fields = stream.read().rsplit(')', 1)[1].split()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return '?', None
-    return fields[0], fields[19]
-
-
-def _machine() -> dict:
-    """What a holder on this machine shares with us: host name, boot id and PID namespace (two
-    containers may share a host name, and pids mean nothing across namespaces)."""
-    found = {'host': socket.gethostname()}
-    try:
-        with open('/proc/sys/kernel/random/boot_id') as stream:
-            found['boot_id'] = stream.read().strip()
-        found['pid_ns'] = os.readlink('/proc/self/ns/pid')
-    except OSError:
-        pass
-    return found
-
-
-def _checkable(holder: dict) -> bool:
-    """Whether the holder's process can be looked up here: a run that waits for its job, on
-    this machine, in this PID namespace. Any other holder is cleared only by --break_lock."""
-    return holder.get('waits') is True and all(holder.get(k) == v for k, v in _machine().items())
-
-
-def _alive_here(state: LockState) -> bool:
-    """Whether the holder is a run on this machine whose process is provably running: its pid
-    is a process started when the lock says (so --break_lock never clears it)."""
-    holder = state.holder
-    if holder is None or not _checkable(holder) or not isinstance(holder.get('pid'), int):
-        return False
-    stat = _proc_stat(holder['pid'])
-    return (stat is not None and stat[0] not in ('Z', 'X') and stat[1] is not None
-            and str(holder.get('pid_start')) == stat[1])
-
-
-def is_stale(state: LockState) -> bool:
-    """True only when the holder is provably no longer running (see the module docstring)."""
-    holder = state.holder
-    if holder is None:
-        return state.age > STALE_UNREADABLE_SECONDS
-    if not _checkable(holder):
-        return False
-    try:
-        pid = int(holder['pid'])
-    except (KeyError, TypeError, ValueError):
-        return False
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True
-    process_state, started = stat
-    return process_state in ('Z', 'X') or (
-        None not in (started, holder.get('pid_start')) and str(holder['pid_start']) != started)
-
-
-@contextlib.contextmanager
-def _guard(output_dir: str) -> Iterator[None]:
-    """Locally: an exclusive flock of the output folder while `.lock` changes (see above)."""
-    if fileio.is_gcs(output_dir):
-        yield
-        return
-    import fcntl
-    with fileio.output_errors(output_dir):
-        os.makedirs(output_dir, exist_ok=True)
-    fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
-            break_lock: bool = False) -> str:
-    """Takes the output lock; returns its token, or raises a DatasetError naming the holder.
-
-    `waits`: the process taking the lock lives as long as the run (false when a job is only
-    submitted), so its lock may be taken over once it is gone.
-    """
-    path = lock_path(output_dir)
-    token = uuid.uuid4().hex
-    own = _proc_stat(os.getpid())
-    data = json.dumps({
-        'token': token, 'run_id': run_id, **_machine(), 'pid': os.getpid(),
-        'pid_start': own[1] if own else None,
-        'started': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-        'runner': runner, 'waits': waits}, indent=1).encode()
-    gcs = fileio.is_gcs(path)
-    to_break = None   # With --break_lock: the holder first seen, the only one it may clear.
-    with fileio.output_errors(path), _guard(output_dir):
-        _remove_partials(output_dir, LOCK)
-        for _ in range(5):
-            state = read_lock(output_dir)
-            if state is None:
-                if gcs and not fileio.create_exclusive(path, data):
-                    continue   # Another run created it first: look again.
-                if not gcs:
-                    fileio.write_bytes_atomic(path, data)
-                return token
-            if break_lock and to_break is None:
-                to_break = state.holder
-            breaking = break_lock and state.holder == to_break and not _alive_here(state)
-            if not (breaking or is_stale(state)):
-                raise DatasetError(_held(output_dir, state))
-            if gcs and not fileio.write_if_generation(path, data, state.generation):
-                continue   # Another run changed it first: look again.
-            if not gcs:
-                fileio.write_bytes_atomic(path, data)
-            LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if breaking else
-                        'taking over (its process is gone)', path, describe(state))
-            return token
-    raise DatasetError(f'could not take the lock {path}: it keeps changing; is another run '
-                       'starting?')
-
-
-def _held(output_dir: str, state: LockState) -> str:
-    """Why a lock cannot be taken, and what to do: --break_lock only where it would help."""
-    path = lock_path(output_dir)
-    held = f'{output_dir} is being written by another run: {describe(state)}; its lock is {path}.'
-    if _alive_here(state):
-        return (f'{held} Its process is running on this machine: wait for it to end '
-                '(--break_lock never takes the lock of a running process; if that process is '
-                f'not a run of this tool, move {path} away and rerun)')
-    return f'{held} Wait for it, or if it is not running any more, pass --break_lock'
-
-
-def check_lock(output_dir: str, token: str) -> None:
-    """Raises a DatasetError unless the lock of `output_dir` is still `token`'s."""
-    state = read_lock(output_dir)
-    if state is None or state.holder is None or state.holder.get('token') != token:
-        now = f'it is now held by {describe(state)}' if state else 'it is gone'
-        raise DatasetError(f'this run lost its lock {lock_path(output_dir)} ({now}); nothing more '
-                           'was committed. Make sure one run at a time writes there, and rerun')
-
-
-def release(output_dir: str, token: str) -> None:
-    """Deletes the lock if it is still `token`'s."""
-    path = lock_path(output_dir)
-    with _guard(output_dir):
-        state = read_lock(output_dir)
-        if state is None or state.holder is None or state.holder.get('token') != token:
-            return
-        if fileio.is_gcs(path):
-            fileio.delete_if_generation(path, state.generation)
-        else:
-            os.remove(path)
-
-
-# --- Temporary folders --------------------------------------------------------------------------
-
 @dataclasses.dataclass(frozen=True)
 class TempFolder:
     path: str
@@ -543,7 +313,7 @@ def drop_if_unused(output_dir: str, run_id: str) -> None:
     folder = temp_dir(output_dir, run_id)
     marker = fileio.join(folder, MARKER)
     if fileio.is_gcs(folder):
-        if fileio.list_prefix(folder) == [marker]:
+        if list_prefix(folder) == [marker]:
             fileio.delete([marker])
     elif not _is_link(folder) and os.path.isdir(folder) and os.listdir(folder) == [MARKER]:
         os.remove(marker)
@@ -552,7 +322,7 @@ def drop_if_unused(output_dir: str, run_id: str) -> None:
 
 def _has_files(folder: str) -> bool:
     if fileio.is_gcs(folder):
-        return bool(fileio.list_prefix(folder))
+        return bool(list_prefix(folder))
     return os.path.isdir(folder) and bool(os.listdir(folder))
 
 
@@ -560,7 +330,7 @@ def remove_temp(folder: str) -> None:
     """Deletes a temporary folder, its marker last, so a kill leaves it recognisable."""
     marker = fileio.join(folder, MARKER)
     if fileio.is_gcs(folder):
-        fileio.delete([p for p in fileio.list_prefix(folder) if p != marker])
+        fileio.delete([p for p in list_prefix(folder) if p != marker])
         faults.crash_point('cleanup:contents')
         fileio.delete([marker] if fileio.exists(marker) else [])
         return
@@ -580,8 +350,6 @@ def remove_temp(folder: str) -> None:
     with contextlib.suppress(OSError):
         os.rmdir(folder)
 
-
-# --- The dataset in the folder ------------------------------------------------------------------
 
 def dataset_files(output_dir: str) -> list[str]:
     """Names of the files of this tool's dataset in `output_dir`, as its own dataset_info.json
@@ -632,7 +400,7 @@ def _named_files(info: dict) -> list[str]:
     if not isinstance(info, dict):
         raise ValueError('not a JSON object')
     name = info['name']
-    if not isinstance(name, str) or not re.fullmatch(r'[a-z][a-z0-9_]*', name):
+    if not isinstance(name, str) or not re.fullmatch(metadata.DATASET_NAME, name):
         raise ValueError(f'dataset name {name!r}')
     formats = shard_formats.declared(info)
     names = [metadata.DATASET_INFO, metadata.FEATURES, metadata.LABELS, metadata.CLASS_NAMES,
@@ -677,130 +445,3 @@ def refuse_foreign(output_dir: str, foreign: list[str]) -> None:
                            f'of a dataset it replaces: {shown}'
                            + (f' and {len(foreign) - 5} more' if len(foreign) > 5 else '')
                            + '; move them away or choose another --output_dir')
-
-
-# --- The commit journal -------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Journal:
-    """A commit in progress: the old dataset's files (moved into TEMP/replaced/) and the new
-    files (from TEMP/<source> to their final names), all names, no paths."""
-    run_id: str
-    phase: str                                  # 'replace', then 'install'.
-    replace: tuple[str, ...]
-    install: tuple[tuple[str, str], ...]
-
-    def validate(self) -> 'Journal':
-        check_run_id(self.run_id)
-        if self.phase not in ('replace', 'install'):
-            raise ValueError(f'phase {self.phase!r}')
-        for name in self.replace:
-            if not is_dataset_file(name):
-                raise ValueError(f'{name!r} is not a dataset file name')
-        for source, target in self.install:
-            staged = source.startswith('final/') and source[len('final/'):] in METADATA_NAMES
-            if not (staged or _is_temp_shard(source)) or not is_dataset_file(target):
-                raise ValueError(f'{source!r} -> {target!r} is not a move of this tool')
-        return self
-
-
-def journal_path(output_dir: str) -> str:
-    return fileio.join(output_dir.rstrip('/'), JOURNAL)
-
-
-def write_journal(output_dir: str, journal: Journal) -> None:
-    document = {'run_id': journal.run_id, 'phase': journal.phase,
-                'replace': list(journal.replace), 'install': [list(m) for m in journal.install]}
-    fileio.write_bytes_atomic(journal_path(output_dir), json.dumps(document, indent=1).encode())
-
-
-def read_journal(output_dir: str) -> Journal | None:
-    """The journal of an interrupted commit, validated; a DatasetError when it is not one this
-    tool wrote (then nothing is touched)."""
-    path = journal_path(output_dir)
-    data = read_file(path)
-    if data is None:
-        return None
-    try:
-        document = _json(data)
-        journal = Journal(document['run_id'], document['phase'], tuple(document['replace']),
-                          tuple((s, t) for s, t in document['install'])).validate()
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise DatasetError(f'{path} is not a commit journal this tool wrote '
-                           f'({printable(str(exc))[:200]}); nothing was done. If no run of this '
-                           'tool is committing there, delete it and rerun') from None
-    folder = temp_dir(output_dir, journal.run_id)
-    _refuse_links(folder)
-    if _marker_state(folder, journal.run_id) is None:
-        raise DatasetError(f'{path} is not a commit journal this tool wrote (its temporary '
-                           f'folder {folder} has no marker); nothing was done. If no run of this '
-                           'tool is committing there, delete it and rerun')
-    return journal
-
-
-def roll_forward(output_dir: str, journal: Journal, recovering: bool = False) -> None:
-    """Carries out a commit from its journal's phase to the end (see the module docstring)."""
-    out = output_dir.rstrip('/')
-    temp = temp_dir(out, journal.run_id)
-    with fileio.output_errors(out):
-        if journal.phase == 'replace':
-            replace = [(fileio.join(out, name), fileio.join(temp, REPLACED, name))
-                       for name in journal.replace]
-            for number, batch in enumerate(_batches(replace, first=True), 1):
-                _move(batch, recovering)
-                faults.crash_point(f'commit:replace:{number}')
-            journal = dataclasses.replace(journal, phase='install')
-            write_journal(out, journal)
-        install = [(fileio.join(temp, source), fileio.join(out, target))
-                   for source, target in journal.install]
-        for number, batch in enumerate(_batches(install, first=False), 1):
-            _move(batch, recovering)
-            faults.crash_point(f'commit:install:{number}')
-        _write_marker(temp, journal.run_id, COMMITTED)
-        faults.crash_point('commit:marked')
-        fileio.delete([journal_path(out)])
-        faults.crash_point('commit:unjournaled')
-        remove_temp(temp)
-
-
-def _batches(moves: list, first: bool) -> list[list]:
-    """Moves in batches of MOVE_BATCH, the one of dataset_info.json alone: first or last."""
-    info = [m for m in moves if fileio.basename(m[0 if first else 1]) == metadata.DATASET_INFO]
-    rest = [m for m in moves if m not in info]
-    batches = [rest[i:i + MOVE_BATCH] for i in range(0, len(rest), MOVE_BATCH)]
-    if info:
-        batches = [info, *batches] if first else [*batches, info]
-    return batches
-
-
-def _move(pairs: list, recovering: bool) -> None:
-    if recovering:  # Some moves may have happened before the crash.
-        pairs = [(s, d) for s, d in pairs if fileio.exists(s)]
-    fileio.rename([s for s, _ in pairs], [d for _, d in pairs])
-
-
-def finish_interrupted(output_dir: str, run_id: str) -> tuple[list[str], set[str]]:
-    """Completes what a killed run left half-done (call with the lock held): a commit from its
-    journal, the cleanup of temporary folders whose commit finished, and what an atomic write
-    left; run `run_id`'s own temporary folder is removed if a cut-off cleanup emptied it.
-    Returns a line per thing done and the ids of the runs whose commit is now complete."""
-    out = output_dir.rstrip('/')
-    lines, finished = [], set()
-    journal = read_journal(out)
-    if journal is not None:
-        roll_forward(out, journal, recovering=True)
-        lines.append(f'completed the interrupted commit of run {journal.run_id} in {out}: it '
-                     'holds that run\'s dataset now')
-        finished.add(journal.run_id)
-    _remove_partials(out, JOURNAL)
-    for folder in temp_folders(out):
-        if folder.state == COMMITTED:
-            remove_temp(folder.path)
-            lines.append(f'removed the temporary folder {folder.path} of run {folder.run_id}, '
-                         'whose commit had finished')
-            finished.add(folder.run_id)
-    own = temp_dir(out, run_id)
-    if not fileio.is_gcs(own) and not os.path.islink(own) and os.path.isdir(own):
-        with contextlib.suppress(OSError):
-            os.rmdir(own)   # Only if empty.
-    return lines, finished

@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from pipeline.formats import pickling
+from pipeline import pickling
 
 
 @pickling.values_only

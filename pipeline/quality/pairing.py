@@ -39,8 +39,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from pipeline.formats.metadata import SPLITS
-from transforms.phash import FLAT
+from pipeline.output.metadata import SPLITS
+from pipeline.quality.phash import FLAT
 
 RADIUS = 8
 BANDS = 4

@@ -5,7 +5,7 @@ the suffix in shard file names), how a shard file is written from records, and h
 back. Reading checks integrity: every record is checked as it is read (a CRC per TFRecord
 record, a hash per ArrayRecord chunk), and damage raises a RecordError.
 
-Workers write a chunk's records into TFRecord part files (pipeline/formats/records.py); a shard
+Workers write a chunk's records into TFRecord part files (pipeline/output/records.py); a shard
 in a format is made from its parts, in order. TFRecord shards are the parts joined (a compose on
 Cloud Storage, a kernel copy on disk); any other format streams the parts' records through its
 writer into a local file, which is then uploaded and checked. Everything else asks this module
@@ -17,8 +17,9 @@ import os
 import tempfile
 from typing import Callable, Iterable, Iterator
 
-from pipeline.formats import array_records, fileio, records
-from pipeline.formats.errors import DatasetError
+from pipeline.output import array_records, records
+from pipeline.io import fileio
+from pipeline.errors import DatasetError
 
 
 def _read_tfrecord(path: str) -> Iterator[bytes]:

@@ -4,9 +4,10 @@ The google-cloud-storage client is used where it does a thing better than FileSy
 an object in one request, composing, creating an object only if absent, uploading a file with
 its CRC32C, listing one folder level and checking that a bucket exists. Beam's GCS layer retries
 transient errors (429/5xx, dropped connections) with backoff; permanent ones come out of here as
-a DatasetError that names the path.
+a DatasetError that names the path. The Cloud Storage client and what only Cloud Storage does are in
+gcs.py, reads ahead in read_ahead.py, which failures are permanent in failures.py.
 """
-import collections
+
 import contextlib
 import dataclasses
 import errno
@@ -15,14 +16,12 @@ import os
 import posixpath
 import shutil
 import stat
-import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from typing import TYPE_CHECKING
-
-from pipeline.formats.errors import DatasetError
+from pipeline.errors import DatasetError
+from pipeline.io.failures import MIB, DamagedInput, TooLarge, _permanent_write_error, _short
+from pipeline.io.gcs import list_prefix, split_gcs, storage_client, write_if_generation
 
 if TYPE_CHECKING:
     from apache_beam.io.filesystem import FileMetadata
@@ -67,20 +66,7 @@ def read_bytes(path: str) -> bytes:
     return storage_client().bucket(bucket).blob(name).download_as_bytes(retry=DEFAULT_RETRY)
 
 
-class DamagedInput(Exception):
-    """An input that cannot be read however often it is retried; the message says why."""
-
-
-MIB = 1 << 20
 DEFAULT_MAX_INPUT = 256 * MIB   # --max_input_mb
-
-
-class TooLarge(DamagedInput):
-    """An input with more bytes than the bound on what is read for one input (--max_input_mb)."""
-
-    def __init__(self, what: str, limit: int):
-        super().__init__(f'{what} more than --max_input_mb={limit // MIB} MiB, the most read '
-                         'for one input; raise --max_input_mb to read it')
 
 
 def read_input(path: str, limit: int) -> bytes:
@@ -156,71 +142,6 @@ def read_range(path: str, start: int, length: int) -> bytes:
         if getattr(exc, 'code', None) == 416:   # The range starts at or after the end.
             return b''
         raise
-
-
-class ReadAhead:
-    """Reads Cloud Storage objects ahead of their use on a pool of threads, for callers that
-    spend the wait on a round trip (~30-50 ms from a worker) converting what was read before.
-
-    `read_in_order` hands out the reads in the order asked, whatever order they finish in, so
-    what a caller makes from them does not depend on timing. At most `reads` are in flight,
-    and no new read starts while those read or being read but not yet taken add up to
-    `max_bytes` or more (an object of unknown size counts as max_bytes / reads), so memory stays
-    flat. A read fails as `read_input` fails (no input is read past `max_input` bytes, after its
-    retries), when its result is taken.
-    Local files are read when taken: from disk or the page cache that costs less than handing
-    the read to a thread.
-    """
-
-    def __init__(self, reads: int, max_bytes: int, max_input: int):
-        self._reads, self._max_bytes, self._max_input = reads, max_bytes, max_input
-        self._pool = ThreadPoolExecutor(reads, thread_name_prefix='read-ahead')
-        reserve_connections(reads)
-
-    def read_in_order(self, files: Iterable[tuple[Any, int | None]]
-                      ) -> Iterator['Future[bytes] | _ReadWhenTaken | None']:
-        """For each (path or None, size or None), in order: None for no path, else an object
-        whose result() is the file's bytes. Instead of a path, an object with a `file` (the path
-        it reads from) and a `read(limit)` (an archive member, say) is read by calling that."""
-        pending: collections.deque = collections.deque()   # (read, bytes counted)
-        held = 0
-        try:
-            for path, size in files:
-                remote = path is not None and is_gcs(getattr(path, 'file', path))
-                cost = 0
-                if remote:
-                    cost = size if size is not None else self._max_bytes // self._reads
-                while pending and (len(pending) >= self._reads or held + cost > self._max_bytes):
-                    read, taken = pending.popleft()
-                    held -= taken
-                    yield read
-                read = (self._pool.submit(_read, path, self._max_input) if remote else
-                        None if path is None else _ReadWhenTaken(path, self._max_input))
-                pending.append((read, cost))
-                held += cost
-            while pending:
-                yield pending.popleft()[0]
-        finally:
-            for read, _ in pending:
-                if isinstance(read, Future):
-                    read.cancel()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        reserve_connections(-self._reads)
-
-
-def _read(location, limit: int) -> bytes:
-    return read_input(location, limit) if isinstance(location, str) else location.read(limit)
-
-
-@dataclasses.dataclass(frozen=True)
-class _ReadWhenTaken:
-    path: Any
-    limit: int
-
-    def result(self) -> bytes:
-        return _read(self.path, self.limit)
 
 
 def open_read(path: str):
@@ -317,59 +238,6 @@ def create_exclusive(path: str, data: bytes) -> bool:
     with os.fdopen(fd, 'wb') as stream:
         stream.write(data)
     return True
-
-
-def read_versioned(path: str, limit: int) -> tuple[bytes, int, float] | None:
-    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent;
-    at most its first limit + 1 bytes."""
-    from google.api_core.exceptions import NotFound, PreconditionFailed
-    from google.cloud.storage.retry import DEFAULT_RETRY
-    bucket, name = split_gcs(path)
-    for _ in range(3):
-        blob = storage_client().bucket(bucket).get_blob(name, retry=DEFAULT_RETRY)
-        if blob is None:
-            return None
-        generation, updated = blob.generation, blob.updated.timestamp()
-        try:
-            first = {'start': 0, 'end': limit, 'checksum': None} if blob.size > limit else {}
-            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY,
-                                          **first)
-        except (NotFound, PreconditionFailed):
-            continue   # Replaced or deleted between the two requests.
-        return data, generation, updated
-    return None
-
-
-def write_if_generation(path: str, data: bytes, generation: int) -> bool:
-    """Cloud Storage: writes the object only if its generation is still `generation` (0: only
-    if there is none); False when it is not."""
-    from google.api_core.exceptions import PreconditionFailed
-    bucket, name = split_gcs(path)
-    try:
-        storage_client().bucket(bucket).blob(name).upload_from_string(
-            data, if_generation_match=generation)
-    except PreconditionFailed:
-        return False
-    return True
-
-
-def delete_if_generation(path: str, generation: int) -> bool:
-    """Cloud Storage: deletes the object only if its generation is still `generation`."""
-    from google.api_core.exceptions import NotFound, PreconditionFailed
-    bucket, name = split_gcs(path)
-    try:
-        storage_client().bucket(bucket).blob(name).delete(if_generation_match=generation)
-    except (NotFound, PreconditionFailed):
-        return False
-    return True
-
-
-def list_prefix(folder: str) -> list[str]:
-    """Cloud Storage: every object below `folder` (a prefix, not a pattern), as gs:// paths."""
-    bucket, prefix = split_gcs(folder)
-    prefix = prefix.rstrip('/') + '/'
-    return sorted(f'gs://{bucket}/{b.name}'
-                  for b in storage_client().list_blobs(bucket, prefix=prefix))
 
 
 def upload(local_path: str, destination: str) -> int:
@@ -618,98 +486,3 @@ def check_bucket(path: str) -> None:
     if not found:
         raise DatasetError(f'bucket gs://{bucket} does not exist (for {path}); create it '
                            f'(gcloud storage buckets create gs://{bucket}) or fix the path')
-
-
-def split_gcs(path: str) -> tuple[str, str]:
-    bucket, _, prefix = path[len('gs://'):].partition('/')
-    return bucket, prefix
-
-
-_CLIENT = None
-_CLIENT_LOCK = threading.Lock()
-_CONNECTIONS = 10   # Kept open per host by the client: requests' default, plus reservations.
-
-
-def storage_client():
-    """One google-cloud-storage client per process (Application Default Credentials; it talks
-    to STORAGE_EMULATOR_HOST, anonymously, when that is set), its HTTP connection pool sized
-    by `reserve_connections`."""
-    global _CLIENT
-    if _CLIENT is None:
-        with _CLIENT_LOCK:
-            if _CLIENT is None:
-                from google.cloud import storage
-                client = storage.Client()
-                _size_connection_pool(client)
-                _CLIENT = client
-    return _CLIENT
-
-
-def reserve_connections(count: int) -> None:
-    """Lets the client keep `count` more HTTP connections per host (a negative count gives
-    them back): one for each request a caller will have in flight at once. Without them, the
-    connections beyond requests' default of 10 are closed after each use and every further read
-    pays a new connection."""
-    global _CONNECTIONS
-    with _CLIENT_LOCK:
-        _CONNECTIONS += count
-        if _CLIENT is not None:
-            _size_connection_pool(_CLIENT)
-
-
-def _size_connection_pool(client) -> None:
-    from requests.adapters import HTTPAdapter
-    for prefix in ('https://', 'http://'):
-        client._http.mount(prefix, HTTPAdapter(pool_maxsize=_CONNECTIONS))
-
-
-_FULL = (errno.ENOSPC, errno.EDQUOT)
-_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
-
-
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-def _permanent_write_error(exc: BaseException) -> str | None:
-    from google.api_core import exceptions as google
-    for cause in _causes(exc):
-        if isinstance(cause, OSError) and cause.errno in _FULL:
-            return f'{cause.strerror}; free some space or choose another --output_dir'
-        if isinstance(cause, OSError) and cause.errno in _DENIED:
-            return f'{cause.strerror}; check the permissions or choose another --output_dir'
-        if isinstance(cause, (google.Forbidden, google.Unauthorized)):
-            return (f'access denied ({_short(cause)}); the account needs '
-                    'roles/storage.objectAdmin on the bucket')
-        if isinstance(cause, google.NotFound):
-            return f'the bucket is gone ({_short(cause)}); create it or choose another --output_dir'
-    return None
-
-
-# Local files that no retry can read: a socket (ENXIO), /proc/self/mem (EIO), a link loop, ...
-_PERMANENT_ERRNOS = frozenset({errno.ENXIO, errno.EIO, errno.ENODEV, errno.ELOOP,
-                               errno.ENAMETOOLONG, errno.EINVAL})
-
-
-def unreadable_input(exc: BaseException) -> str | None:
-    """Why an input file cannot be read, if retrying cannot help (missing, denied, a socket);
-    else None."""
-    from google.api_core import exceptions as google
-    for cause in _causes(exc):
-        if isinstance(cause, DamagedInput):
-            return str(cause)
-        if isinstance(cause, (FileNotFoundError, PermissionError, IsADirectoryError,
-                              NotADirectoryError)) or (isinstance(cause, OSError)
-                                                       and cause.errno in _PERMANENT_ERRNOS):
-            return cause.strerror or type(cause).__name__
-        if isinstance(cause, (google.NotFound, google.Forbidden)):
-            return _short(cause)
-    return None
-
-
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__

@@ -14,8 +14,9 @@ import os
 import posixpath
 from typing import Iterator
 
-from pipeline.formats import archives, fileio
-from pipeline.formats.archives import Archive, Member
+from pipeline.inputs import archives
+from pipeline.io import fileio
+from pipeline.inputs.archives import Archive, Member
 
 
 @dataclasses.dataclass(frozen=True)

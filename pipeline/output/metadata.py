@@ -11,8 +11,9 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
-from pipeline.formats import fileio, records, shard_formats
-from pipeline.formats.shard_formats import ShardFormat
+from pipeline.io import fileio
+from pipeline.output import records, shard_formats
+from pipeline.output.shard_formats import ShardFormat
 
 DATASET_INFO = 'dataset_info.json'
 FEATURES = 'features.json'
@@ -24,6 +25,7 @@ LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transfo
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.
+DATASET_NAME = r'[a-z][a-z0-9_]*'   # The pattern of a dataset's name, the shards' prefix.
 
 _TFDS = 'tensorflow_datasets.core.features.'
 

@@ -1,0 +1,210 @@
+"""The folder layout, `--input_dir ROOT` with ROOT/<split>/<class>/<image>: its InputKind and its
+partitions. A split folder splits further into one partition per class folder or class archive;
+archives are folders (pipeline/inputs/folders.py): their members are listed like files.
+
+Every input is accounted for: each file below a split folder becomes one ref, which is either
+converted, reported as an error, or (hidden files and folders; in archives also directory
+entries and `__MACOSX/`) counted as ignored.
+"""
+import dataclasses
+from typing import Callable, Iterator
+
+from pipeline.errors import DatasetError
+from pipeline.inputs import folders
+from pipeline.inputs.kinds import InputKind, Partition, Source
+from pipeline.inputs.refs import ExampleRef
+from pipeline.io import fileio
+from pipeline.output.metadata import SPLITS
+from transforms.settings import LabelSettings
+
+
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith('.') for part in relative.split('/'))
+
+
+def _ignored_in_archive(relative: str, file: folders.File) -> bool:
+    """Directory entries and macOS resource forks (`__MACOSX/`) of an archive."""
+    return file.member is not None and (file.is_dir or '__MACOSX' in relative.split('/'))
+
+
+NOT_UTF8 = ('its path is not valid UTF-8 (written in another encoding, shown here with the bytes '
+            'escaped): rename it, e.g. convmv -f latin1 -t utf8 -r --notest FOLDER')
+
+
+def _not_utf8(text: str | None) -> bool:
+    """Whether a name listed from disk holds bytes that are not UTF-8 (Python keeps them as
+    lone surrogates, which no later step could encode)."""
+    try:
+        (text or '').encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _escaped(text: str) -> str:
+    """A name that is not valid UTF-8 as printable text: each stray byte as \\xNN."""
+    return text.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+
+
+def _utf8_named(file: folders.File, label: str | None) -> tuple[folders.File, str | None]:
+    """The file and label as listed; a file whose name (or class folder's) is not UTF-8 becomes
+    a problem under its escaped name, without a class."""
+    if not (_not_utf8(file.key) or _not_utf8(label)):
+        return file, label
+    return dataclasses.replace(file, path=_escaped(file.path), key=_escaped(file.key),
+                               name=_escaped(file.name), error=file.error or NOT_UTF8), None
+
+
+def _file_ref(split: str, file: folders.File, label: str | None, hidden: bool) -> ExampleRef:
+    """The ref of a listed file or archive member: ignored when hidden, a problem when
+    unreadable or not named in UTF-8 (damage that ends its archive too, hidden or not)."""
+    file, label = _utf8_named(file, label)
+    if hidden and not _ends_archive(file):
+        return ExampleRef(split, file.key, file.path, file.name, None, ignored=True)
+    if file.error is not None:   # Reported under the path through the archive, if any.
+        return ExampleRef(split, file.key, file.path if file.member else '', file.name, label,
+                          problem=file.error, member=file.member)
+    return ExampleRef(split, file.key, file.path, file.name, label, file.size,
+                      mtime=file.mtime, member=file.member)
+
+
+def _ends_archive(file: folders.File) -> bool:
+    """Whether it is damage that ends what can be read of its archive (archives.Member.cut),
+    unless the archive is itself a hidden file (macOS leaves `._NAME.tar` beside `NAME.tar`)."""
+    return (file.member is not None and file.member.cut
+            and not fileio.basename(file.member.archive.path).startswith('.'))
+
+
+def _walked_ref(split: str, relative: str, file: folders.File, label: str | None) -> ExampleRef:
+    hidden = _is_hidden(relative) or _ignored_in_archive(relative, file)
+    return _file_ref(split, file, label, hidden)
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderSplit(Partition):
+    """`ROOT/<split>/` (a folder or an archive): one partition per class folder or archive
+    below it, and one for anything else. A gzip-compressed split is one partition: it can only
+    be read in one pass."""
+    split: str
+    place: folders.Place
+    sizes_known = True
+
+    def split_further(self) -> list[Partition]:
+        if self.place.archive is not None and self.place.archive.streamed:
+            return [StreamedSplit(self.split, self.place)]
+        places, files = folders.children(self.place)
+        classes = [p for p in places if not p.name.startswith('.')
+                   and not (p.archive is not None and p.name == '__MACOSX')]
+        others = tuple(p for p in places if p not in classes)
+        return ([ClassFolder(self.split, p) for p in classes]
+                + ([SplitFolderFiles(self.split, self.place, tuple(files), others)]
+                   if files or others else []))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFolderFiles(Partition):
+    """What lies directly in `ROOT/<split>/` besides class folders: files there have no class
+    (each is reported); hidden files and folders, and in archives directory entries and
+    `__MACOSX/`, are ignored (and counted)."""
+    split: str
+    place: folders.Place
+    files: tuple[folders.File, ...]
+    hidden_folders: tuple[folders.Place, ...] = ()
+
+    def examples(self) -> Iterator[ExampleRef]:
+        for folder in self.hidden_folders:  # Everything below it is ignored (__MACOSX too).
+            for _, inner in folders.walk(folder):
+                yield _file_ref(self.split, inner, None, hidden=True)
+        for file in self.files:
+            yield _unclassified(self.split, self.place, file.name, file)
+
+
+def _unclassified(split: str, place: folders.Place, relative: str,
+                  file: folders.File) -> ExampleRef:
+    file, _ = _utf8_named(file, None)
+    if (_is_hidden(relative) or _ignored_in_archive(relative, file)) and not _ends_archive(file):
+        return _file_ref(split, file, None, hidden=True)
+    return ExampleRef(split, file.key, file.path if file.member else '', file.name, None,
+                      problem=file.error or f'not in a class folder: move it to '
+                      f'{place.path}/<class>/{file.name}', member=file.member)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassFolder(Partition):
+    """`ROOT/<split>/<class>/` (a folder or an archive): every file below it has that label;
+    hidden files and folders are ignored (and counted)."""
+    split: str
+    place: folders.Place
+
+    def examples(self) -> Iterator[ExampleRef]:
+        label = self.place.name
+        for relative, file in folders.walk(self.place):
+            yield _walked_ref(self.split, relative, file, label)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedSplit(Partition):
+    """A gzip-compressed split, read in one pass: the first folder of each member's path is
+    its class."""
+    split: str
+    place: folders.Place
+
+    def examples(self) -> Iterator[ExampleRef]:
+        for relative, file in folders.walk(self.place):
+            label, _, rest = relative.partition('/')
+            if rest and label and not _is_hidden(label) and label != '__MACOSX':
+                yield _walked_ref(self.split, rest, file, label)
+            else:
+                yield _unclassified(self.split, self.place, relative, file)
+
+
+def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
+                   accept_cut: bool = False) -> Source:
+    place = folders.place_of(root)
+    places, files = folders.children(place)
+    damage = [f for f in files if f.member is not None and f.member.unnamed]
+    if damage and not accept_cut:   # Above the split folders: no split can count what it hides.
+        raise DatasetError(f'{root} is damaged above its split folders ({damage[0].error}): a '
+                           'split or some of its images may be missing and how many cannot be '
+                           'known. Fetch the archive again, or pass --max_error_ratio=1 to '
+                           'convert what it holds')
+    found = [p for p in places if p.name in SPLITS]
+    for split in SPLITS:
+        twins = [p.path for p in found if p.name == split]
+        if len(twins) > 1:
+            raise DatasetError(f'{" and ".join(twins)} both stand for split {split}; keep one')
+    splits = tuple(s for s in SPLITS if s in {p.name for p in found})
+    if not splits and not optional:
+        raise DatasetError(f'{root} has no split folders; expected {root}/train/<class>/<image> '
+                           '(and/or validation/, test/; each may be a .tar, .tar.gz or .zip)')
+    by_name = {p.name: p for p in found}
+    return Source([FolderSplit(s, by_name[s]) for s in splits], splits, labels,
+                  identity=f'folder {root}')
+
+
+class FolderKind(InputKind):
+    """`--input_dir`: a folder (local or gs://, its splits and classes folders or archives)."""
+
+    usage = '--input_dir (with --csv_<split> for splits it does not hold)'
+    given_as = '--input_dir'
+    combines = True
+
+    def add_flags(self, flag: Callable[..., None]) -> None:
+        flag('input_dir', help='Folder layout: INPUT_DIR/<split>/<class>/<image>, local or gs://. '
+             'Splits are train, validation and test, whichever exist.')
+
+    def given(self, opts, config) -> bool:
+        return bool(opts.input_dir)
+
+    def paths(self, opts) -> list[str]:
+        return [opts.input_dir]
+
+    def root(self, opts) -> str | None:
+        return opts.input_dir
+
+    def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
+        return _folder_source(opts.input_dir.rstrip('/'), labels, not alone,
+                              accept_cut=opts.max_error_ratio >= 1)
+
+
+FOLDER = FolderKind()

@@ -1,0 +1,262 @@
+"""A gzip-compressed tar read in one pass, archives inside it expanded in the same pass
+(pipeline/inputs/archives.py): listed by `stream`, its members' bytes by `read_streamed`."""
+import dataclasses
+import io
+import tarfile
+import zipfile
+import zlib
+from typing import Callable, Iterable, Iterator
+
+from pipeline.inputs.archives import (MAX_DEPTH, READ_BLOCK, Archive, Member, _safe_name,
+                                      _unended, _unsafe, _Window, _WindowFile, suffix)
+from pipeline.inputs.tar_index import EXTENDED_MAX
+from pipeline.inputs.zip_index import _LOCAL_HEADER, _local_length, _zip_ends, _zip_problem
+from pipeline.io import fileio
+
+def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: False,
+           limit: int = fileio.DEFAULT_MAX_INPUT) -> Iterator[tuple[Member, bytes | None]]:
+    """(member, its bytes when `keep(member)`) of a gzip-compressed tar in one pass, archives
+    inside it expanded in the same pass: an archive's own entry, then its members, named by
+    their path below `archive` and `within` it.
+    Each member is read to its end whether kept or not (unkept ones in blocks), so damage is
+    found the same way either way: a member that cannot be read has an error, and damage that
+    ends the pass is a last member saying where. No member over `limit` bytes is held in
+    memory: a kept one, or a zip inside (read whole), has an error instead."""
+    source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
+    pass_ = _Pass(keep, limit)
+    for member, data in _stream_tar(archive, source, '', archive.depth, pass_):
+        yield pass_.placed(member), data
+        pass_.index += 1
+
+
+class _Pass:
+    """A pass over a gzip tar: which members' bytes to keep, the most bytes it holds of one, the
+    index of the next member it yields (a member's place in the pass) and the indexes of the
+    archive entries it is in."""
+
+    def __init__(self, keep: Callable[[Member], bool], limit: int):
+        self.keep, self.limit, self.index, self.within = keep, limit, 0, ()
+
+    def placed(self, member: Member) -> Member:
+        return dataclasses.replace(member, index=self.index, within=self.within)
+
+    def wants(self, member: Member) -> bool:
+        return self.keep(self.placed(member))
+
+
+def read_streamed(wanted: Iterable[Member], limit: int = fileio.DEFAULT_MAX_INPUT
+                  ) -> dict[tuple[str, int], bytes | str]:
+    """The bytes of members of gzip tars, or why they cannot be read (one over `limit` bytes,
+    say), by (name, index): one pass over each archive, ending at the last member wanted. A
+    member not found (the archive changed since it was listed) is left out."""
+    by_archive: dict[Archive, set] = {}
+    for member in wanted:
+        by_archive.setdefault(member.archive, set()).add((member.name, member.index))
+    found = {}
+    for archive, left in by_archive.items():
+        for member, data in stream(archive, lambda m: (m.name, m.index) in left, limit):
+            key = (member.name, member.index)
+            if key in left and not member.is_dir:
+                found[key] = member.error if data is None else data
+                left.discard(key)
+                if not left:
+                    break
+    return found
+
+
+def gone(member: Member) -> str:
+    """Why a member of a gzip tar was not found when read."""
+    return (f'{member.archive.path} no longer holds {member.name} at byte {member.offset} of its '
+            'uncompressed data: it changed since it was listed')
+
+
+def _gunzip(source) -> io.BufferedReader:
+    return io.BufferedReader(_Gunzip(source), 1 << 16)
+
+
+class _Gunzip(io.RawIOBase):
+    """The uncompressed bytes of gzip data (of concatenated members too; zeros may pad its
+    end). A cut-off end reads as an end once, so that a buffered read returns every byte
+    before it (gzip.GzipFile loses its last read's worth), then raises EOFError."""
+
+    def __init__(self, source):
+        super().__init__()
+        self._source, self._inflate = source, zlib.decompressobj(31)
+        self._pending, self._started, self._cut = b'', False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while True:
+            self._pending = self._pending or self._source.read(1 << 16)
+            if self._inflate.eof or not self._started:
+                if not self._pending.strip(b'\0'):
+                    if not self._pending:
+                        return 0
+                    self._pending = b''
+                    continue
+                self._inflate, self._started = zlib.decompressobj(31), True
+            if not self._pending:
+                if self._cut:
+                    raise EOFError('compressed data ends before the end of its gzip stream')
+                self._cut = True
+                return 0
+            data = self._inflate.decompress(self._pending, len(buffer))
+            self._pending = (self._inflate.unused_data if self._inflate.eof
+                             else self._inflate.unconsumed_tail)
+            if data:
+                buffer[:len(data)] = data
+                return len(data)
+
+
+class _Unended(Exception):
+    """A tar's data ends where a header or the zero blocks that end it should be."""
+
+
+class _StrictTarInfo(tarfile.TarInfo):
+    """tarfile's header, stricter for a one-pass read: a damaged or cut header and a negative
+    size are errors (tarfile takes them for the archive's end), so is data that ends without
+    the zero blocks (`_Unended`), and an extended header over EXTENDED_MAX is refused before
+    it is read into memory."""
+
+    @classmethod
+    def fromtarfile(cls, tar):
+        try:
+            info = super().fromtarfile(tar)
+        except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError) as exc:
+            raise tarfile.ReadError(str(exc)) from None
+        except tarfile.EmptyHeaderError:   # Taken for the end by tarfile, or an empty file.
+            raise _Unended() from None
+        if info.size < 0:
+            raise tarfile.ReadError(f'{info.name} has a negative size')
+        return info
+
+    def _proc_member(self, tar):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > EXTENDED_MAX:
+            raise tarfile.HeaderError(f'an extended header of {self.size} bytes')
+        return super()._proc_member(tar)
+
+
+def _stream_tar(archive: Archive, source, prefix: str, depth: int,
+                pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
+    at, end, pending = 0, 0, None   # `pending`: a member being read, not yet yielded.
+    where = f'{archive.path}/{prefix.rstrip("/")}' if prefix else archive.path
+    try:
+        with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
+            for info in tar:
+                at, end = info.offset_data, tar.offset
+                name = _safe_name(info.name)
+                if name is None or not (name or info.isdir()):
+                    yield Member(archive, f'{prefix}/@{info.offset}', info.offset, 0,
+                                 error=_unsafe(info.name, info.offset, archive)), None
+                    continue
+                if not name:
+                    continue   # The archive's root.
+                member = Member(archive, prefix + name, info.offset_data, info.size,
+                                is_dir=info.isdir())
+                if member.is_dir:
+                    yield member, None
+                elif not info.isfile():
+                    yield dataclasses.replace(
+                        member, error='a link or special file inside an archive is not '
+                                      'followed'), None
+                else:
+                    pending = member
+                    for item in _stream_member(member, lambda: tar.extractfile(info), depth,
+                                               pass_):
+                        pending = None
+                        yield item
+    except _Unended:
+        try:
+            source.read(1)   # A cut-off gzip stream ends once, then says so when read again.
+        except (EOFError, OSError, zlib.error) as exc:
+            yield _stream_damage(archive, prefix, where, end, None, exc), None
+        else:
+            yield Member(archive, f'{prefix}/@{end}', end, 0, error=_unended(where, end)), None
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
+        yield _stream_damage(archive, prefix, where, at, pending, exc), None
+
+
+def _stream_damage(archive: Archive, prefix: str, where: str, at: int,
+                   pending: Member | None, exc: Exception) -> Member:
+    """The error that ends a pass over the gzip tar `archive` or an archive inside it (`where`
+    its path, `prefix` its members' names' start): on the member it was reading, else at byte
+    `at` of the uncompressed data."""
+    error = (f'damaged archive {where}: {exc}; the members after byte {at} of its uncompressed '
+             'data cannot be read')
+    return (dataclasses.replace(pending, error=error, cut=True) if pending is not None
+            else Member(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True))
+
+
+def _stream_member(member: Member, open_member, depth: int,
+                   pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
+    """(member, its bytes if kept) of a file in a streamed archive, or the members of the
+    archive it is; `open_member()` gives a file object of its bytes."""
+    kind = suffix(member.name)
+    if kind and depth >= MAX_DEPTH:
+        yield dataclasses.replace(
+            member, error=f'{member.path} is an archive nested more than {MAX_DEPTH} deep; '
+                          'archives that deep are not read'), None
+    elif member.size > pass_.limit and (kind == '.zip' or (not kind and pass_.wants(member))):
+        _skip(open_member())   # A zip inside is read whole, a kept member too: not this one.
+        yield dataclasses.replace(member, error=str(fileio.TooLarge(
+            f'{member.size} bytes in its archive,', pass_.limit))), None
+    elif kind:
+        yield member, None   # The archive's own entry; its members follow, inside it.
+        pass_.within += (pass_.index - 1,)
+        try:
+            if kind == '.zip':
+                yield from _zip_in_stream(member, open_member().read(), depth + 1, pass_)
+            else:
+                inner = open_member() if kind == '.tar' else _gunzip(open_member())
+                yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1,
+                                       pass_)
+        finally:
+            pass_.within = pass_.within[:-1]
+    elif pass_.wants(member):
+        yield member, open_member().read()
+    else:
+        _skip(open_member())
+        yield member, None
+
+
+def _skip(data) -> None:
+    """Reads a member's file object to its end in blocks (so damage in it is found)."""
+    while data.read(READ_BLOCK):
+        pass
+
+
+def _zip_in_stream(member: Member, data: bytes, depth: int,
+                   pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
+    """A zip inside a streamed tar, from its bytes in memory (one member's worth), archives
+    inside it expanded."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            infos = inner.infolist()
+            ends = _zip_ends(infos, inner.start_dir)
+            for info in infos:
+                name = _safe_name(info.filename)
+                at = member.offset + info.header_offset
+                if name is None or not (name or info.is_dir()):
+                    yield Member(member.archive, f'{member.name}//@{at}', at, 0,
+                                 error=_unsafe(info.filename, info.header_offset, member)), None
+                    continue
+                entry = Member(member.archive, f'{member.name}/{name}', at, info.file_size,
+                               is_dir=info.is_dir())
+                local = data[info.header_offset:info.header_offset + _LOCAL_HEADER.size]
+                error = _zip_problem(info) or (
+                    'damaged zip member: it runs into the member or the central directory '
+                    'after it' if len(local) < _LOCAL_HEADER.size or info.header_offset
+                    + _local_length(local) + info.compress_size > ends[id(info)] else None)
+                if entry.is_dir or error:
+                    yield dataclasses.replace(entry, error=error), None
+                    continue
+                try:
+                    yield from _stream_member(entry, lambda: inner.open(info), depth, pass_)
+                except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
+                    yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        yield dataclasses.replace(member, name=f'{member.name}//@0', cut=True,
+                                  error=f'damaged zip {member.path}: {exc}'), None

@@ -1,0 +1,18 @@
+"""The input kinds a run may be given, in the order their flags are listed: the built-in ones and
+any registered from outside the product (an InputKind object, pipeline/inputs/kinds.py)."""
+from pipeline.inputs.csv_files import CSV
+from pipeline.inputs.folder_layout import FOLDER
+from pipeline.inputs.generator import CONFIG
+from pipeline.inputs.kinds import InputKind
+
+_KINDS: list[InputKind] = [FOLDER, CSV, CONFIG]
+
+
+def register(kind: InputKind) -> InputKind:
+    """Adds an input kind (its flags, sources and paths) to every run started after this call."""
+    _KINDS.append(kind)
+    return kind
+
+
+def kinds() -> tuple[InputKind, ...]:
+    return tuple(_KINDS)

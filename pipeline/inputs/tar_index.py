@@ -1,0 +1,162 @@
+"""A tar indexed in place by hopping from header to header (pipeline/inputs/archives.py)."""
+from typing import Iterator
+
+from pipeline.inputs.archives import (_BLOCK, READ_BLOCK, Archive, Member, _safe_name, _unended,
+                                      _unnamed, _unsafe, _Window)
+
+EXTENDED_MAX = 1 << 20                  # Bytes of a tar long-name or pax header, at most.
+_TAR_FILES = (b'0', b'\0', b'7')
+_TAR_DIRS = (b'5',)
+_TAR_EXTENDED = (b'L', b'K', b'x', b'g')
+
+
+def _tar_members(archive: Archive) -> Iterator[Member]:
+    """Hops from header to header. A header that does not parse (its checksum, a size that is
+    not a number, an extended header over EXTENDED_MAX) starts a damaged stretch, reported as
+    an unnamed member; the index resumes at the next valid header (as GNU tar does). Extended
+    headers (long names, pax records) that do not parse make the member they describe an
+    error."""
+    window = _Window(archive)
+    # `start`: where the headers of the next member begin (extended headers come first).
+    position, start, extended, damage, resynced = 0, 0, {}, None, False
+    while position + _BLOCK <= window.size:
+        header = window.read_at(position, _BLOCK)
+        if header == bytes(_BLOCK) and position == start:
+            if resynced and _data_after(window, position):
+                # Resumed inside a tar stored in it, whose end this is, not the archive's.
+                yield _unnamed(archive, position, f'damaged tar: zero blocks at byte {position} '
+                                                  f'of {archive.path}, after a damaged header, '
+                                                  'are followed by more data; the members after '
+                                                  'them cannot be read', cut=True)
+            return
+        kind = header[156:157]
+        size = _number(header[124:136]) if _valid_header(header) else None
+        if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
+            resumed = _next_header(window, position + _BLOCK)
+            if resumed + _BLOCK > window.size:   # No header after it: damaged to the end,
+                ended = window.size % _BLOCK == 0 and not window.read_at(
+                    window.size - 2 * _BLOCK, 2 * _BLOCK).strip(b'\0')
+                yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                               f'{archive.path}: the members after byte {start} '
+                                               'cannot be read', cut=not ended)   # or its end.
+                return
+            resynced = True
+            yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                           f'{archive.path}: the members in bytes '
+                                           f'{start}-{resumed} cannot be read')
+            position = start = resumed
+            extended, damage = {}, None
+            continue
+        data = position + _BLOCK
+        if kind in _TAR_EXTENDED:
+            try:
+                extended.update(_extended(kind, window.read_at(data, size)))
+            except ValueError as exc:
+                damage = f'damaged pax header at byte {position} of {archive.path}: {exc}'
+            position = data + _padded(size)
+            continue
+        size = extended.get('size', size)
+        raw = extended.get('path') or _header_name(header)
+        name = _safe_name(raw)
+        is_dir = kind in _TAR_DIRS or raw.endswith('/')
+        if name is None or not (name or is_dir):
+            yield _unnamed(archive, start, _unsafe(raw, start, archive))
+        elif name:
+            error, cut = damage, data + size > window.size
+            if cut:
+                error = f'truncated archive: {archive.path} ends inside {name}'
+            elif error is None and kind not in _TAR_FILES and not is_dir:
+                what = {b'1': 'hard link', b'2': 'symbolic link'}.get(kind, 'special file')
+                error = f'a {what} inside an archive is not followed'
+            yield Member(archive, name, archive.start + data, size, is_dir, error, cut=cut)
+            if cut:
+                return
+        position = start = data + _padded(size)
+        extended, damage = {}, None
+    if position != start or window.read_at(position, _BLOCK).strip(b'\0'):
+        yield _unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
+                                       f'header at byte {start}', cut=True)
+    elif position > window.size:
+        yield _unnamed(archive, window.size, f'truncated archive: {archive.path} ends at byte '
+                                             f'{window.size}, inside the padding after a member',
+                       cut=True)
+    else:
+        yield _unnamed(archive, start, _unended(archive.path, start))
+
+
+def _data_after(window: '_Window', position: int) -> bool:
+    """Whether anything but zeros follows byte `position` of the window (read to the first
+    byte that is not zero: an archive's end is zeros to a record's end, a few KB)."""
+    while position < window.size:
+        length = min(READ_BLOCK, window.size - position)
+        if window.read_at(position, length).strip(b'\0'):
+            return True
+        position += length
+    return False
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+def _valid_header(header: bytes) -> bool:
+    try:
+        stored = int(header[148:156].split(b'\0', 1)[0].strip() or b'-1', 8)
+    except ValueError:
+        return False
+    return stored == sum(header[:148]) + 8 * 32 + sum(header[156:])
+
+
+def _next_header(window: _Window, position: int) -> int:
+    while position + _BLOCK <= window.size and not _valid_header(window.read_at(position, _BLOCK)):
+        position += _BLOCK
+    return min(position, window.size)
+
+
+def _number(field: bytes) -> int | None:
+    """A header's number field (octal, or base-256 for 8 GiB and more); None if it is not one."""
+    if field[0] == 0x80:
+        return int.from_bytes(field[1:], 'big')
+    digits = field.split(b'\0', 1)[0].strip()
+    if digits.strip(b'01234567'):
+        return None
+    return int(digits or b'0', 8)
+
+
+def _header_name(header: bytes) -> str:
+    name = header[:100].split(b'\0', 1)[0]
+    if header[257:262] == b'ustar' and header[345] != 0:
+        name = header[345:500].split(b'\0', 1)[0] + b'/' + name
+    return name.decode('utf-8', 'surrogateescape')
+
+
+def _extended(kind: bytes, text: bytes) -> dict:
+    """What an extended header says of the member after it: its `path` and `size`, if it says
+    them. ValueError if its records do not parse."""
+    if kind == b'L':
+        return {'path': text.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')}
+    if kind != b'x':
+        return {}   # A long link name, or global pax records: nothing a member needs.
+    records = _pax_records(text)
+    found = {'path': records['path']} if 'path' in records else {}
+    if 'size' in records:
+        if not (records['size'].isascii() and records['size'].isdigit()):
+            raise ValueError(f'its size {records["size"]!r} is not a number of bytes')
+        found['size'] = int(records['size'])
+    return found
+
+
+def _pax_records(text: bytes) -> dict[str, str]:
+    """The `LENGTH KEY=VALUE\\n` records of a pax header; ValueError if one does not parse."""
+    records, position = {}, 0
+    while position < len(text) and text[position] != 0:
+        digits, space, _ = text[position:position + 24].partition(b' ')
+        length = int(digits) if space and digits.isdigit() else 0
+        record = text[position:position + length]
+        key, equals, value = record[len(digits) + 1:-1].partition(b'=')
+        if length <= len(digits) + 1 or len(record) < length or not record.endswith(b'\n') \
+                or not equals:
+            raise ValueError(f'its record at byte {position} does not parse')
+        records[key.decode('utf-8', 'surrogateescape')] = value.decode('utf-8', 'surrogateescape')
+        position += length
+    return records

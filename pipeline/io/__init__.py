@@ -1,0 +1,1 @@
+"""File I/O, local and gs:// behind one interface, with read-ahead."""

@@ -1,0 +1,100 @@
+"""The Cloud Storage client (one per process, its connection pool sized to the reads in flight)
+and what only Cloud Storage does: versioned reads, writes and deletes by generation, listing
+a prefix."""
+import threading
+
+
+def read_versioned(path: str, limit: int) -> tuple[bytes, int, float] | None:
+    """Cloud Storage: (bytes, generation, time of last update) of an object, None if absent;
+    at most its first limit + 1 bytes."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    for _ in range(3):
+        blob = storage_client().bucket(bucket).get_blob(name, retry=DEFAULT_RETRY)
+        if blob is None:
+            return None
+        generation, updated = blob.generation, blob.updated.timestamp()
+        try:
+            first = {'start': 0, 'end': limit, 'checksum': None} if blob.size > limit else {}
+            data = blob.download_as_bytes(if_generation_match=generation, retry=DEFAULT_RETRY,
+                                          **first)
+        except (NotFound, PreconditionFailed):
+            continue   # Replaced or deleted between the two requests.
+        return data, generation, updated
+    return None
+
+
+def write_if_generation(path: str, data: bytes, generation: int) -> bool:
+    """Cloud Storage: writes the object only if its generation is still `generation` (0: only
+    if there is none); False when it is not."""
+    from google.api_core.exceptions import PreconditionFailed
+    bucket, name = split_gcs(path)
+    try:
+        storage_client().bucket(bucket).blob(name).upload_from_string(
+            data, if_generation_match=generation)
+    except PreconditionFailed:
+        return False
+    return True
+
+
+def delete_if_generation(path: str, generation: int) -> bool:
+    """Cloud Storage: deletes the object only if its generation is still `generation`."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+    bucket, name = split_gcs(path)
+    try:
+        storage_client().bucket(bucket).blob(name).delete(if_generation_match=generation)
+    except (NotFound, PreconditionFailed):
+        return False
+    return True
+
+
+def list_prefix(folder: str) -> list[str]:
+    """Cloud Storage: every object below `folder` (a prefix, not a pattern), as gs:// paths."""
+    bucket, prefix = split_gcs(folder)
+    prefix = prefix.rstrip('/') + '/'
+    return sorted(f'gs://{bucket}/{b.name}'
+                  for b in storage_client().list_blobs(bucket, prefix=prefix))
+
+
+def split_gcs(path: str) -> tuple[str, str]:
+    bucket, _, prefix = path[len('gs://'):].partition('/')
+    return bucket, prefix
+
+
+_CLIENT = None
+_CLIENT_LOCK = threading.Lock()
+_CONNECTIONS = 10   # Kept open per host by the client: requests' default, plus reservations.
+
+
+def storage_client():
+    """One google-cloud-storage client per process (Application Default Credentials; it talks
+    to STORAGE_EMULATOR_HOST, anonymously, when that is set), its HTTP connection pool sized
+    by `reserve_connections`."""
+    global _CLIENT
+    if _CLIENT is None:
+        with _CLIENT_LOCK:
+            if _CLIENT is None:
+                from google.cloud import storage
+                client = storage.Client()
+                _size_connection_pool(client)
+                _CLIENT = client
+    return _CLIENT
+
+
+def reserve_connections(count: int) -> None:
+    """Lets the client keep `count` more HTTP connections per host (a negative count gives
+    them back): one for each request a caller will have in flight at once. Without them, the
+    connections beyond requests' default of 10 are closed after each use and every further read
+    pays a new connection."""
+    global _CONNECTIONS
+    with _CLIENT_LOCK:
+        _CONNECTIONS += count
+        if _CLIENT is not None:
+            _size_connection_pool(_CLIENT)
+
+
+def _size_connection_pool(client) -> None:
+    from requests.adapters import HTTPAdapter
+    for prefix in ('https://', 'http://'):
+        client._http.mount(prefix, HTTPAdapter(pool_maxsize=_CONNECTIONS))
