@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pipeline.testing import imagemaker
-from tests.helpers import convert, shard_paths, write_tree
+from tests.helpers import convert, run_measured, shard_paths, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +111,34 @@ def test_a_dataset_written_before_summary_noted_shards_and_digests_verifies(copy
     assert result.stdout.endswith('OK: no problems found\n')
     expected = _reorder_class_names(copy)
     assert _verify(copy).stderr.splitlines() == expected
+
+
+def _many_shard_lengths(count: int):
+    def tamper(out: str) -> None:
+        def edit(info):
+            info['splits'][0]['shardLengths'] = ['1'] * count
+        _edit_json(os.path.join(out, 'dataset_info.json'), edit)
+    return tamper
+
+
+def _huge_journal(out: str) -> None:
+    with open(os.path.join(out, '.commit.json'), 'wb') as stream:
+        stream.truncate(3 << 29)   # 1.5 GiB of zeros, sparse.
+
+
+@pytest.mark.parametrize('tamper, expected', [
+    (_many_shard_lengths(10_000_000), 'dataset_info.json holds more than 8000000 values'),
+    (_many_shard_lengths(1_000_001),
+     'dataset_info.json does not describe a dataset this tool can read (split train lists '
+     '1000001 shards, more than the 1000000 this tool writes)'),
+    (_huge_journal, '.commit.json holds more than 256 MiB')],
+    ids=['ten-million-shards', 'a-million-and-one-shards', 'huge-journal'])
+def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, tamper,
+                                                                          expected):
+    tamper(copy)
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f'error: {copy}/') and expected in line
+    assert peak < 1 << 30

@@ -23,12 +23,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
+from pipeline.formats.metadata import MAX_SHARDS
 from transforms.refs import ExampleRef
 
 LOG = logging.getLogger('image_tfrecords')
 
 CHUNK_EXAMPLES = 128
-MAX_SHARDS = 1_000_000
 MIN_BUCKET_BITS, MAX_BUCKET_BITS = 16, 24
 _DENSE_AT = 1 << 15   # A histogram with more filled buckets is kept as an array.
 

@@ -23,6 +23,7 @@ SUMMARY = 'summary.json'
 LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
+MAX_SHARDS = 1_000_000   # Per split (transforms/sharding.py).
 MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.
 
 _TFDS = 'tensorflow_datasets.core.features.'

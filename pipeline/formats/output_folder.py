@@ -165,6 +165,8 @@ def _read_file(path: str, limit: int | None = None) -> tuple[bytes, float] | Non
     most its first limit + 1 bytes. Locally only a regular file is read (a pipe would block, a
     device never end); anything else is _NotAFile."""
     if fileio.is_gcs(path):
+        if limit is not None:
+            return (fileio.read_range(path, 0, limit + 1), 0.0) if fileio.exists(path) else None
         data = fileio.read_if_exists(path)
         return None if data is None else (data, 0.0)
     try:
@@ -179,15 +181,45 @@ def _read_file(path: str, limit: int | None = None) -> tuple[bytes, float] | Non
         return stream.read(-1 if limit is None else limit + 1), info.st_mtime
 
 
+METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
+ITEMS_LIMIT = 8_000_000      # JSON values in one metadata file: 3 splits of a million shards.
+
+
+def _too_large(path: str) -> DatasetError:
+    return DatasetError(f'{path} holds more than {METADATA_LIMIT >> 20} MiB, more than this '
+                        'tool writes there, so it is not a file of this dataset; move it away')
+
+
 def read_file(path: str) -> bytes | None:
     """The bytes of a file of the protocol, None when absent; a folder, pipe or device in its
-    place is a DatasetError naming it."""
+    place, or a file of more than METADATA_LIMIT bytes, is a DatasetError naming it."""
     try:
-        found = _read_file(path)
+        found = _read_file(path, METADATA_LIMIT)
     except _NotAFile as exc:
         raise DatasetError(f'{path} is {exc}, not a file of this tool; move it away and '
                            'rerun') from None
+    if found is not None and len(found[0]) > METADATA_LIMIT:
+        raise _too_large(path)
     return None if found is None else found[0]
+
+
+def parse_json(path: str, data: bytes):
+    """The JSON document of a file of the protocol, None when it is not JSON; one of more than
+    ITEMS_LIMIT values is a DatasetError naming it, refused before parsing."""
+    if data.count(b',') >= ITEMS_LIMIT:
+        raise DatasetError(f'{path} holds more than {ITEMS_LIMIT} values, more than this tool '
+                           'writes there (a million shards per split at most), so it is not a '
+                           'file of this dataset; move it away')
+    return _json(data)
+
+
+def load_metadata(output_dir: str, name: str) -> dict | None:
+    """For verify: a JSON metadata file of the dataset in `output_dir`, None when absent or
+    not a JSON object; too large a file is a DatasetError naming it (read_file, parse_json)."""
+    path = fileio.join(output_dir, name)
+    data = read_file(path)
+    document = None if data is None else parse_json(path, data)
+    return document if isinstance(document, dict) else None
 
 
 def _json(data: bytes):
@@ -198,19 +230,16 @@ def _json(data: bytes):
         return None
 
 
-METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
-
-
 def read_metadata(output_dir: str, name: str) -> dict | None:
     """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder,
-    larger than METADATA_LIMIT, or not a JSON object this tool could have written."""
+    larger than METADATA_LIMIT or ITEMS_LIMIT, or not a JSON object this tool could have written."""
     try:
         found = _read_file(fileio.join(output_dir, name), METADATA_LIMIT)
     except _NotAFile:
         return None
-    if found is not None and len(found[0]) > METADATA_LIMIT:
+    if found is None or len(found[0]) > METADATA_LIMIT or found[0].count(b',') >= ITEMS_LIMIT:
         return None
-    document = _json(found[0]) if found is not None else None
+    document = _json(found[0])
     return document if isinstance(document, dict) else None
 
 
@@ -643,6 +672,9 @@ def _named_files(info: dict) -> list[str]:
         split_name, lengths = split['name'], split['shardLengths']
         if split_name not in metadata.SPLITS or not isinstance(lengths, list):
             raise ValueError(f'split {split_name!r}')
+        if len(lengths) > metadata.MAX_SHARDS:
+            raise ValueError(f'split {split_name} lists {len(lengths)} shards, more than the '
+                             f'{metadata.MAX_SHARDS} this tool writes')
         if len(lengths) > 10_000_000 or any(int(n) < 0 for n in lengths) or int(split['numBytes']) < 0:
             raise ValueError(f'split {split_name!r}: shard lengths or bytes')
         names.append(metadata.error_report_name(split_name))
@@ -722,7 +754,7 @@ def read_journal(output_dir: str) -> Journal | None:
     if data is None:
         return None
     try:
-        document = _json(data)
+        document = parse_json(path, data)
         journal = Journal(document['run_id'], document['phase'], tuple(document['replace']),
                           tuple((s, t) for s, t in document['install'])).validate()
     except (ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -44,7 +44,7 @@ def _feature_kind(entry) -> str | None:
 
 
 def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str]) -> list[str]:
-    document = output_folder.read_metadata(output_dir, metadata.FEATURES)
+    document = output_folder.load_metadata(output_dir, metadata.FEATURES)
     try:
         features = document['featuresDict']['features']
     except (TypeError, KeyError):
@@ -152,7 +152,7 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
 def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list) -> list[str]:
     """Every problem of the files beside the shards (see the module docstring); `reports` are
     verify's reports of the shards of the dataset's first format."""
-    summary = output_folder.read_metadata(output_dir, metadata.SUMMARY)
+    summary = output_folder.load_metadata(output_dir, metadata.SUMMARY)
     if not output_folder.is_own_dataset(info, summary):
         return [f'{metadata.SUMMARY}: missing or not the summary of this dataset (run id, '
                 'dataset name and splits of dataset_info.json)']

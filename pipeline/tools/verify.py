@@ -167,7 +167,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal.run_id} '
                            f'({output_folder.journal_path(output_dir)}); rerun the conversion '
                            'command to complete it')
-    info = output_folder.read_metadata(output_dir, metadata.DATASET_INFO)
+    info = output_folder.load_metadata(output_dir, metadata.DATASET_INFO)
     labels = output_folder.read_file(fileio.join(output_dir, metadata.LABELS))
     if info is None or labels is None:
         raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt (a '
