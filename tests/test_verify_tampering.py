@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
 from pipeline.testing import imagemaker
 from tests.helpers import convert, run_measured, shard_paths, write_tree
@@ -142,3 +143,23 @@ def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, t
     [line] = result.stderr.splitlines()
     assert line.startswith(f'error: {copy}/') and expected in line
     assert peak < 1 << 30
+
+
+def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
+    """Flat images of one size make shards of equal bytes: only their records tell them apart."""
+    files = {f'train/c0/a{i:02d}.png': imagemaker.encode(Image.new('RGB', (40, 30), (40 + 8 * i, 0, 0)), 'PNG')
+             for i in range(12)}
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}',
+            '--num_shards=6')
+    first, second = shard_paths(out, 'train')[:2]
+    assert os.path.getsize(first) == os.path.getsize(second)
+    os.rename(first, first + '.x')
+    os.rename(second, first)
+    os.rename(first + '.x', second)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
+        'run wrote there (summary.json: shards swapped or replaced?)'
+        for index, path in enumerate((first, second))]

@@ -60,8 +60,10 @@ class ShardResult:
     # label id, passed through). Kept in the part's sidecar; sent on to the leakage check as a
     # table (leakage.part_table), never to the shard join.
     hashes: list = dataclasses.field(default_factory=list)
+    first_record: str = ''   # records.record_digest of the first record ('' when none).
 
     def add(self, other: 'ShardResult') -> None:
+        self.first_record = self.first_record or other.first_record
         self.records += other.records
         self.bytes += other.bytes
         self.errors += other.errors
@@ -273,6 +275,8 @@ class EncodeChunk(beam.DoFn):
                                           label_map.id_of(ref.label), int(passed)))
                 framed = records.frame_record(record)
                 out.write(framed)
+                if not result.records:
+                    result.first_record = records.record_digest(record)
                 result.records += 1
                 result.bytes += len(framed)
                 result.passed_through += passed

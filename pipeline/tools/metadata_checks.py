@@ -1,7 +1,7 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
 the run noted in summary.json: that summary.json is this dataset's (pipeline/formats/
 output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
-each shard's bytes, records per class, inputs accounted for) and with the error and damage
+each shard's bytes and first record, records per class, inputs accounted for) and with the error and damage
 reports (a line per input it counts); that TFDS's class-names file holds labels.txt's names in
 their order; that features.json describes each record key as this tool does, with the type the
 records hold; and that every metadata file has the SHA-256 the run noted (datasets written
@@ -106,11 +106,18 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
              'bytes': int(info_split['numBytes'])}
     problems = [f'{metadata.SUMMARY}: {split} has {noted.get(key)} {key}, the dataset has {value}'
                 for key, value in facts.items() if noted.get(key) != value]
-    for report, noted_bytes in zip(shards, noted.get('shard_bytes', [r.bytes for r in shards])):
-        if not report.problems and report.bytes != noted_bytes:
-            problems.append(f'{split} shard {report.index} ({report.name}): {report.bytes} '
-                            f'bytes, {metadata.SUMMARY} says {noted_bytes} (shards swapped or '
-                            'replaced?)')
+    sizes = noted.get('shard_bytes', [r.bytes for r in shards])
+    firsts = noted.get('shard_first', [''] * len(shards))   # Datasets of earlier versions: ''.
+    for report, noted_bytes, first in zip(shards, sizes, firsts):
+        where = f'{split} shard {report.index} ({report.name})'
+        if report.problems:
+            continue
+        if report.bytes != noted_bytes:
+            problems.append(f'{where}: {report.bytes} bytes, {metadata.SUMMARY} says '
+                            f'{noted_bytes} (shards swapped or replaced?)')
+        elif first and report.first != first:
+            problems.append(f'{where}: its first record is not the one the run wrote there '
+                            f'({metadata.SUMMARY}: shards swapped or replaced?)')
     classes = collections.Counter()
     for report in shards:
         classes.update(report.classes)
