@@ -13,7 +13,9 @@ import sys
 import tarfile
 import zipfile
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import upload
@@ -284,4 +286,22 @@ def test_a_gzip_tar_of_large_members_is_streamed_within_bounded_memory(tmp_path)
     assert sorted(_errors(out)) == [f'{tmp_path}/in/train/c0.tar.gz/{i:02d}.jpg'
                                     for i in range(20)]
     assert len(read_split(out, 'train')) == 1
+    assert peak < 1 << 30
+
+
+def test_a_png_of_88_megapixels_converts_within_bounded_memory(tmp_path):
+    """Just under the default --max_image_pixels: decoded once, no other full-size copy held
+    (the hash's float luminance, np.asarray's and the RGB conversion's copies took 2.2 GB)."""
+    y, x = np.mgrid[:9400, :9400].astype(np.uint16)
+    pixels = np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8)
+    del x, y
+    os.makedirs(tmp_path / 'in/train/c0')
+    Image.fromarray(pixels).save(tmp_path / 'in/train/c0/big.png', compress_level=1)
+    del pixels
+    out = str(tmp_path / 'out')
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.run',
+                                f'--input_dir={tmp_path}/in', f'--output_dir={out}', timeout=600)
+    assert result.returncode == 0, result.stderr
+    [record] = read_split(out, 'train')
+    assert (record['image/width'], record['image/height']) == (9400, 9400)
     assert peak < 1 << 30
