@@ -92,8 +92,14 @@ def _empty_error_report(out: str) -> list[str]:
     return ['errors-train.jsonl: 0 entries, summary.json says 1 skipped inputs']
 
 
+def _edit_leakage(out: str) -> list[str]:
+    with open(os.path.join(out, 'leakage.jsonl'), 'w') as stream:
+        stream.write('{"members": 5}\n')
+    return ['leakage.jsonl: line 1 is not a cluster this tool wrote']
+
+
 @pytest.mark.parametrize('tamper', [_swap_shards, _reorder_class_names, _float_height,
-                                    _edit_record_count, _empty_error_report])
+                                    _edit_record_count, _empty_error_report, _edit_leakage])
 def test_tampered_file_is_one_line(copy, tamper):
     expected = tamper(copy)
     result = _verify(copy)

@@ -61,10 +61,15 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
         return [f'{metadata.LEAKAGE}: --leakage=drop left out the members in later splits of '
                 f'each cluster it lists, yet the records give {len(found)} cluster(s) across '
                 'splits'] if found else []
-    lines = [json.loads(line) for line in listed.decode().splitlines() if line]
     if 'clusters' not in summary.get('leakage', {}):   # Pairs, of a version before clusters.
         return []
-    if sorted(map(_key, lines)) != sorted(_key(c.line()) for c in found):
+    lines, keys = listed.decode(errors='replace').splitlines(), []
+    for number, line in enumerate(lines, 1):
+        try:
+            keys.append(_key(json.loads(line)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return [f'{metadata.LEAKAGE}: line {number} is not a cluster this tool wrote']
+    if sorted(keys) != sorted(_key(c.line()) for c in found):
         return [f'{metadata.LEAKAGE}: lists {len(lines)} cluster(s), the records give '
                 f'{len(found)}']
     return []
