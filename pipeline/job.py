@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import (
 from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
-from pipeline.formats import fileio, metadata, output_folder
+from pipeline.formats import bounded_reads, fileio, metadata, output_folder
 from pipeline.formats.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.local_runner import is_direct
@@ -160,8 +160,8 @@ def _nothing_to_do(settings: ConversionSettings, options: PipelineOptions,
         LOG.warning('%s', line)
     if settings.run_id in finished:
         return True
-    summary = output_folder.read_metadata(out, metadata.SUMMARY) or {}
-    info = output_folder.read_metadata(out, metadata.DATASET_INFO) or {}
+    summary = bounded_reads.read_metadata(out, metadata.SUMMARY) or {}
+    info = bounded_reads.read_metadata(out, metadata.DATASET_INFO) or {}
     ours = (summary.get('run_id') == settings.run_id
             and (info.get('description'), info.get('version')) == (settings.description,
                                                                   settings.version))

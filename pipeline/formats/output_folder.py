@@ -46,11 +46,12 @@ import logging
 import os
 import re
 import socket
-import stat
 import uuid
 from typing import Iterable, Iterator
 
 from pipeline.formats import faults, fileio, metadata, shard_formats
+from pipeline.formats.bounded_reads import (
+    NotAFile, as_json, parse_json, read_file, read_metadata, read_raw)
 from pipeline.formats.errors import DatasetError, printable
 from pipeline.formats.shard_formats import ShardFormat
 
@@ -156,93 +157,6 @@ def _is_link(path: str) -> bool:
     return not fileio.is_gcs(path) and os.path.islink(path)
 
 
-class _NotAFile(Exception):
-    """A protocol file's name is taken by something else: str(exc) says what."""
-
-
-def _read_file(path: str, limit: int | None = None) -> tuple[bytes, float] | None:
-    """(bytes, modification time) of a file of the protocol, None when absent; with `limit`, at
-    most its first limit + 1 bytes. Locally only a regular file is read (a pipe would block, a
-    device never end); anything else is _NotAFile."""
-    if fileio.is_gcs(path):
-        if limit is not None:
-            return (fileio.read_range(path, 0, limit + 1), 0.0) if fileio.exists(path) else None
-        data = fileio.read_if_exists(path)
-        return None if data is None else (data, 0.0)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise _NotAFile('a folder' if stat.S_ISDIR(info.st_mode) else 'a pipe or device')
-    with os.fdopen(fd, 'rb') as stream:
-        return stream.read(-1 if limit is None else limit + 1), info.st_mtime
-
-
-METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
-ITEMS_LIMIT = 8_000_000      # JSON values in one metadata file: 3 splits of a million shards.
-
-
-def _too_large(path: str) -> DatasetError:
-    return DatasetError(f'{path} holds more than {METADATA_LIMIT >> 20} MiB, more than this '
-                        'tool writes there, so it is not a file of this dataset; move it away')
-
-
-def read_file(path: str) -> bytes | None:
-    """The bytes of a file of the protocol, None when absent; a folder, pipe or device in its
-    place, or a file of more than METADATA_LIMIT bytes, is a DatasetError naming it."""
-    try:
-        found = _read_file(path, METADATA_LIMIT)
-    except _NotAFile as exc:
-        raise DatasetError(f'{path} is {exc}, not a file of this tool; move it away and '
-                           'rerun') from None
-    if found is not None and len(found[0]) > METADATA_LIMIT:
-        raise _too_large(path)
-    return None if found is None else found[0]
-
-
-def parse_json(path: str, data: bytes):
-    """The JSON document of a file of the protocol, None when it is not JSON; one of more than
-    ITEMS_LIMIT values is a DatasetError naming it, refused before parsing."""
-    if data.count(b',') >= ITEMS_LIMIT:
-        raise DatasetError(f'{path} holds more than {ITEMS_LIMIT} values, more than this tool '
-                           'writes there (a million shards per split at most), so it is not a '
-                           'file of this dataset; move it away')
-    return _json(data)
-
-
-def load_metadata(output_dir: str, name: str) -> dict | None:
-    """For verify: a JSON metadata file of the dataset in `output_dir`, None when absent or
-    not a JSON object; too large a file is a DatasetError naming it (read_file, parse_json)."""
-    path = fileio.join(output_dir, name)
-    data = read_file(path)
-    document = None if data is None else parse_json(path, data)
-    return document if isinstance(document, dict) else None
-
-
-def _json(data: bytes):
-    """Parsed JSON, or None when it is not JSON this tool could have written."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-
-
-def read_metadata(output_dir: str, name: str) -> dict | None:
-    """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder,
-    larger than METADATA_LIMIT or ITEMS_LIMIT, or not a JSON object this tool could have written."""
-    try:
-        found = _read_file(fileio.join(output_dir, name), METADATA_LIMIT)
-    except _NotAFile:
-        return None
-    if found is None or len(found[0]) > METADATA_LIMIT or found[0].count(b',') >= ITEMS_LIMIT:
-        return None
-    document = _json(found[0])
-    return document if isinstance(document, dict) else None
-
-
 def _refuse_links(folder: str) -> None:
     """Raises a DatasetError if a temporary folder is, or holds, a symbolic link (local disk).
     The old dataset's own files moved aside into `replaced/` may be links (they are moved and
@@ -298,8 +212,8 @@ def read_lock(output_dir: str) -> LockState | None:
         data, generation, updated = found
     else:
         try:
-            found = _read_file(path, LOCK_MAX_BYTES)
-        except _NotAFile as exc:
+            found = read_raw(path, LOCK_MAX_BYTES)
+        except NotAFile as exc:
             raise DatasetError(f'{path} is {exc}, not the lock of this tool; move it away and '
                                'rerun') from None
         if found is None:
@@ -315,7 +229,7 @@ def read_lock(output_dir: str) -> LockState | None:
 
 
 def _parse_holder(data: bytes) -> dict | None:
-    holder = _json(data)
+    holder = as_json(data)
     return holder if isinstance(holder, dict) and isinstance(holder.get('token'), str) else None
 
 
@@ -520,10 +434,10 @@ class TempFolder:
 
 def _marker_state(folder: str, run_id: str) -> str | None:
     try:
-        found = _read_file(fileio.join(folder, MARKER))
-    except _NotAFile:
+        found = read_raw(fileio.join(folder, MARKER))
+    except NotAFile:
         return None
-    marker = _json(found[0]) if found is not None else None
+    marker = as_json(found[0]) if found is not None else None
     if (isinstance(marker, dict) and marker.get('run_id') == run_id
             and marker.get('state') in (RUNNING, COMMITTED)):
         return marker['state']
@@ -750,7 +664,7 @@ def read_journal(output_dir: str) -> Journal | None:
     """The journal of an interrupted commit, validated; a DatasetError when it is not one this
     tool wrote (then nothing is touched)."""
     path = journal_path(output_dir)
-    data = read_file(path)
+    data = read_file(path, bounded=True)
     if data is None:
         return None
     try:

@@ -12,7 +12,7 @@ import collections
 import hashlib
 import json
 
-from pipeline.formats import fileio, metadata, output_folder, records
+from pipeline.formats import bounded_reads, fileio, metadata, output_folder, records
 
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
 
@@ -44,7 +44,7 @@ def _feature_kind(entry) -> str | None:
 
 
 def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str]) -> list[str]:
-    document = output_folder.load_metadata(output_dir, metadata.FEATURES)
+    document = bounded_reads.load_metadata(output_dir, metadata.FEATURES)
     try:
         features = document['featuresDict']['features']
     except (TypeError, KeyError):
@@ -74,7 +74,7 @@ def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str])
 def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
     problems = []
     for name in (metadata.CLASS_NAMES, metadata.OLD_CLASS_NAMES):
-        found = output_folder.read_file(fileio.join(output_dir, name))
+        found = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
         if found is not None and found != labels:
             problems.append(f'{name}: not the class names of {metadata.LABELS} in their order; '
                             'TFDS would name the labels wrongly')
@@ -83,7 +83,7 @@ def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
 
 def _report_lines(output_dir: str, name: str, split: str) -> int | str:
     """The number of entries of a split's error or damage report, or what is wrong with it."""
-    data = output_folder.read_file(fileio.join(output_dir, name))
+    data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
     if data is None:
         return 'missing'
     lines = data.decode(errors='replace').splitlines()
@@ -147,7 +147,7 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
     for name, digest in sorted(digests.items()):
         if not output_folder.is_dataset_file(name) or name in reported:
             continue
-        data = output_folder.read_file(fileio.join(output_dir, name))
+        data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
         if data is None:
             problems.append(f'{name}: missing')
         elif hashlib.sha256(data).hexdigest() != digest:
@@ -159,7 +159,7 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
 def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list) -> list[str]:
     """Every problem of the files beside the shards (see the module docstring); `reports` are
     verify's reports of the shards of the dataset's first format."""
-    summary = output_folder.load_metadata(output_dir, metadata.SUMMARY)
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
     if not output_folder.is_own_dataset(info, summary):
         return [f'{metadata.SUMMARY}: missing or not the summary of this dataset (run id, '
                 'dataset name and splits of dataset_info.json)']

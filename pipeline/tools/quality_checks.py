@@ -5,7 +5,7 @@ them), against leakage.jsonl.
 """
 import json
 
-from pipeline.formats import fileio, metadata, output_folder, records
+from pipeline.formats import bounded_reads, fileio, metadata, records
 from transforms.jpeg_check import DAMAGED, check_jpeg
 from transforms.pairing import RADIUS, find_clusters
 from transforms.phash import perceptual_hashes, to_int64
@@ -44,8 +44,8 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
     """Recomputes the clusters that span splits; prints how many; a problem when leakage.jsonl
     (if the dataset has one) lists others, or, after --leakage=drop, when the records give
     any."""
-    listed = output_folder.read_file(fileio.join(output_dir, metadata.LEAKAGE))
-    summary = output_folder.load_metadata(output_dir, metadata.SUMMARY) or {}
+    listed = bounded_reads.read_file(fileio.join(output_dir, metadata.LEAKAGE), bounded=True)
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY) or {}
     action = summary.get('leakage', {}).get('action')
     if action == 'off':   # Not checked: nothing to compare, and nothing should be listed.
         print('leakage: not checked by the conversion (--leakage=off)')

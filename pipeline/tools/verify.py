@@ -24,7 +24,8 @@ import sys
 
 from PIL import Image
 
-from pipeline.formats import fileio, metadata, output_folder, records, shard_formats
+from pipeline.formats import (bounded_reads, fileio, metadata, output_folder, records,
+                              shard_formats)
 from pipeline.formats.errors import DatasetError, printable
 from pipeline.tools import metadata_checks, quality_checks
 
@@ -169,8 +170,8 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal.run_id} '
                            f'({output_folder.journal_path(output_dir)}); rerun the conversion '
                            'command to complete it')
-    info = output_folder.load_metadata(output_dir, metadata.DATASET_INFO)
-    labels = output_folder.read_file(fileio.join(output_dir, metadata.LABELS))
+    info = bounded_reads.load_metadata(output_dir, metadata.DATASET_INFO)
+    labels = bounded_reads.read_file(fileio.join(output_dir, metadata.LABELS), bounded=True)
     if info is None or labels is None:
         raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt (a '
                            'JSON object and a text file of this tool)')
