@@ -12,6 +12,7 @@ import logging  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 
 from apache_beam.options.pipeline_options import (  # noqa: E402
     GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions, WorkerOptions)
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if not verbose:
         send_stderr_to(own.log_fd)
     setup_console_logging(verbose, own.log)
-    signal.signal(signal.SIGTERM, _terminate)
+    if threading.current_thread() is threading.main_thread():   # Where signals are handled.
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         options = parse(argv)   # The only parse: every step below reads this object.
         beam_options, flags = options.beam, options.converter
