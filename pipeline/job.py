@@ -24,7 +24,7 @@ from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
 from pipeline.io import fileio
-from pipeline.output import commit_journal, metadata, output_folder, output_lock
+from pipeline.output import bounded_reads, commit_journal, metadata, output_folder, output_lock
 from pipeline.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.local_runner import is_direct
@@ -161,8 +161,8 @@ def _nothing_to_do(settings: ConversionSettings, options: PipelineOptions,
         LOG.warning('%s', line)
     if settings.run_id in finished:
         return True
-    summary = output_folder.read_metadata(out, metadata.SUMMARY) or {}
-    info = output_folder.read_metadata(out, metadata.DATASET_INFO) or {}
+    summary = bounded_reads.read_metadata(out, metadata.SUMMARY) or {}
+    info = bounded_reads.read_metadata(out, metadata.DATASET_INFO) or {}
     ours = (summary.get('run_id') == settings.run_id
             and (info.get('description'), info.get('version')) == (settings.description,
                                                                   settings.version))

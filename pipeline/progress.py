@@ -17,7 +17,7 @@ import time
 
 from pipeline import console
 from pipeline.io import fileio
-from pipeline.output import output_folder
+from pipeline.output import bounded_reads, output_folder
 from pipeline.errors import DatasetError
 from transforms.settings import ConversionSettings
 from transforms.write_shards import SHARD_LINE_PATTERN
@@ -144,7 +144,7 @@ class Progress:
         for meta in fileio.match(self._parts):
             if meta.path not in self._seen:
                 try:
-                    data = output_folder.read_file(meta.path)
+                    data = bounded_reads.read_file(meta.path)
                     if data is None:   # The run ended and its temporary folder went.
                         continue
                     result = json.loads(data)

@@ -12,6 +12,7 @@ import logging  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 
 from apache_beam.options.pipeline_options import (  # noqa: E402
     GoogleCloudOptions, PipelineOptions, PortableOptions, TestOptions)
@@ -112,6 +113,15 @@ def follow_hint(options: PipelineOptions, result) -> str:
             'behind it (Flink, Spark) or through its job API')
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the launcher: the run ends as on Ctrl-C (workers stopped, lock released)."""
+
+
+def _terminate(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # The cleanup runs once.
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if '-h' in argv or '--help' in argv:
@@ -122,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     if not verbose:
         send_stderr_to(own.log_fd)
     setup_console_logging(verbose, own.log)
+    if threading.current_thread() is threading.main_thread():   # Where signals are handled.
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         options = parse(argv)   # The only parse: every step below reads this object.
         beam_options, flags = options.beam, options.converter
@@ -143,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             return _submit(options)
         summary = job.convert(options)
         summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
-    except KeyboardInterrupt:   # Ctrl-C: the job's cleanup (the lock) ran on the way out.
+    except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: the job's cleanup ran on the way out.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print('interrupted; rerun the same command to resume', file=sys.stderr)
+        terminated = isinstance(exc, Terminated)
+        print(f'{"terminated (SIGTERM)" if terminated else "interrupted"}; rerun the same '
+              'command to resume', file=sys.stderr)
         _done()
-        return 130
+        return 143 if terminated else 130
     except Exception as exc:  # Show the user's error in one line, not a traceback.
         message = DatasetError.find_in(exc)
         if message is not None:   # The user's to fix; the line says all there is.

@@ -9,7 +9,8 @@ the runner gets GRACE_SECONDS to fail on its own, then the remaining workers (th
 below this one whose command line runs sdk_worker_main, as /proc lists them) are killed and the
 main thread gets WorkerDied, so the job's cleanup runs (the output lock is released). A job
 that fails after a worker died fails with WorkerDied, whatever the runner says; no worker of it
-is left running. Elsewhere (other runners, in-memory mode, no /proc) it does nothing.
+is left running. A job interrupted (Ctrl-C, SIGTERM) kills its workers the same way before
+the lock is released. Elsewhere (other runners, in-memory mode, no /proc) it does nothing.
 """
 import contextlib
 import os
@@ -63,7 +64,7 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """The start time of a live process (None when it is gone or a zombie)."""
     try:
         with open(f'/proc/{pid}/stat') as stream:
@@ -87,7 +88,7 @@ def worker_processes(parent: int | None = None) -> dict[int, str]:
     while todo:
         pid = todo.pop()
         todo += _children(pid)
-        started = _start_time(pid)
+        started = start_time(pid)
         if started is not None and _is_worker(pid):
             found[pid] = started
     return found
@@ -126,7 +127,7 @@ class _Watch:
         self._known.update(worker_processes())
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            alive = [pid for pid, started in self._known.items() if _start_time(pid) == started]
+            alive = [pid for pid, started in self._known.items() if start_time(pid) == started]
             if not alive:
                 return
             for pid in alive:
@@ -157,6 +158,9 @@ def watching() -> Iterator[None]:
     watch.start()
     try:
         yield
+    except KeyboardInterrupt:   # Ctrl-C, or SIGTERM to this process only: no worker outlives it.
+        watch.kill_workers()
+        raise
     except Exception as exc:
         if watch.died is None or DatasetError.find_in(exc):
             raise

@@ -127,3 +127,17 @@ def output_files(output_dir: str) -> dict:
             with open(path, 'rb') as stream:
                 found[os.path.relpath(path, output_dir)] = stream.read()
     return found
+
+
+def run_measured(*command, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
+    """Runs `command` to its end; with the peak resident memory, in bytes, of the largest of
+    its processes (the command and every process it waited for)."""
+    wrapper = ('import resource, subprocess, sys\n'
+               'code = subprocess.run(sys.argv[1:]).returncode\n'
+               'print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n'
+               'sys.exit(code)\n')
+    result = subprocess.run([sys.executable, '-c', wrapper, *command], capture_output=True,
+                            text=True, timeout=timeout)
+    *lines, peak = result.stderr.splitlines()
+    result.stderr = ''.join(line + '\n' for line in lines)
+    return result, int(peak) * 1024

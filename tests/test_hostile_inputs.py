@@ -5,16 +5,22 @@ leaves in the system temp folder.
 Each test runs the command line in a subprocess on a few dozen generated images.
 """
 import glob
+import io
 import json
 import os
 import socket
+import sys
+import tarfile
 import zipfile
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import upload
-from tests.helpers import IN_PROCESS, output_files, read_split, run_cli, write_tree
+from tests.helpers import (IN_PROCESS, output_files, read_split, run_cli, run_measured,
+                           write_tree)
 
 pytestmark = pytest.mark.slow
 
@@ -244,3 +250,58 @@ def test_a_socket_listed_in_a_csv_and_a_link_into_proc_are_reported(tmp_path):
     assert _errors(f'{tmp_path}/folder')[f'{root}/train/proc'] == (
         'a link into /proc, /sys or /dev (they change as they are read and never end), not followed')
     server.close()
+
+
+def _zeros_tar_gz(path: str, members: int, size: int) -> None:
+    """A .tar.gz of `members` files of `size` zero bytes each, written without holding one."""
+    class Zeros(io.RawIOBase):
+        def __init__(self):
+            self.left = size
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            n = min(len(buffer), self.left)
+            buffer[:n] = bytes(n)
+            self.left -= n
+            return n
+    with tarfile.open(path, 'w:gz', compresslevel=1) as archive:
+        for i in range(members):
+            info = tarfile.TarInfo(f'{i:02d}.jpg')
+            info.size = size
+            archive.addfile(info, io.BufferedReader(Zeros(), 1 << 20))
+
+
+def test_a_gzip_tar_of_large_members_is_streamed_within_bounded_memory(tmp_path):
+    """20 members of 60 MB in one chunk: never all held at once (their 1.2 GB was)."""
+    os.makedirs(tmp_path / 'in/train')
+    _zeros_tar_gz(str(tmp_path / 'in/train/c0.tar.gz'), 20, 60 << 20)
+    write_tree(tmp_path / 'in', {'train/c1/a.jpg': imagemaker.jpeg(24, 16)})
+    out = str(tmp_path / 'out')
+    result, peak = run_measured(
+        sys.executable, '-m', 'pipeline.run', f'--input_dir={tmp_path}/in', f'--output_dir={out}',
+        '--max_input_mb=64', '--max_error_ratio=1', timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert sorted(_errors(out)) == [f'{tmp_path}/in/train/c0.tar.gz/{i:02d}.jpg'
+                                    for i in range(20)]
+    assert len(read_split(out, 'train')) == 1
+    assert peak < 1 << 30
+
+
+def test_a_png_of_88_megapixels_converts_within_bounded_memory(tmp_path):
+    """Just under the default --max_image_pixels: decoded once, no other full-size copy held
+    (the hash's float luminance, np.asarray's and the RGB conversion's copies took 2.2 GB)."""
+    y, x = np.mgrid[:9400, :9400].astype(np.uint16)
+    pixels = np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8)
+    del x, y
+    os.makedirs(tmp_path / 'in/train/c0')
+    Image.fromarray(pixels).save(tmp_path / 'in/train/c0/big.png', compress_level=1)
+    del pixels
+    out = str(tmp_path / 'out')
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.run',
+                                f'--input_dir={tmp_path}/in', f'--output_dir={out}', timeout=600)
+    assert result.returncode == 0, result.stderr
+    [record] = read_split(out, 'train')
+    assert (record['image/width'], record['image/height']) == (9400, 9400)
+    assert peak < 1 << 30

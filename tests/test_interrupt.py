@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from pipeline import worker_watch
 from pipeline.testing import imagemaker
 from tests.helpers import read_split, run_cli, start_until_converting, write_tree
 
@@ -29,6 +30,31 @@ def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path
     assert stdout == ''
     assert not os.path.exists(f'{out}/.lock')
     assert not glob.glob(f'{out}/*.tfrecord-*')
+
+    rerun = run_cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'resuming run' in rerun.stderr
+    assert len(read_split(out, 'train')) == 3000
+
+
+def test_sigterm_to_the_launcher_stops_its_workers_releases_the_lock_and_the_rerun_resumes(
+        tmp_path):
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
+                                          imagemaker.jpeg(256, 192, seed=i) for i in range(3000)})
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
+    process = start_until_converting(out, *flags, poll=0.05)
+    workers = worker_watch.worker_processes(process.pid)
+    assert workers
+    os.kill(process.pid, signal.SIGTERM)   # The launcher only, as a service manager sends it.
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert [line for line in stderr.splitlines() if not line.startswith('converting: ')] == [
+        'terminated (SIGTERM); rerun the same command to resume']
+    assert stdout == ''
+    assert not os.path.exists(f'{out}/.lock')
+    assert not [pid for pid, started in workers.items()
+                if worker_watch.start_time(pid) == started]   # None runs on, unseen.
 
     rerun = run_cli(*flags)
     assert rerun.returncode == 0, rerun.stderr

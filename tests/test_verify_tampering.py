@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
 from pipeline.testing import imagemaker
-from tests.helpers import convert, shard_paths, write_tree
+from tests.helpers import convert, run_measured, shard_paths, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -91,8 +92,14 @@ def _empty_error_report(out: str) -> list[str]:
     return ['errors-train.jsonl: 0 entries, summary.json says 1 skipped inputs']
 
 
+def _edit_leakage(out: str) -> list[str]:
+    with open(os.path.join(out, 'leakage.jsonl'), 'w') as stream:
+        stream.write('{"members": 5}\n')
+    return ['leakage.jsonl: line 1 is not a cluster this tool wrote']
+
+
 @pytest.mark.parametrize('tamper', [_swap_shards, _reorder_class_names, _float_height,
-                                    _edit_record_count, _empty_error_report])
+                                    _edit_record_count, _empty_error_report, _edit_leakage])
 def test_tampered_file_is_one_line(copy, tamper):
     expected = tamper(copy)
     result = _verify(copy)
@@ -111,3 +118,54 @@ def test_a_dataset_written_before_summary_noted_shards_and_digests_verifies(copy
     assert result.stdout.endswith('OK: no problems found\n')
     expected = _reorder_class_names(copy)
     assert _verify(copy).stderr.splitlines() == expected
+
+
+def _many_shard_lengths(count: int):
+    def tamper(out: str) -> None:
+        def edit(info):
+            info['splits'][0]['shardLengths'] = ['1'] * count
+        _edit_json(os.path.join(out, 'dataset_info.json'), edit)
+    return tamper
+
+
+def _huge_journal(out: str) -> None:
+    with open(os.path.join(out, '.commit.json'), 'wb') as stream:
+        stream.truncate(3 << 29)   # 1.5 GiB of zeros, sparse.
+
+
+@pytest.mark.parametrize('tamper, expected', [
+    (_many_shard_lengths(10_000_000), 'dataset_info.json holds more than 8000000 values'),
+    (_many_shard_lengths(1_000_001),
+     'dataset_info.json does not describe a dataset this tool can read (split train lists '
+     '1000001 shards, more than the 1000000 this tool writes)'),
+    (_huge_journal, '.commit.json holds more than 256 MiB')],
+    ids=['ten-million-shards', 'a-million-and-one-shards', 'huge-journal'])
+def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, tamper,
+                                                                          expected):
+    tamper(copy)
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f'error: {copy}/') and expected in line
+    assert peak < 1 << 30
+
+
+def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
+    """Flat images of one size make shards of equal bytes: only their records tell them apart."""
+    files = {f'train/c0/a{i:02d}.png': imagemaker.encode(Image.new('RGB', (40, 30), (40 + 8 * i, 0, 0)), 'PNG')
+             for i in range(12)}
+    out = str(tmp_path / 'out')
+    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}',
+            '--num_shards=6')
+    first, second = shard_paths(out, 'train')[:2]
+    assert os.path.getsize(first) == os.path.getsize(second)
+    os.rename(first, first + '.x')
+    os.rename(second, first)
+    os.rename(first + '.x', second)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
+        'run wrote there (summary.json: shards swapped or replaced?)'
+        for index, path in enumerate((first, second))]

@@ -129,6 +129,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'listing': facts.listing_fingerprint(split),
             'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
             'shards': len(kept), 'shard_bytes': [r.bytes for r in kept],
+            'shard_first': [r.first_record for r in kept],
             'skipped': len(errors[split]),
             'passed_through': sum(r.passed_through for r in kept),
             'damaged': sum(len(r.damaged) for r in shard_results),

@@ -14,6 +14,9 @@ perceptual hash and a mirror hash (phash.py), from the same reduced-scale decode
 from the final pixels otherwise (none with --leakage=off). The header of a plain JPEG (size, components, EXIF orientation) is read here
 without Pillow, which costs a tenth as much; any header this reading does not fully vouch for
 is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
+Memory: an image Pillow decodes is converted to RGB pixels a strip at a time and then let go,
+and its hash reads the pixels a block at a time, so a 9400x9400 PNG (just under the default
+--max_image_pixels) takes about 0.65 GB: Pillow's decode (4 bytes a pixel) and the pixels (3).
 """
 import dataclasses
 import io
@@ -112,8 +115,9 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
             if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
                 luma = _pillow_draft(data, width, height, image)
             return StoredImage(data, height, width, True, damage, *_hashes(luma, hashed))
-        image = image or Image.open(io.BytesIO(data))
-        pixels = _orient(_decode_rgb(image, data, size, bool(damage)), orientation)
+        pixels = _orient(_decode_rgb(image or Image.open(io.BytesIO(data)), data, size,
+                                     bool(damage)), orientation)
+        image = None   # Pillow's decode (4 bytes a pixel) goes; the pixels are all there is.
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
         if (pixels.shape[1], pixels.shape[0]) != final:
             pixels = np.asarray(Image.fromarray(pixels).resize(final, Image.Resampling.BICUBIC))
@@ -272,7 +276,23 @@ def _pillow_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.nd
     if image.format == 'JPEG' and size != image.size:
         image.draft(image.mode, size)
     image.load()
-    return np.asarray(_to_rgb(image))
+    return _rgb_array(image)
+
+
+STRIP_PIXELS = 1 << 22   # Pixels converted at once (every conversion of _to_rgb is per pixel).
+
+
+def _rgb_array(image: Image.Image) -> np.ndarray:
+    """A decoded image's pixels as 8-bit RGB (HxWx3), converted a strip of rows at a time: a
+    whole-image conversion and np.asarray would each hold it again at once (a 9400x9400 PNG
+    took over a gigabyte besides Pillow's own decode)."""
+    width, height = image.size
+    pixels = np.empty((height, width, 3), np.uint8)
+    step = max(1, STRIP_PIXELS // width)
+    for top in range(0, height, step):
+        strip = _to_rgb(image.crop((0, top, width, min(height, top + step))))
+        pixels[top:top + strip.height] = np.asarray(strip)
+    return pixels
 
 
 def _describe(exc: Exception) -> str:

@@ -16,7 +16,7 @@ import json
 import numpy as np
 
 from pipeline.io import fileio
-from pipeline.output import output_folder
+from pipeline.output import bounded_reads, output_folder
 from pipeline.quality.pairing import LINK, ROW, Table
 
 
@@ -46,7 +46,7 @@ def save(where: str, links: np.ndarray, members: Table, crowded: list[tuple]) ->
 def load(where: str) -> tuple[np.ndarray, Table, list[tuple]] | None:
     """(links, the records they join, crowded buckets) kept at `where`; None when there is
     none or it cannot be read (the group is then linked again)."""
-    data = output_folder.read_file(where)
+    data = bounded_reads.read_file(where)
     if data is None:
         return None
     try:

@@ -18,7 +18,7 @@ import apache_beam as beam
 from transforms.labels import LabelMap
 from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings
-from transforms.write_shards import EncodeChunk, ShardResult
+from transforms.write_shards import EncodeChunk, ShardResult, StreamedMembers
 
 SAMPLE_SIZE = 300
 WARM_UP = 20
@@ -55,15 +55,15 @@ def time_sample(refs: list[ExampleRef], label_map: LabelMap,
     timed = refs[WARM_UP:] if len(refs) > 2 * WARM_UP else refs
     if not timed:
         return {'images': 0, 'seconds': 0.0, 'seconds_per_image': None}
-    encoder = EncodeChunk(settings)
+    encoder, none = EncodeChunk(settings), StreamedMembers([], 0)   # No gzip members here.
     encoder.setup()
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-rate-', suffix='.tfrecord')
     os.close(handle)
     try:
         if timed is not refs:
-            encoder.encode(refs[:WARM_UP], ShardResult('', 0, path, 0), label_map)
+            encoder.encode(refs[:WARM_UP], ShardResult('', 0, path, 0), label_map, none)
         busy, cpu, started = machine_busy_seconds(), time.process_time(), time.monotonic()
-        encoder.encode(timed, ShardResult('', 0, path, 0), label_map)
+        encoder.encode(timed, ShardResult('', 0, path, 0), label_map, none)
         seconds, busy = time.monotonic() - started, machine_busy_seconds() - busy
         cpu = time.process_time() - cpu
     finally:

@@ -28,7 +28,7 @@ import os
 from typing import Iterable
 
 from pipeline.io import fileio
-from pipeline.output import output_folder
+from pipeline.output import bounded_reads, output_folder
 from pipeline.inputs.refs import ExampleRef
 
 LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.
@@ -93,7 +93,7 @@ def load_sidecar(path: str, result_type, **expected):
     whatever the file says: no path is ever taken from a file's contents."""
     if fileio.is_untrusted(f'{path}.json'):
         return None
-    data = output_folder.read_file(f'{path}.json')
+    data = bounded_reads.read_file(f'{path}.json')
     if data is None:
         return None
     try:

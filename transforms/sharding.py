@@ -24,11 +24,11 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.inputs.refs import ExampleRef
+from pipeline.output.metadata import MAX_SHARDS
 
 LOG = logging.getLogger('image_tfrecords')
 
 CHUNK_EXAMPLES = 128
-MAX_SHARDS = 1_000_000
 MIN_BUCKET_BITS, MAX_BUCKET_BITS = 16, 24
 _DENSE_AT = 1 << 15   # A histogram with more filled buckets is kept as an array.
 

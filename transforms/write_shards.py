@@ -63,8 +63,10 @@ class ShardResult:
     # label id, passed through). Kept in the part's sidecar; sent on to the leakage check as a
     # table (leakage.part_table), never to the shard join.
     hashes: list = dataclasses.field(default_factory=list)
+    first_record: str = ''   # records.record_digest of the first record ('' when none).
 
     def add(self, other: 'ShardResult') -> None:
+        self.first_record = self.first_record or other.first_record
         self.records += other.records
         self.bytes += other.bytes
         self.errors += other.errors
@@ -217,15 +219,14 @@ class EncodeChunk(beam.DoFn):
             self._reused_chunks.inc()
             yield from _with_tables(reused, settings.hashed)
             return
-        loaded = _with_streamed_bytes(refs, settings.max_input_bytes)
-        if loaded is not refs:
-            pieces = split_chunk(loaded, plans[split], chunk, settings.skip_duplicates)
+        streamed = StreamedMembers([r for unique, _ in pieces.values() for r in unique],
+                                   settings.max_input_bytes)
         results = []
         for shard, (unique, duplicates) in pieces.items():
             result = ShardResult(split, shard, paths[shard], chunk)
             result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
                                  for r in duplicates)
-            results.append(self.encode(unique, result, label_map))
+            results.append(self.encode(unique, result, label_map, streamed))
             resume.save_done(paths[shard], result)
         faults.crash_point('chunk', counted=True)
         self._converted_chunks.inc()
@@ -249,13 +250,16 @@ class EncodeChunk(beam.DoFn):
             results.append(done)
         return results
 
-    def encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap) -> ShardResult:
+    def encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap,
+               streamed: 'StreamedMembers') -> ShardResult:
         """Converts `refs` (in order) into the part file `result.temp_path`."""
         started = time.monotonic()
         reads = self._reader.read_in_order(
-            (r.location if r.data is None and r.problem is None else None, r.size) for r in refs)
+            (r.location if r.data is None and r.problem is None and not _is_streamed(r)
+             else None, r.size) for r in refs)
         with fileio.writing(result.temp_path) as out:
             for ref, read in zip(refs, reads):
+                ref = streamed.resolve(ref)
                 try:
                     record, stored, sha256 = self._record(ref, read, label_map)
                 except DamagedImageError as exc:
@@ -276,6 +280,8 @@ class EncodeChunk(beam.DoFn):
                                           label_map.id_of(ref.label), int(passed)))
                 framed = records.frame_record(record)
                 out.write(framed)
+                if not result.records:
+                    result.first_record = records.record_digest(record)
                 result.records += 1
                 result.bytes += len(framed)
                 result.passed_through += passed
@@ -321,23 +327,44 @@ class EncodeChunk(beam.DoFn):
         return records.encode_example(features), stored, sha256
 
 
-def _with_streamed_bytes(refs: list[ExampleRef], limit: int) -> list[ExampleRef]:
-    """The refs, those of gzip tar members with their bytes (or why they cannot be read, one
-    over `limit` bytes too): one pass over each such archive for all of them, ending at the
-    last one (its members cannot be read one by one)."""
-    streamed = {r.member for r in refs
-                if r.member is not None and r.member.archive.streamed and r.problem is None}
-    if not streamed:
-        return refs
-    found = gzip_pass.read_streamed(streamed, limit)
-    out = []
-    for ref in refs:
-        if ref.member in streamed:
-            data = found.get((ref.member.name, ref.member.index), gzip_pass.gone(ref.member))
-            ref = (dataclasses.replace(ref, data=None, problem=data) if isinstance(data, str)
-                   else dataclasses.replace(ref, data=data))
-        out.append(ref)
-    return out
+STREAM_BUDGET = 256 << 20   # Bytes of gzip tar members a chunk's conversion holds at once.
+
+
+def _is_streamed(ref: ExampleRef) -> bool:
+    return ref.member is not None and ref.member.archive.streamed and ref.problem is None
+
+
+class StreamedMembers:
+    """The bytes of the gzip tar members among a chunk's refs (which cannot be read one by one),
+    read as the conversion reaches them: one pass over an archive for as many of the next
+    members as fit in STREAM_BUDGET (at least one, itself at most --max_input_mb), ending at the
+    last of them, so a chunk's members are never held together beyond the budget. A chunk of
+    small images takes one pass, as before."""
+
+    def __init__(self, refs: list[ExampleRef], limit: int):
+        self._order = [r.member for r in refs if _is_streamed(r)]
+        self._limit, self._next, self._held = limit, 0, {}
+
+    def resolve(self, ref: ExampleRef) -> ExampleRef:
+        """`ref`, with its bytes (or why they cannot be read) if it is a streamed member."""
+        if not _is_streamed(ref):
+            return ref
+        if ref.member not in self._held:
+            following = ref.member in self._order[self._next:]
+            self._load(self._order.index(ref.member, self._next if following else 0))
+        data = self._held[ref.member]
+        return (dataclasses.replace(ref, data=None, problem=data) if isinstance(data, str)
+                else dataclasses.replace(ref, data=data))
+
+    def _load(self, start: int) -> None:
+        end, held = start, 0
+        while end < len(self._order) and (end == start or held + min(
+                self._order[end].size, self._limit) <= STREAM_BUDGET):
+            held += min(self._order[end].size, self._limit)
+            end += 1
+        group, self._next, self._held = self._order[start:end], end, {}
+        found = gzip_pass.read_streamed(group, self._limit)
+        self._held = {m: found.get((m.name, m.index), gzip_pass.gone(m)) for m in group}
 
 
 def _with_tables(results: list[ShardResult], hashed: bool) -> Iterator:

@@ -9,11 +9,11 @@ from pipeline import faults
 from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
 from pipeline.output import metadata
+from pipeline.output.bounded_reads import parse_json, read_file
 from pipeline.output.output_folder import (COMMITTED, METADATA_NAMES, REPLACED, _is_temp_shard,
-                                           _json, _marker_state, _refuse_links,
-                                           _remove_partials, _write_marker, check_run_id,
-                                           is_dataset_file, read_file, remove_temp, temp_dir,
-                                           temp_folders)
+                                           _marker_state, _refuse_links, _remove_partials,
+                                           _write_marker, check_run_id, is_dataset_file,
+                                           remove_temp, temp_dir, temp_folders)
 
 JOURNAL = '.commit.json'
 MOVE_BATCH = 100
@@ -56,11 +56,11 @@ def read_journal(output_dir: str) -> Journal | None:
     """The journal of an interrupted commit, validated; a DatasetError when it is not one this
     tool wrote (then nothing is touched)."""
     path = journal_path(output_dir)
-    data = read_file(path)
+    data = read_file(path, bounded=True)
     if data is None:
         return None
     try:
-        document = _json(data)
+        document = parse_json(path, data)
         journal = Journal(document['run_id'], document['phase'], tuple(document['replace']),
                           tuple((s, t) for s, t in document['install'])).validate()
     except (ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -24,6 +24,7 @@ SUMMARY = 'summary.json'
 LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
 SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
+MAX_SHARDS = 1_000_000   # Per split (transforms/sharding.py).
 MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.
 DATASET_NAME = r'[a-z][a-z0-9_]*'   # The pattern of a dataset's name, the shards' prefix.
 

@@ -48,12 +48,12 @@ import json
 import logging
 import os
 import re
-import stat
 from typing import Iterable
 
 from pipeline import faults
 from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
+from pipeline.output.bounded_reads import NotAFile, as_json, read_metadata, read_raw
 from pipeline.io.gcs import list_prefix
 from pipeline.output import metadata, shard_formats
 from pipeline.output.shard_formats import ShardFormat
@@ -163,64 +163,6 @@ def _is_link(path: str) -> bool:
     return not fileio.is_gcs(path) and os.path.islink(path)
 
 
-class _NotAFile(Exception):
-    """A protocol file's name is taken by something else: str(exc) says what."""
-
-
-def _read_file(path: str, limit: int | None = None) -> tuple[bytes, float] | None:
-    """(bytes, modification time) of a file of the protocol, None when absent; with `limit`, at
-    most its first limit + 1 bytes. Locally only a regular file is read (a pipe would block, a
-    device never end); anything else is _NotAFile."""
-    if fileio.is_gcs(path):
-        data = fileio.read_if_exists(path)
-        return None if data is None else (data, 0.0)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise _NotAFile('a folder' if stat.S_ISDIR(info.st_mode) else 'a pipe or device')
-    with os.fdopen(fd, 'rb') as stream:
-        return stream.read(-1 if limit is None else limit + 1), info.st_mtime
-
-
-def read_file(path: str) -> bytes | None:
-    """The bytes of a file of the protocol, None when absent; a folder, pipe or device in its
-    place is a DatasetError naming it."""
-    try:
-        found = _read_file(path)
-    except _NotAFile as exc:
-        raise DatasetError(f'{path} is {exc}, not a file of this tool; move it away and '
-                           'rerun') from None
-    return None if found is None else found[0]
-
-
-def _json(data: bytes):
-    """Parsed JSON, or None when it is not JSON this tool could have written."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-
-
-METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
-
-
-def read_metadata(output_dir: str, name: str) -> dict | None:
-    """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder,
-    larger than METADATA_LIMIT, or not a JSON object this tool could have written."""
-    try:
-        found = _read_file(fileio.join(output_dir, name), METADATA_LIMIT)
-    except _NotAFile:
-        return None
-    if found is not None and len(found[0]) > METADATA_LIMIT:
-        return None
-    document = _json(found[0]) if found is not None else None
-    return document if isinstance(document, dict) else None
-
-
 def _refuse_links(folder: str) -> None:
     """Raises a DatasetError if a temporary folder is, or holds, a symbolic link (local disk).
     The old dataset's own files moved aside into `replaced/` may be links (they are moved and
@@ -261,10 +203,10 @@ class TempFolder:
 
 def _marker_state(folder: str, run_id: str) -> str | None:
     try:
-        found = _read_file(fileio.join(folder, MARKER))
-    except _NotAFile:
+        found = read_raw(fileio.join(folder, MARKER))
+    except NotAFile:
         return None
-    marker = _json(found[0]) if found is not None else None
+    marker = as_json(found[0]) if found is not None else None
     if (isinstance(marker, dict) and marker.get('run_id') == run_id
             and marker.get('state') in (RUNNING, COMMITTED)):
         return marker['state']
@@ -411,6 +353,9 @@ def _named_files(info: dict) -> list[str]:
         split_name, lengths = split['name'], split['shardLengths']
         if split_name not in metadata.SPLITS or not isinstance(lengths, list):
             raise ValueError(f'split {split_name!r}')
+        if len(lengths) > metadata.MAX_SHARDS:
+            raise ValueError(f'split {split_name} lists {len(lengths)} shards, more than the '
+                             f'{metadata.MAX_SHARDS} this tool writes')
         if len(lengths) > 10_000_000 or any(int(n) < 0 for n in lengths) or int(split['numBytes']) < 0:
             raise ValueError(f'split {split_name!r}: shard lengths or bytes')
         names.append(metadata.error_report_name(split_name))

@@ -11,7 +11,8 @@ from typing import Iterator
 from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
 from pipeline.io.gcs import delete_if_generation, read_versioned, write_if_generation
-from pipeline.output.output_folder import LOG, _json, _NotAFile, _read_file, _remove_partials
+from pipeline.output.bounded_reads import NotAFile, as_json, read_raw
+from pipeline.output.output_folder import LOG, _remove_partials
 
 LOCK = '.lock'
 STALE_UNREADABLE_SECONDS = 30
@@ -40,8 +41,8 @@ def read_lock(output_dir: str) -> LockState | None:
         data, generation, updated = found
     else:
         try:
-            found = _read_file(path, LOCK_MAX_BYTES)
-        except _NotAFile as exc:
+            found = read_raw(path, LOCK_MAX_BYTES)
+        except NotAFile as exc:
             raise DatasetError(f'{path} is {exc}, not the lock of this tool; move it away and '
                                'rerun') from None
         if found is None:
@@ -57,7 +58,7 @@ def read_lock(output_dir: str) -> LockState | None:
 
 
 def _parse_holder(data: bytes) -> dict | None:
-    holder = _json(data)
+    holder = as_json(data)
     return holder if isinstance(holder, dict) and isinstance(holder.get('token'), str) else None
 
 

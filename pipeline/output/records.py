@@ -10,6 +10,7 @@ alone has no `tf.train.Example` class (TensorFlow or a generated module ships it
 wire format of the three feature kinds takes a few dozen lines. tests/test_records.py pins it
 against TensorFlow's own serializer, packed and unpacked lists included.
 """
+import hashlib
 import struct
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
@@ -224,6 +225,12 @@ def decode_example(data: bytes) -> dict[str, list]:
 def _masked_crc(data: bytes) -> int:
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def record_digest(record: bytes) -> str:
+    """A record's mark in summary.json's `shard_first` (16 hex digits of its SHA-256), by which
+    verify knows each shard holds the records the run wrote there."""
+    return hashlib.sha256(record).hexdigest()[:16]
 
 
 def frame_record(data: bytes) -> bytes:

@@ -77,11 +77,26 @@ def _luminance(pixels: np.ndarray) -> np.ndarray:
     return pixels.reshape(pixels.shape[0], pixels.shape[1])
 
 
+BLOCK_PIXELS = 1 << 22   # Pixels whose luminance is held at once (~16 MB as float32).
+
+
+def _resampled_rows(pixels: np.ndarray) -> np.ndarray:
+    """_transform(H) @ luminance: the rows resampled, a block of rows at a time, so a large
+    image's luminance is never held whole (one block for an image of BLOCK_PIXELS or fewer)."""
+    height, width = pixels.shape[:2]
+    rows = _transform(height)
+    step = max(1, BLOCK_PIXELS // width)
+    total = None
+    for top in range(0, height, step):
+        part = rows[:, top:top + step] @ _luminance(pixels[top:top + step])
+        total = part if total is None else total + part
+    return total
+
+
 def perceptual_hashes(pixels: np.ndarray) -> tuple[int, int]:
     """(hash, hash of the mirror image) of RGB or grey pixels, as unsigned 64-bit ints: bit i
     (from the top) set where chosen coefficient i lies above the median of the 64."""
-    luma = _luminance(pixels)
-    chosen = (_transform(luma.shape[0]) @ luma @ _transform(luma.shape[1]).T).ravel()[_CHOSEN]
+    chosen = (_resampled_rows(pixels) @ _transform(pixels.shape[1]).T).ravel()[_CHOSEN]
     if chosen @ chosen < _FLAT_ENERGY:
         return FLAT, FLAT
     both = chosen * _SIGNS

@@ -1,7 +1,7 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
 the run noted in summary.json: that summary.json is this dataset's (pipeline/output/
 output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
-each shard's bytes, records per class, inputs accounted for) and with the error and damage
+each shard's bytes and first record, records per class, inputs accounted for) and with the error and damage
 reports (a line per input it counts); that TFDS's class-names file holds labels.txt's names in
 their order; that features.json describes each record key as this tool does, with the type the
 records hold; and that every metadata file has the SHA-256 the run noted (datasets written
@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from pipeline.io import fileio
-from pipeline.output import metadata, output_folder, records
+from pipeline.output import bounded_reads, metadata, output_folder, records
 
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
 
@@ -45,7 +45,7 @@ def _feature_kind(entry) -> str | None:
 
 
 def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str]) -> list[str]:
-    document = output_folder.read_metadata(output_dir, metadata.FEATURES)
+    document = bounded_reads.load_metadata(output_dir, metadata.FEATURES)
     try:
         features = document['featuresDict']['features']
     except (TypeError, KeyError):
@@ -75,7 +75,7 @@ def _features_problems(output_dir: str, num_classes: int, kinds: dict[str, str])
 def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
     problems = []
     for name in (metadata.CLASS_NAMES, metadata.OLD_CLASS_NAMES):
-        found = output_folder.read_file(fileio.join(output_dir, name))
+        found = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
         if found is not None and found != labels:
             problems.append(f'{name}: not the class names of {metadata.LABELS} in their order; '
                             'TFDS would name the labels wrongly')
@@ -84,7 +84,7 @@ def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
 
 def _report_lines(output_dir: str, name: str, split: str) -> int | str:
     """The number of entries of a split's error or damage report, or what is wrong with it."""
-    data = output_folder.read_file(fileio.join(output_dir, name))
+    data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
     if data is None:
         return 'missing'
     lines = data.decode(errors='replace').splitlines()
@@ -107,11 +107,18 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
              'bytes': int(info_split['numBytes'])}
     problems = [f'{metadata.SUMMARY}: {split} has {noted.get(key)} {key}, the dataset has {value}'
                 for key, value in facts.items() if noted.get(key) != value]
-    for report, noted_bytes in zip(shards, noted.get('shard_bytes', [r.bytes for r in shards])):
-        if not report.problems and report.bytes != noted_bytes:
-            problems.append(f'{split} shard {report.index} ({report.name}): {report.bytes} '
-                            f'bytes, {metadata.SUMMARY} says {noted_bytes} (shards swapped or '
-                            'replaced?)')
+    sizes = noted.get('shard_bytes', [r.bytes for r in shards])
+    firsts = noted.get('shard_first', [''] * len(shards))   # Datasets of earlier versions: ''.
+    for report, noted_bytes, first in zip(shards, sizes, firsts):
+        where = f'{split} shard {report.index} ({report.name})'
+        if report.problems:
+            continue
+        if report.bytes != noted_bytes:
+            problems.append(f'{where}: {report.bytes} bytes, {metadata.SUMMARY} says '
+                            f'{noted_bytes} (shards swapped or replaced?)')
+        elif first and report.first != first:
+            problems.append(f'{where}: its first record is not the one the run wrote there '
+                            f'({metadata.SUMMARY}: shards swapped or replaced?)')
     classes = collections.Counter()
     for report in shards:
         classes.update(report.classes)
@@ -141,7 +148,7 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
     for name, digest in sorted(digests.items()):
         if not output_folder.is_dataset_file(name) or name in reported:
             continue
-        data = output_folder.read_file(fileio.join(output_dir, name))
+        data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
         if data is None:
             problems.append(f'{name}: missing')
         elif hashlib.sha256(data).hexdigest() != digest:
@@ -153,7 +160,7 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
 def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list) -> list[str]:
     """Every problem of the files beside the shards (see the module docstring); `reports` are
     verify's reports of the shards of the dataset's first format."""
-    summary = output_folder.read_metadata(output_dir, metadata.SUMMARY)
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
     if not output_folder.is_own_dataset(info, summary):
         return [f'{metadata.SUMMARY}: missing or not the summary of this dataset (run id, '
                 'dataset name and splits of dataset_info.json)']

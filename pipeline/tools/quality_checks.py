@@ -6,7 +6,7 @@ them), against leakage.jsonl.
 import json
 
 from pipeline.io import fileio
-from pipeline.output import metadata, records
+from pipeline.output import bounded_reads, metadata, records
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
 from pipeline.quality.pairing import RADIUS, find_clusters
 from pipeline.quality.phash import perceptual_hashes, to_int64
@@ -45,8 +45,8 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
     """Recomputes the clusters that span splits; prints how many; a problem when leakage.jsonl
     (if the dataset has one) lists others, or, after --leakage=drop, when the records give
     any."""
-    listed = fileio.read_if_exists(fileio.join(output_dir, metadata.LEAKAGE))
-    summary = json.loads(fileio.read_if_exists(fileio.join(output_dir, metadata.SUMMARY)) or '{}')
+    listed = bounded_reads.read_file(fileio.join(output_dir, metadata.LEAKAGE), bounded=True)
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY) or {}
     action = summary.get('leakage', {}).get('action')
     if action == 'off':   # Not checked: nothing to compare, and nothing should be listed.
         print('leakage: not checked by the conversion (--leakage=off)')
@@ -62,10 +62,15 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
         return [f'{metadata.LEAKAGE}: --leakage=drop left out the members in later splits of '
                 f'each cluster it lists, yet the records give {len(found)} cluster(s) across '
                 'splits'] if found else []
-    lines = [json.loads(line) for line in listed.decode().splitlines() if line]
     if 'clusters' not in summary.get('leakage', {}):   # Pairs, of a version before clusters.
         return []
-    if sorted(map(_key, lines)) != sorted(_key(c.line()) for c in found):
+    lines, keys = listed.decode(errors='replace').splitlines(), []
+    for number, line in enumerate(lines, 1):
+        try:
+            keys.append(_key(json.loads(line)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return [f'{metadata.LEAKAGE}: line {number} is not a cluster this tool wrote']
+    if sorted(keys) != sorted(_key(c.line()) for c in found):
         return [f'{metadata.LEAKAGE}: lists {len(lines)} cluster(s), the records give '
                 f'{len(found)}']
     return []

@@ -10,7 +10,7 @@ or in two splits. A dataset written in two formats is read in both: each shard o
 must hold exactly the records (byte for byte) of its twin in the first, whose images are the
 ones decoded. The files beside the shards are checked against the records and against what
 the run noted in summary.json (pipeline/tools/metadata_checks.py): counts, each shard's bytes
-(two shards swapped), class names, feature types and each metadata file's SHA-256. Prints every
+and first record (two shards swapped), class names, feature types and each metadata file's SHA-256. Prints every
 problem with shard and record index (or the file's name) and exits non-zero if there is any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
 """
 import argparse
@@ -25,7 +25,8 @@ import sys
 from PIL import Image
 
 from pipeline.io import fileio
-from pipeline.output import commit_journal, metadata, output_folder, output_lock, records, shard_formats
+from pipeline.output import (bounded_reads, commit_journal, metadata, output_folder, output_lock,
+                             records, shard_formats)
 from pipeline.errors import DatasetError, printable
 from pipeline.tools import metadata_checks, quality_checks
 
@@ -43,6 +44,7 @@ class ShardReport:
     problems: list = dataclasses.field(default_factory=list)
     digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
     content: str = ''                                          # SHA-256 of all records, in order.
+    first: str = ''                                            # records.record_digest of record 0.
     hashes: list = dataclasses.field(default_factory=list)     # (source, sha256, hash, mirror)
     classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     kinds: dict = dataclasses.field(default_factory=dict)      # Record key -> type of values.
@@ -113,6 +115,7 @@ def check_shard(task: tuple) -> ShardReport:
     try:
         for number, data in enumerate(shard_format.read_records(path)):
             content.update(len(data).to_bytes(8, 'little') + data)
+            report.first = report.first or records.record_digest(data)
             problems, digest, hashes = _check_record(data, names, sample, report)
             report.problems += [f'record {number}: {p}' for p in problems]
             report.hashes += [hashes] if hashes else []
@@ -168,8 +171,8 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         raise DatasetError(f'{output_dir} holds an interrupted commit of run {journal.run_id} '
                            f'({commit_journal.journal_path(output_dir)}); rerun the conversion '
                            'command to complete it')
-    info = output_folder.read_metadata(output_dir, metadata.DATASET_INFO)
-    labels = output_folder.read_file(fileio.join(output_dir, metadata.LABELS))
+    info = bounded_reads.load_metadata(output_dir, metadata.DATASET_INFO)
+    labels = bounded_reads.read_file(fileio.join(output_dir, metadata.LABELS), bounded=True)
     if info is None or labels is None:
         raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt (a '
                            'JSON object and a text file of this tool)')

@@ -1,0 +1,99 @@
+"""Bounded reads of the files of the output protocol and of a dataset's metadata: only a
+regular file is read (a pipe would block, a device never end), at most METADATA_LIMIT bytes of
+it, and a JSON one is refused before it is parsed when it holds more than ITEMS_LIMIT values,
+so no file planted in an output folder makes a run or `verify` hold more than that.
+"""
+import json
+import os
+import stat
+
+from pipeline.errors import DatasetError
+from pipeline.io import fileio
+
+
+class NotAFile(Exception):
+    """A protocol file's name is taken by something else: str(exc) says what."""
+
+
+def read_raw(path: str, limit: int | None = None) -> tuple[bytes, float] | None:
+    """(bytes, modification time) of a file of the protocol, None when absent; with `limit`, at
+    most its first limit + 1 bytes. Locally only a regular file is read (a pipe would block, a
+    device never end); anything else is NotAFile."""
+    if fileio.is_gcs(path):
+        if limit is not None:
+            return (fileio.read_range(path, 0, limit + 1), 0.0) if fileio.exists(path) else None
+        data = fileio.read_if_exists(path)
+        return None if data is None else (data, 0.0)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise NotAFile('a folder' if stat.S_ISDIR(info.st_mode) else 'a pipe or device')
+    with os.fdopen(fd, 'rb') as stream:
+        return stream.read(-1 if limit is None else limit + 1), info.st_mtime
+
+
+METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
+ITEMS_LIMIT = 8_000_000      # JSON values in one metadata file: 3 splits of a million shards.
+
+
+def _too_large(path: str) -> DatasetError:
+    return DatasetError(f'{path} holds more than {METADATA_LIMIT >> 20} MiB, more than this '
+                        'tool writes there, so it is not a file of this dataset; move it away')
+
+
+def read_file(path: str, bounded: bool = False) -> bytes | None:
+    """The bytes of a file of the protocol, None when absent; a folder, pipe or device in its
+    place, or (`bounded`: a journal, metadata) a file of more than METADATA_LIMIT bytes, is a
+    DatasetError naming it."""
+    try:
+        found = read_raw(path, METADATA_LIMIT if bounded else None)
+    except NotAFile as exc:
+        raise DatasetError(f'{path} is {exc}, not a file of this tool; move it away and '
+                           'rerun') from None
+    if found is not None and len(found[0]) > METADATA_LIMIT and bounded:
+        raise _too_large(path)
+    return None if found is None else found[0]
+
+
+def parse_json(path: str, data: bytes):
+    """The JSON document of a file of the protocol, None when it is not JSON; one of more than
+    ITEMS_LIMIT values is a DatasetError naming it, refused before parsing."""
+    if data.count(b',') >= ITEMS_LIMIT:
+        raise DatasetError(f'{path} holds more than {ITEMS_LIMIT} values, more than this tool '
+                           'writes there (a million shards per split at most), so it is not a '
+                           'file of this dataset; move it away')
+    return as_json(data)
+
+
+def load_metadata(output_dir: str, name: str) -> dict | None:
+    """For verify: a JSON metadata file of the dataset in `output_dir`, None when absent or
+    not a JSON object; too large a file is a DatasetError naming it (read_file, parse_json)."""
+    path = fileio.join(output_dir, name)
+    data = read_file(path, bounded=True)
+    document = None if data is None else parse_json(path, data)
+    return document if isinstance(document, dict) else None
+
+
+def as_json(data: bytes):
+    """Parsed JSON, or None when it is not JSON this tool could have written."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def read_metadata(output_dir: str, name: str) -> dict | None:
+    """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder,
+    larger than METADATA_LIMIT or ITEMS_LIMIT, or not a JSON object this tool could have written."""
+    try:
+        found = read_raw(fileio.join(output_dir, name), METADATA_LIMIT)
+    except NotAFile:
+        return None
+    if found is None or len(found[0]) > METADATA_LIMIT or found[0].count(b',') >= ITEMS_LIMIT:
+        return None
+    document = as_json(found[0])
+    return document if isinstance(document, dict) else None
