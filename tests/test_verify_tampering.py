@@ -152,9 +152,15 @@ def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, t
 
 
 def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
-    """Flat images of one size make shards of equal bytes: only their records tell them apart."""
-    files = {f'train/c0/a{i:02d}.png': imagemaker.encode(Image.new('RGB', (40, 30), (40 + 8 * i, 0, 0)), 'PNG')
-             for i in range(12)}
+    """JPEGs of one length (kept as they are) under names of one length make shards of equal
+    bytes, wherever the keys' hashes put them: only their records tell them apart."""
+    by_length = {}
+    for red in range(256):
+        image = imagemaker.encode(Image.new('RGB', (40, 30), (red, 0, 0)), 'JPEG')
+        by_length.setdefault(len(image), set()).add(image)
+    images = sorted(max(by_length.values(), key=len))[:12]
+    assert len(images) == 12
+    files = {f'train/c0/a{i:02d}.jpg': image for i, image in enumerate(images)}
     out = str(tmp_path / 'out')
     convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}',
             '--num_shards=6')
