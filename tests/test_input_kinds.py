@@ -5,6 +5,7 @@ flag. The command line runs with it imported, so the list is converted, resumed 
 and verified without any product module knowing the kind; its flag shows in --help and its
 name in the line that asks for one input.
 """
+import json
 import signal
 import subprocess
 
@@ -38,6 +39,7 @@ class ListedSplit(Partition):
 
 class ImageList(InputKind):
     usage = given_as = '--image_list'
+    template = {'image_list': ('Image list (split label path)', 'GCS_READ_FILE', [])}
 
     def add_flags(self, flag):
         flag('image_list', metavar='FILE', help='Lines of split label path.')
@@ -99,3 +101,12 @@ def test_an_input_kind_registered_outside_the_product_has_its_flag_and_is_one_in
     assert ('give one input: --input_dir (with --csv_<split> for splits it does not hold), '
             '--csv_<split>, --config or --image_list (got --input_dir, --image_list)'
             in both.stderr)
+
+
+def test_an_input_kind_registered_outside_the_product_is_in_the_flex_templates_parameters(tmp_path):
+    generated = _run(tmp_path, 'pipeline.tools.template_metadata')
+    assert generated.returncode == 0, generated.stderr
+    parameters = {p['name']: p for p in json.loads(generated.stdout)['parameters']}
+    assert parameters['image_list']['label'] == 'Image list (split label path)'
+    assert parameters['image_list']['paramType'] == 'GCS_READ_FILE'
+    assert parameters['input_dir']['paramType'] == 'GCS_READ_FOLDER'

@@ -45,6 +45,9 @@ class InputKind:
     usage = ''
     given_as = ''
     combines = False
+    # The Flex Template console's text for its flags: name -> (label, paramType, regexes)
+    # (pipeline/tools/template_metadata.py); a flag not named here is labelled by its help.
+    template: dict[str, tuple[str, str, list[str]]] = {}
 
     def add_flags(self, flag: Callable[..., None]) -> None:
         """Adds its flags: flag(name, **argparse keywords)."""

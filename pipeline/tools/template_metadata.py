@@ -3,12 +3,14 @@
     python -m pipeline.tools.template_metadata > dataflow_templates/metadata.json
 
 Names, help texts, defaults and optionality come from pipeline/options.py, so the console form
-always shows the flags the pipeline really has; labels and parameter types are added here. A
-flag with argparse `choices` gets a regex of them.
+always shows the flags the pipeline really has; labels and parameter types are added here (an
+input kind's own flags may bring theirs, InputKind.template; else the help's first sentence and
+TEXT). A flag with argparse `choices` gets a regex of them.
 """
 import json
 import sys
 
+from pipeline.inputs import registry
 from pipeline.output import shard_formats
 from pipeline.options import converter_parser
 from pipeline.output.metadata import DATASET_NAME
@@ -61,13 +63,20 @@ def _default(value) -> str | None:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _described(name: str, help_text: str) -> tuple[str, str, list[str]]:
+    for kind in registry.kinds():
+        if name in kind.template:
+            return kind.template[name]
+    return PARAMETERS.get(name) or (help_text.split('. ')[0].rstrip('.')[:80], 'TEXT', [])
+
+
 def template_metadata() -> dict:
     """The metadata document for every converter flag, in --help order."""
     parameters = []
     for action in converter_parser()._actions:
         if action.dest == 'help':
             continue
-        label, param_type, regexes = PARAMETERS[action.dest]
+        label, param_type, regexes = _described(action.dest, action.help or action.dest)
         if action.choices:
             regexes = [rf'^({"|".join(action.choices)})$']
         parameter = {'name': action.dest, 'label': label, 'helpText': action.help,
@@ -86,6 +95,11 @@ def template_metadata() -> dict:
     }
 
 
-if __name__ == '__main__':
+def main(argv: list[str] | None = None) -> int:
     json.dump(template_metadata(), sys.stdout, indent=2)
     sys.stdout.write('\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
