@@ -106,19 +106,19 @@ def test_empty_split_is_an_error(tmp_path, images):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('argv,expected', [
-    (['--input_dir=/no/such/folder', '--output_dir=/tmp/x'],
+    (['--input_dir=/no/such/folder', '--output_dir={out}'],
      'error: cannot list folder /no/such/folder: No such file or directory'),
-    (['--csv_train=/no/such.csv', '--output_dir=/tmp/x'],
+    (['--csv_train=/no/such.csv', '--output_dir={out}'],
      'error: --csv_train /no/such.csv does not exist; give the path of a CSV file with uri,label lines'),
-    (['--csv_train=/x.csv', '--config=x:Y', '--output_dir=/tmp/x'],
+    (['--csv_train=/x.csv', '--config=x:Y', '--output_dir={out}'],
      'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
      '--csv_<split> or --config (got --csv_*, --config)'),
-    (['--config=nosuchmodule:Cfg', '--output_dir=/tmp/x'],
+    (['--config=nosuchmodule:Cfg', '--output_dir={out}'],
      "error: --config nosuchmodule:Cfg: cannot import it (No module named 'nosuchmodule'); is the module on PYTHONPATH?"),
-    (['--input_dir=/tmp', '--output_dir=/tmp/x', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),
+    (['--input_dir=/tmp', '--output_dir={out}', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),
 ])
-def test_cli_errors_are_one_line(argv, expected):
-    result = run_cli(*argv)
+def test_cli_errors_are_one_line(tmp_path, argv, expected):
+    result = run_cli(*(arg.format(out=tmp_path / 'out') for arg in argv))
     assert result.returncode == 2
     assert result.stderr.strip() == expected
 
