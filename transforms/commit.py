@@ -19,7 +19,8 @@ from pipeline.io import fileio
 from pipeline.output import commit_journal, metadata, output_folder, output_lock
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
-from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_lines
+from transforms import entries
+from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_line
 from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
 
@@ -56,15 +57,15 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     output_lock.check_lock(out, settings.lock_token)
     by_split = {s: sorted((r for r in results if r.split == s), key=lambda r: r.shard)
                 for s in settings.splits}
-    errors = {s: sorted(e for r in rs for e in r.errors) for s, rs in by_split.items()}
+    errors = {s: sum(r.errors for r in rs) for s, rs in by_split.items()}
     for split, shard_results in by_split.items():
         inputs = facts.split_counts.get(split, 0)
         written = sum(r.records for r in shard_results)
         dropped = sum(len(r.dropped) for r in shard_results)
-        if written + len(errors[split]) + dropped != inputs:
-            raise RuntimeError(f'{split}: {written} records + {len(errors[split])} errors + '
+        if written + errors[split] + dropped != inputs:
+            raise RuntimeError(f'{split}: {written} records + {errors[split]} errors + '
                                f'{dropped} dropped copies != {inputs} inputs')
-    _check_error_ratio(errors, facts, settings)
+    _check_error_ratio(errors, by_split, facts, settings)
     check_leakage(leakage, settings)
     old = output_folder.dataset_files(out)
     if old and not settings.overwrite:
@@ -130,9 +131,9 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
             'shards': len(kept), 'shard_bytes': [r.bytes for r in kept],
             'shard_first': [r.first_record for r in kept],
-            'skipped': len(errors[split]),
+            'skipped': errors[split],
             'passed_through': sum(r.passed_through for r in kept),
-            'damaged': sum(len(r.damaged) for r in shard_results),
+            'damaged': sum(r.damaged for r in shard_results),
             'dropped_copies': sum(len(r.dropped) for r in shard_results),
             'classes': dict(sorted(class_counts.items())),
             'empty_classes': sorted(name for name, n in class_counts.items() if not n),
@@ -146,47 +147,69 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
              metadata.FEATURES: metadata.dumps(metadata.features_json(
                  len(label_map.names), facts.extras, settings.hashed)),
-             **{metadata.error_report_name(split): _error_lines(split, entries)
-                for split, entries in errors.items()},
-             **{metadata.damaged_report_name(split): damaged_lines(split, shard_results)
-                for split, shard_results in by_split.items()},
+             **{metadata.error_report_name(split): None for split in by_split},
+             **{metadata.damaged_report_name(split): None for split in by_split},
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
                  settings.dataset_name, settings.version, settings.description,
                  settings.output_formats, splits_info))}
-    summary['digests'] = metadata.digests(files)
+    streamed = {}   # The reports, merged from the shards' entry files straight to disk.
+    for split, shard_results in by_split.items():
+        streamed[metadata.error_report_name(split)] = _write_report(
+            staged, settings.temp_dir, split, shard_results, 'errors', _error_line)
+        streamed[metadata.damaged_report_name(split)] = _write_report(
+            staged, settings.temp_dir, split, shard_results, 'damaged', damaged_line)
+    summary['digests'] = dict(sorted({
+        **metadata.digests({n: data for n, data in files.items() if data is not None}),
+        **streamed}.items()))
     files = {metadata.SUMMARY: metadata.dumps(summary), **files}
     for name, data in files.items():  # dataset_info.json last.
-        fileio.write_bytes(fileio.join(staged, name), data)
+        if data is not None:
+            fileio.write_bytes(fileio.join(staged, name), data)
         moves.append((f'final/{name}', name))
     return moves, summary
 
 
-def _error_lines(split: str, entries: list) -> bytes:
-    return ''.join(json.dumps({'split': split, 'source': source, 'reason': reason}) + '\n'
-                   for source, reason in entries).encode()
+def _write_report(folder: str, temp_dir: str, split: str, shard_results: list, kind: str,
+                  line) -> str:
+    """Writes the split's report of `kind` ('errors', 'damaged') into `folder`, merged from
+    its shards' entry files (entries.py); returns its SHA-256."""
+    name = (metadata.error_report_name if kind == 'errors' else metadata.damaged_report_name)(split)
+    path = fileio.join(folder, name)
+    holding = [r for r in shard_results if getattr(r, kind)]
+    merged = entries.merged([entries.entry_path(r.temp_path, kind) for r in holding],
+                            fileio.join(temp_dir, output_folder.MERGE, name))
+    found, digest = entries.write_report(path, merged, lambda e: line(split, e))
+    entries.check_count(path, found, sum(getattr(r, kind) for r in holding))
+    return digest
 
 
-def _check_error_ratio(errors: dict, facts: DatasetFacts, settings: ConversionSettings) -> None:
-    for split, entries in errors.items():
+def _error_line(split: str, entry: tuple) -> bytes:
+    source, reason = entry
+    return (json.dumps({'split': split, 'source': source, 'reason': reason}) + '\n').encode()
+
+
+def _check_error_ratio(errors: dict, by_split: dict, facts: DatasetFacts,
+                       settings: ConversionSettings) -> None:
+    for split, count in errors.items():
         inputs = facts.split_counts.get(split, 0)
         cut = sorted(facts.cut.get(split, ()))
         if cut and settings.max_error_ratio < 1:
-            _fail(errors, split, settings,
+            _fail(by_split, split, settings,
                   f'{len(cut)} archive(s) of split {split!r} end in damage, e.g. {cut[0]}: how '
                   'many members lay behind the damage cannot be known, so only '
                   '--max_error_ratio 1 accepts it; nothing was committed. Fetch the archive '
                   'again, or pass --max_error_ratio=1 to convert what it holds')
-        if inputs and len(entries) / inputs > settings.max_error_ratio:
-            _fail(errors, split, settings,
-                  f'{len(entries)} of {inputs} inputs of split {split!r} '
-                  f'({100 * len(entries) / inputs:.1f}%) could not be converted, more than '
+        if inputs and count / inputs > settings.max_error_ratio:
+            _fail(by_split, split, settings,
+                  f'{count} of {inputs} inputs of split {split!r} '
+                  f'({100 * count / inputs:.1f}%) could not be converted, more than '
                   f'--max_error_ratio {settings.max_error_ratio}; nothing was committed')
 
 
-def _fail(errors: dict, split: str, settings: ConversionSettings, reason: str) -> None:
+def _fail(by_split: dict, split: str, settings: ConversionSettings, reason: str) -> None:
     """Raises `reason`, with every split's error report written to the temp folder first."""
-    for name, lines in errors.items():
-        fileio.write_bytes(fileio.join(settings.temp_dir, metadata.error_report_name(name)),
-                           _error_lines(name, lines))
+    for name, shard_results in by_split.items():
+        _write_report(settings.temp_dir, settings.temp_dir, name, shard_results, 'errors',
+                      _error_line)
     report = fileio.join(settings.temp_dir, metadata.error_report_name(split))
     raise DatasetError(f'{reason}. See {report} for each file and reason')

@@ -154,13 +154,12 @@ def check_leakage(leakage: Leakage, settings: ConversionSettings) -> None:
         'members in later splits out')
 
 
-def damaged_lines(split: str, shard_results: list) -> bytes:
-    """damaged-SPLIT.jsonl: every damaged JPEG of the split, with libjpeg's reason and what was
-    done with it (skip, keep, reencode)."""
-    entries = sorted(e for r in shard_results for e in r.damaged)
-    return ''.join(json.dumps({'split': split, 'source': source, 'reason': reason,
-                               'action': action}) + '\n'
-                   for source, reason, action in entries).encode()
+def damaged_line(split: str, entry: tuple) -> bytes:
+    """A line of damaged-SPLIT.jsonl: a damaged JPEG of the split, with libjpeg's reason and
+    what was done with it (skip, keep, reencode)."""
+    source, reason, action = entry
+    return (json.dumps({'split': split, 'source': source, 'reason': reason,
+                        'action': action}) + '\n').encode()
 
 
 def quality_lines(summary: dict) -> list[str]:

@@ -56,14 +56,15 @@ def time_sample(refs: list[ExampleRef], label_map: LabelMap,
     if not timed:
         return {'images': 0, 'seconds': 0.0, 'seconds_per_image': None}
     encoder, none = EncodeChunk(settings), StreamedMembers([], 0)   # No gzip members here.
+    unused = {'errors': [], 'damaged': []}   # What was not converted: not timed, not kept.
     encoder.setup()
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-rate-', suffix='.tfrecord')
     os.close(handle)
     try:
         if timed is not refs:
-            encoder.encode(refs[:WARM_UP], ShardResult('', 0, path, 0), label_map, none)
+            encoder.encode(refs[:WARM_UP], ShardResult('', 0, path, 0), label_map, none, unused)
         busy, cpu, started = machine_busy_seconds(), time.process_time(), time.monotonic()
-        encoder.encode(timed, ShardResult('', 0, path, 0), label_map, none)
+        encoder.encode(timed, ShardResult('', 0, path, 0), label_map, none, unused)
         seconds, busy = time.monotonic() - started, machine_busy_seconds() - busy
         cpu = time.process_time() - cpu
     finally:

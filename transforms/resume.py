@@ -99,10 +99,11 @@ def load_sidecar(path: str, result_type, **expected):
     try:
         fields = json.loads(data)
         fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
-        for name in ('errors', 'damaged', 'dropped'):
-            fields[name] = [tuple(e) for e in fields[name]]
+        fields['dropped'] = [tuple(e) for e in fields['dropped']]
         result = dataclasses.replace(result_type(**fields), temp_path=path)
     except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not all(type(getattr(result, name)) is int for name in ('errors', 'damaged')):
         return None
     return result if all(getattr(result, k) == v for k, v in expected.items()) else None
 

@@ -26,7 +26,7 @@ from pipeline import faults
 from pipeline.io import failures, fileio, read_ahead
 from pipeline.output import output_folder, records
 from pipeline.errors import DatasetError
-from transforms import resume
+from transforms import entries, resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
 from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
                                part_table)
@@ -53,11 +53,11 @@ class ShardResult:
     records: int = 0
     bytes: int = 0
     label_counts: dict = dataclasses.field(default_factory=dict)   # label id -> records
-    errors: list = dataclasses.field(default_factory=list)         # (source, reason)
+    errors: int = 0          # Inputs not converted; the entries are on disk (entries.py).
     passed_through: int = 0
     seconds: float = 0.0                                           # Converting, summed.
     format_bytes: dict = dataclasses.field(default_factory=dict)   # Shard file size per format.
-    damaged: list = dataclasses.field(default_factory=list)   # (source, reason, action)
+    damaged: int = 0         # Damaged JPEGs; the entries are on disk (entries.py).
     dropped: list = dataclasses.field(default_factory=list)   # (source, reason): --leakage=drop
     # Per record of a part, in order: (source, sha256, phash and mirror phash as stored (int64),
     # label id, passed through). Kept in the part's sidecar; sent on to the leakage check as a
@@ -224,9 +224,14 @@ class EncodeChunk(beam.DoFn):
         results = []
         for shard, (unique, duplicates) in pieces.items():
             result = ShardResult(split, shard, paths[shard], chunk)
-            result.errors.extend((r.source or r.key, 'duplicate: listed more than once')
-                                 for r in duplicates)
-            results.append(self.encode(unique, result, label_map, streamed))
+            found = {'errors': [(r.source or r.key, 'duplicate: listed more than once')
+                                for r in duplicates], 'damaged': []}
+            results.append(self.encode(unique, result, label_map, streamed, found))
+            for kind, listed in found.items():
+                entries.write(paths[shard], kind, listed)
+            result.errors, result.damaged = len(found['errors']), len(found['damaged'])
+            self._skipped.inc(result.errors)
+            self._damaged.inc(result.damaged)
             resume.save_done(paths[shard], result)
         faults.crash_point('chunk', counted=True)
         self._converted_chunks.inc()
@@ -245,14 +250,16 @@ class EncodeChunk(beam.DoFn):
             # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
                 path, ShardResult, split=split, shard=shard, chunk=chunk)
-            if done is None:
+            if done is None or not (joined or entries.trusted(path)):
                 return None
             results.append(done)
         return results
 
     def encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap,
-               streamed: 'StreamedMembers') -> ShardResult:
-        """Converts `refs` (in order) into the part file `result.temp_path`."""
+                streamed: 'StreamedMembers', found: dict) -> ShardResult:
+        """Converts `refs` (in order) into the part file `result.temp_path`, adding to
+        `found` the (source, reason) of each input not converted ('errors') and the (source,
+        reason, action) of each damaged JPEG ('damaged')."""
         started = time.monotonic()
         reads = self._reader.read_in_order(
             (r.location if r.data is None and r.problem is None and not _is_streamed(r)
@@ -263,16 +270,16 @@ class EncodeChunk(beam.DoFn):
                 try:
                     record, stored, sha256 = self._record(ref, read, label_map)
                 except DamagedImageError as exc:
-                    result.errors.append((ref.source or ref.key, str(exc)))
-                    result.damaged.append((ref.source or ref.key, str(exc), 'skip'))
+                    found['errors'].append((ref.source or ref.key, str(exc)))
+                    found['damaged'].append((ref.source or ref.key, str(exc), 'skip'))
                     continue
                 except ImageError as exc:
-                    result.errors.append((ref.source or ref.key, str(exc)))
+                    found['errors'].append((ref.source or ref.key, str(exc)))
                     continue
                 passed = stored.passed_through
                 source = ref.source or ref.filename   # As the record says.
                 if stored.damage:
-                    result.damaged.append((source, f'damaged JPEG: {stored.damage}',
+                    found['damaged'].append((source, f'damaged JPEG: {stored.damage}',
                                            self._settings.image.damaged_images))
                 if self._settings.hashed:
                     result.hashes.append((source, sha256, to_int64(stored.phash),
@@ -289,9 +296,7 @@ class EncodeChunk(beam.DoFn):
                 result.label_counts[label_id] = result.label_counts.get(label_id, 0) + 1
         result.seconds = time.monotonic() - started
         self._written.inc(result.records)
-        self._skipped.inc(len(result.errors))
         self._reencoded.inc(result.records - result.passed_through)
-        self._damaged.inc(len(result.damaged))
         self._bytes.inc(result.bytes)
         return result
 
@@ -379,12 +384,12 @@ def _with_tables(results: list[ShardResult], hashed: bool) -> Iterator:
 def _complete_shard(path: str, split: str, shard: int,
                     settings: ConversionSettings) -> 'ShardResult | None':
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
-    output format with the size the sidecar gives it, none untrusted (fileio.is_untrusted);
-    else None (it is made again)."""
+    output format with the size the sidecar gives it, and its entry files, none untrusted
+    (fileio.is_untrusted); else None (it is made again)."""
     result = resume.load_done(path, ShardResult, split=split, shard=shard)
     files = {f.name: output_folder.in_format(path, f) for f in settings.output_formats}
     try:
-        if result is not None and all(
+        if result is not None and entries.trusted(path) and all(
                 not fileio.is_untrusted(file)
                 and fileio.size(file) == result.format_bytes.get(name)
                 for name, file in files.items()):
@@ -422,8 +427,11 @@ class WriteShard(beam.DoFn):
         result = _complete_shard(path, split, shard, settings) if settings.resuming else None
         reused = result is not None
         if result is None:
-            parts = [drop_from_part(p, drops) if drops else p
-                     for p in sorted(parts, key=lambda r: r.chunk)]
+            parts = sorted(parts, key=lambda r: r.chunk)
+            entries.join([p.temp_path for p in parts], path)
+            found = [entries.entry_path(p.temp_path, kind)
+                     for p in parts for kind in entries.KINDS]
+            parts = [drop_from_part(p, drops) if drops else p for p in parts]
             result = ShardResult(split, shard, path)
             for part in parts:
                 result.add(part)
@@ -435,13 +443,13 @@ class WriteShard(beam.DoFn):
                     sizes[shard_format.name] = shard_format.write_shard(sources, target)
             result.bytes, result.format_bytes = sizes[settings.output_formats[0].name], sizes
             resume.save_done(path, result)
-            fileio.delete(sources)
+            fileio.delete(sources + found)
             faults.crash_point('shard', counted=True)
         self._shards.inc()
         total = plans[split].num_shards
         if total <= 100 or shard % (total // 100) == 0:  # About a hundred lines per split.
             LOG.info(SHARD_LINE, split, shard + 1, total,
                      'reused from an earlier attempt' if reused else 'written', result.records,
-                     result.bytes / 1e6, len(result.errors), '' if reused or not result.seconds else
+                     result.bytes / 1e6, result.errors, '' if reused or not result.seconds else
                      f'; converted at {result.records / result.seconds:.0f} images/s per worker')
         yield result

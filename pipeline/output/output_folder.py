@@ -63,9 +63,10 @@ TEMP_PREFIX = '.tmp-'
 MARKER = '.image-tfrecords-run.json'
 RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
-# Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar each), a file per
-# shard and format (and a sidecar), the leakage check's pairs and its linked groups.
-PARTS, SHARDS, PAIRS, LINKS = 'parts', 'shards', 'pairs', 'links'
+# Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar and entry files
+# each), a file per shard and format (and a sidecar), the leakage check's pairs and its linked
+# groups, and the rounds of merging many entry files into a report.
+PARTS, SHARDS, PAIRS, LINKS, MERGE = 'parts', 'shards', 'pairs', 'links', 'merge'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
 
