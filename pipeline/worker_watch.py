@@ -9,8 +9,10 @@ the runner gets GRACE_SECONDS to fail on its own, then the remaining workers (th
 below this one whose command line runs sdk_worker_main, as /proc lists them) are killed and the
 main thread gets WorkerDied, so the job's cleanup runs (the output lock is released). A job
 that fails after a worker died fails with WorkerDied, whatever the runner says; no worker of it
-is left running. A job interrupted (Ctrl-C, SIGTERM) kills its workers the same way before
-the lock is released. Elsewhere (other runners, in-memory mode, no /proc) it does nothing.
+is left running. A job interrupted (Ctrl-C, SIGTERM) has its workers killed at once, from the
+signal handler, before the runner's own cleanup waits for them (which can wait forever for a
+worker still starting), and ends interrupted whatever the runner then reports. Elsewhere (other
+runners, in-memory mode, no /proc) it does nothing.
 """
 import contextlib
 import os
@@ -27,6 +29,7 @@ GRACE_SECONDS = 3.0        # For the runner to fail on its own once a worker die
 SCAN_SECONDS = 0.5         # How often the worker processes are listed (to kill them later).
 _REPORT = re.compile(r'Worker subprocess exited with return code (-?\d+)')
 _INTERRUPT = signal.SIGUSR1
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class WorkerDied(DatasetError):
@@ -97,8 +100,10 @@ def worker_processes(parent: int | None = None) -> dict[int, str]:
 class _Watch:
     def __init__(self):
         self.died: str | None = None        # How the first dead worker ended.
+        self.interrupted: BaseException | None = None   # What the stop signal's handler raised.
         self._known: dict[int, str] = {}    # Every worker seen, kept when its shell is gone.
         self._stop, self._wake = threading.Event(), threading.Event()
+        self._killing = threading.Lock()
         self.in_main = threading.current_thread() is threading.main_thread()
         self.armed = self.in_main          # Whether the main thread may still get WorkerDied.
         self._thread = threading.Thread(target=self._run, name='worker-watch', daemon=True)
@@ -112,7 +117,8 @@ class _Watch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._known.update(worker_processes())
+            with self._killing:
+                self._known.update(worker_processes())
             if self._wake.wait(SCAN_SECONDS):
                 break
         if self._stop.wait(GRACE_SECONDS):
@@ -124,6 +130,16 @@ class _Watch:
     def kill_workers(self) -> None:
         """SIGKILLs every worker seen that still runs and waits (a few seconds at most) until
         none does, so none writes to the output after the lock is released."""
+        with self._killing:
+            self._kill_workers()
+
+    def keep_killing(self) -> None:
+        """Kills the workers, and any the runner still starts, until the watch stops."""
+        while not self._stop.is_set():
+            self.kill_workers()
+            self._stop.wait(0.2)
+
+    def _kill_workers(self) -> None:
         self._known.update(worker_processes())
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -155,6 +171,8 @@ def watching() -> Iterator[None]:
     previous_hook = threading.excepthook
     threading.excepthook = _chained(watch, previous_hook)
     previous_handler = signal.signal(_INTERRUPT, _raiser(watch)) if watch.in_main else None
+    stop_handlers = ({s: signal.signal(s, _stopper(watch, signal.getsignal(s)))
+                      for s in _STOP_SIGNALS} if watch.in_main else {})
     watch.start()
     try:
         yield
@@ -162,15 +180,19 @@ def watching() -> Iterator[None]:
         watch.kill_workers()
         raise
     except Exception as exc:
+        if watch.interrupted is not None:   # The runner failed as its workers were stopped.
+            raise watch.interrupted from exc
         if watch.died is None or DatasetError.find_in(exc):
             raise
         raise WorkerDied(watch.died) from exc
     finally:
         watch.armed = False
         watch.stop()
-        if watch.died is not None:
+        if watch.died is not None or watch.interrupted is not None:
             watch.kill_workers()
         threading.excepthook = previous_hook
+        for number, handler in stop_handlers.items():
+            signal.signal(number, handler)
         if watch.in_main:
             signal.signal(_INTERRUPT, previous_handler or signal.SIG_DFL)
 
@@ -182,9 +204,27 @@ def _chained(watch: _Watch, previous):
     return hook
 
 
+def _stopper(watch: _Watch, previous):
+    """A stop signal's handler: the workers are killed at once, and any started later until the
+    job ends (from a thread, so the handler returns), and the previous handler raises
+    (KeyboardInterrupt by default)."""
+    def handler(signum, frame):
+        if previous is signal.SIG_IGN:
+            return
+        threading.Thread(target=watch.keep_killing, name='stop-workers', daemon=True).start()
+        try:
+            if callable(previous):
+                previous(signum, frame)
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            watch.interrupted = exc
+            raise
+    return handler
+
+
 def _raiser(watch: _Watch):
     def handler(signum, frame):
-        if watch.armed:
+        if watch.armed:   # The run was stopped, or a worker died, and the runner waits on.
             watch.armed = False
-            raise WorkerDied(watch.died)
+            raise watch.interrupted or WorkerDied(watch.died)
     return handler

@@ -4,12 +4,14 @@ SIGINT as a terminal's Ctrl-C sends it."""
 import glob
 import os
 import signal
+import subprocess
+import time
 
 import pytest
 
 from pipeline import worker_watch
 from pipeline.testing import imagemaker
-from tests.helpers import read_split, run_cli, start_until_converting, write_tree
+from tests.helpers import read_split, run_cli, start_cli, start_until_converting, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +62,33 @@ def test_sigterm_to_the_launcher_stops_its_workers_releases_the_lock_and_the_rer
     assert rerun.returncode == 0, rerun.stderr
     assert 'resuming run' in rerun.stderr
     assert len(read_split(out, 'train')) == 3000
+
+
+@pytest.mark.parametrize('number,code,line', [
+    (signal.SIGINT, 130, INTERRUPTED),
+    (signal.SIGTERM, 143, 'terminated (SIGTERM); rerun the same command to resume')])
+@pytest.mark.parametrize('delay', [0.0, 0.5])
+def test_a_stop_signal_while_the_workers_start_ends_the_run_at_once(tmp_path, number, code, line,
+                                                                   delay):
+    """The runner's own cleanup waited forever for a worker still starting (the lock held)."""
+    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
+                                          imagemaker.jpeg(64, 48, seed=i) for i in range(200)})
+    out = str(tmp_path / 'out')
+    process = start_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--reencode')
+    workers = {}
+    while not workers:
+        assert process.poll() is None, process.communicate()
+        workers = worker_watch.worker_processes(process.pid)
+        time.sleep(0.02)
+    time.sleep(delay)
+    os.kill(process.pid, number)   # The launcher only.
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    assert process.returncode == code, stderr
+    assert [x for x in stderr.splitlines() if not x.startswith('converting: ')] == [line]
+    assert not os.path.exists(f'{out}/.lock')
+    assert not [pid for pid, started in workers.items()
+                if worker_watch.start_time(pid) == started]
