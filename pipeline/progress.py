@@ -148,7 +148,7 @@ class Progress:
                     if data is None:   # The run ended and its temporary folder went.
                         continue
                     result = json.loads(data)
-                    count = int(result['records']) + len(result['errors'])
+                    count = int(result['records']) + int(result['errors'])
                 except (DatasetError, ValueError, TypeError, KeyError):
                     count = 0          # Not a sidecar of this run: the run itself says so.
                 self._seen[meta.path] = count
