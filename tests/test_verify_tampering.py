@@ -175,3 +175,76 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
         f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
         'run wrote there (summary.json: shards swapped or replaced?)'
         for index, path in enumerate((first, second))]
+
+
+def _deep_line(name: str):
+    def tamper(out: str) -> list[str]:
+        with open(os.path.join(out, name), 'w') as stream:
+            stream.write('[' * 200_000 + ']' * 200_000 + '\n')
+        return [f"{name}: line 1 is not an entry of split 'train'"]
+    return tamper
+
+
+def _long_line(out: str) -> list[str]:
+    with open(os.path.join(out, 'errors-train.jsonl'), 'w') as stream:
+        stream.write('{"split": "train", "source": "' + 'x' * (2 << 20) + '"}\n')
+    return ["errors-train.jsonl: line 1 is not an entry of split 'train'"]
+
+
+@pytest.mark.parametrize('tamper', [_deep_line('errors-train.jsonl'),
+                                    _deep_line('damaged-train.jsonl'), _long_line],
+                         ids=['deep-errors', 'deep-damaged', 'long-line'])
+def test_a_hostile_report_line_is_one_line(copy, tamper):
+    expected = tamper(copy)
+    result = _verify(copy)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == expected
+
+
+def _many_lines(name: str, line: bytes):
+    def tamper(out: str) -> None:
+        with open(os.path.join(out, name), 'wb') as stream:
+            stream.write(line * (30_000_000 // len(line)))
+    return tamper
+
+
+@pytest.mark.parametrize('tamper, expected', [
+    (_many_lines('errors-train.jsonl', b'{}\n'),
+     "errors-train.jsonl: line 1 is not an entry of split 'train'"),
+    (_many_lines('errors-train.jsonl', b'{"split": "train", "source": "x"}\n'),
+     'errors-train.jsonl: more than 1 entries, summary.json says 1'),
+    (_many_lines('leakage.jsonl', b'{"split":"train"}\n'),
+     'leakage.jsonl: line 1 is not a cluster this tool wrote')],
+    ids=['empty-objects', 'entries', 'leakage'])
+def test_a_large_report_is_read_a_line_at_a_time(copy, tamper, expected):
+    """30 MB of lines: the old reader held them all parsed (several times the file)."""
+    tamper(copy)
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 1, result.stderr
+    assert expected in result.stderr.splitlines()
+    assert peak < 150 << 20
+
+
+def test_a_shard_count_not_the_summarys_is_one_line_without_reading_shards(copy):
+    _many_shard_lengths(999_999)(copy)
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        'dataset_info.json: train lists 999999 shards, summary.json says 6; no shard was read']
+    assert peak < 500 << 20
+
+
+def test_many_problems_of_one_kind_are_capped(copy):
+    """36 shards listed, none of them present: twenty named, the rest counted in one line."""
+    def edit(info):
+        info['splits'][0]['shardLengths'] += ['0'] * 30
+    def noted(summary):
+        summary['splits']['train']['shards'] += 30
+    _edit_json(os.path.join(copy, 'dataset_info.json'), edit)
+    _edit_json(os.path.join(copy, 'summary.json'), noted)
+    lines = _verify(copy).stderr.splitlines()
+    missing = [line for line in lines if line.endswith('-of-00036: missing shard')]
+    assert len(missing) == 20
+    assert '... and 16 more: missing shard' in lines

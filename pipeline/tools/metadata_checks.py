@@ -9,7 +9,6 @@ before summary.json carried `shard_bytes` and `digests` get every other check). 
 is checked apart (quality_checks.py).
 """
 import collections
-import hashlib
 import json
 
 from pipeline.io import fileio
@@ -82,20 +81,20 @@ def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
     return problems
 
 
-def _report_lines(output_dir: str, name: str, split: str) -> int | str:
-    """The number of entries of a split's error or damage report, or what is wrong with it."""
-    data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
-    if data is None:
+def _report_lines(output_dir: str, name: str, split: str, noted: int | None) -> int | str:
+    """The number of entries of a split's error or damage report, or what is wrong with it;
+    read a line at a time, stopping at the first bad line or past `noted` entries."""
+    lines = bounded_reads.jsonl_lines(fileio.join(output_dir, name))
+    if lines is None:
         return 'missing'
-    lines = data.decode(errors='replace').splitlines()
-    for number, line in enumerate(lines, 1):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            entry = None
+    count = 0
+    for number, entry in lines:
         if not isinstance(entry, dict) or entry.get('split') != split or 'source' not in entry:
             return f'line {number} is not an entry of split {split!r}'
-    return len(lines)
+        count = number
+        if noted is not None and count > noted:
+            return f'more than {noted} entries, {metadata.SUMMARY} says {noted}'
+    return count
 
 
 def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
@@ -131,7 +130,8 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
                         f'{accounted} records, skipped inputs and dropped copies')
     for name, key in ((metadata.error_report_name(split), 'skipped'),
                       (metadata.damaged_report_name(split), 'damaged')):
-        lines = _report_lines(output_dir, name, split)
+        lines = _report_lines(output_dir, name, split,
+                              noted[key] if isinstance(noted.get(key), int) else None)
         if lines == 'missing' and key not in noted:   # Written before this report existed.
             continue
         if isinstance(lines, str):
@@ -148,10 +148,10 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
     for name, digest in sorted(digests.items()):
         if not output_folder.is_dataset_file(name) or name in reported:
             continue
-        data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
-        if data is None:
+        found = bounded_reads.file_sha256(fileio.join(output_dir, name))
+        if found is None:
             problems.append(f'{name}: missing')
-        elif hashlib.sha256(data).hexdigest() != digest:
+        elif found != digest:
             problems.append(f'{name}: not the file the run wrote (its SHA-256 is not the one '
                             f'{metadata.SUMMARY} notes)')
     return problems

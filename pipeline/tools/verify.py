@@ -20,6 +20,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import re
 import sys
 
 from PIL import Image
@@ -145,6 +146,46 @@ def _layout_problems(output_dir: str, info: dict) -> list[str]:
     return problems
 
 
+def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
+    """A line per split whose number of shards in dataset_info.json is not the one the run
+    noted in summary.json (nothing when there is no summary of this dataset)."""
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
+    if not output_folder.is_own_dataset(info, summary):
+        return []
+    problems = []
+    for split in info['splits']:
+        noted = summary['splits'][split['name']]
+        count = len(split['shardLengths'])
+        shards = noted.get('shards') if isinstance(noted, dict) else None
+        if shards != count:
+            problems.append(f"{metadata.DATASET_INFO}: {split['name']} lists {count} shards, "
+                            f'{metadata.SUMMARY} says {shards}; no shard was read')
+    return problems
+
+
+LINES_PER_KIND = 20   # Problems of one kind printed before "... and N more".
+
+
+def capped(problems: list[str]) -> list[str]:
+    """`problems` with at most LINES_PER_KIND of each kind (the text after the first ': ',
+    digits aside), the rest of a kind counted in one line after its last."""
+    kinds = collections.Counter(_kind(p) for p in problems)
+    shown, lines = collections.Counter(), []
+    for problem in problems:
+        kind = _kind(problem)
+        shown[kind] += 1
+        if shown[kind] <= LINES_PER_KIND:
+            lines.append(problem)
+        elif shown[kind] == kinds[kind]:
+            lines.append(f'... and {kinds[kind] - LINES_PER_KIND} more: '
+                         f'{problem.split(": ", 1)[-1]}')
+    return lines
+
+
+def _kind(problem: str) -> str:
+    return re.sub(r'\d+', 'N', problem.split(': ', 1)[-1])
+
+
 def warnings(output_dir: str) -> list[str]:
     """What is left in `output_dir` besides the dataset: a lock, temporary folders."""
     found = []
@@ -178,6 +219,10 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
                            'JSON object and a text file of this tool)')
     names = labels.decode(errors='replace').splitlines()
     output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
+    mismatched = _shard_count_problems(output_dir, info)
+    if mismatched:   # No shard is read nor named one by one: the counts already disagree.
+        print(f'{len(mismatched)} problem(s)')
+        return mismatched
     problems = _layout_problems(output_dir, info)
     formats = shard_formats.declared(info)
     # A second format's records must equal the first's, so only the first's images are decoded.
@@ -249,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetError as exc:
         print(f'error: {exc}', file=sys.stderr)
         return 2
-    for problem in problems:
+    for problem in capped(problems):
         print(printable(problem), file=sys.stderr)
     return 1 if problems else 0
 
