@@ -9,6 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
+from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, run_measured, shard_paths, write_tree
 
@@ -151,9 +152,9 @@ def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, t
     assert peak < 1 << 30
 
 
-def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
-    """JPEGs of one length (kept as they are) under names of one length make shards of equal
-    bytes, wherever the keys' hashes put them: only their records tell them apart."""
+def _equal_records(tmp_path, *flags: str) -> str:
+    """A dataset of 12 records of one length: JPEGs of one length (kept as they are) under
+    names of one length, wherever the keys' hashes put them."""
     by_length = {}
     for red in range(256):
         image = imagemaker.encode(Image.new('RGB', (40, 30), (red, 0, 0)), 'JPEG')
@@ -162,10 +163,61 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
     assert len(images) == 12
     files = {f'train/c0/a{i:02d}.jpg': image for i, image in enumerate(images)}
     out = str(tmp_path / 'out')
-    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}',
-            '--num_shards=6')
+    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}', *flags)
+    return out
+
+
+def _read_shard(path: str) -> list[bytes]:
+    with open(path, 'rb') as stream:
+        return list(records.read_records(stream))
+
+
+def _write_shard(path: str, found: list[bytes]) -> None:
+    with open(path, 'wb') as stream:
+        stream.write(b''.join(records.frame_record(record) for record in found))
+
+
+def _records_moved(where: str) -> list[str]:
+    return [f'train shard {index} ({os.path.basename(path)}): its records are not those the '
+            'run wrote there, in that order (summary.json: shards swapped, records reordered '
+            'or replaced?)' for index, path in where]
+
+
+def test_two_records_swapped_within_a_shard_are_named(tmp_path):
+    """The last two records of a shard swapped: its bytes and first record are unchanged."""
+    out = _equal_records(tmp_path, '--num_shards=2')
+    path = shard_paths(out, 'train')[0]
+    found = _read_shard(path)
+    assert len(found) >= 3
+    found[-2:] = found[:-3:-1]
+    _write_shard(path, found)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == _records_moved([(0, path)])
+
+
+def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path):
+    out = _equal_records(tmp_path, '--num_shards=4')
+    paths = shard_paths(out, 'train')
+    first, fourth = _read_shard(paths[0]), _read_shard(paths[3])
+    assert len(first) >= 2 and len(fourth) >= 2 and len(first[-1]) == len(fourth[-1])
+    first[-1], fourth[-1] = fourth[-1], first[-1]
+    _write_shard(paths[0], first)
+    _write_shard(paths[3], fourth)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == _records_moved([(0, paths[0]), (3, paths[3])])
+
+
+def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
+    """Datasets of the version before summary.json noted each shard's content: their first
+    records tell two swapped shards apart."""
+    out = _equal_records(tmp_path, '--num_shards=6')
+    def older(summary):
+        del summary['splits']['train']['shard_content'], summary['digests']
+    _edit_json(os.path.join(out, 'summary.json'), older)
+    assert _verify(out).returncode == 0
     first, second = shard_paths(out, 'train')[:2]
-    assert os.path.getsize(first) == os.path.getsize(second)
     os.rename(first, first + '.x')
     os.rename(second, first)
     os.rename(first + '.x', second)
@@ -175,6 +227,23 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
         f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
         'run wrote there (summary.json: shards swapped or replaced?)'
         for index, path in enumerate((first, second))]
+
+
+def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
+    """Shards of equal bytes: only their records tell them apart."""
+    out = _equal_records(tmp_path, '--num_shards=6')
+    first, second = shard_paths(out, 'train')[:2]
+    assert os.path.getsize(first) == os.path.getsize(second)
+    os.rename(first, first + '.x')
+    os.rename(second, first)
+    os.rename(first + '.x', second)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f'train shard {index} ({os.path.basename(path)}): its records are not those the run '
+        'wrote there, in that order (summary.json: shards swapped, records reordered or '
+        'replaced?)' for index, path in enumerate((first, second))]
+
 
 
 def _deep_line(name: str):

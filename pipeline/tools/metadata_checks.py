@@ -108,14 +108,19 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
                 for key, value in facts.items() if noted.get(key) != value]
     sizes = noted.get('shard_bytes', [r.bytes for r in shards])
     firsts = noted.get('shard_first', [''] * len(shards))   # Datasets of earlier versions: ''.
-    for report, noted_bytes, first in zip(shards, sizes, firsts):
+    contents = noted.get('shard_content', [''] * len(shards))
+    for report, noted_bytes, first, content in zip(shards, sizes, firsts, contents):
         where = f'{split} shard {report.index} ({report.name})'
         if report.problems:
             continue
         if report.bytes != noted_bytes:
             problems.append(f'{where}: {report.bytes} bytes, {metadata.SUMMARY} says '
                             f'{noted_bytes} (shards swapped or replaced?)')
-        elif first and report.first != first:
+        elif content and report.content != content:
+            problems.append(f'{where}: its records are not those the run wrote there, in that '
+                            f'order ({metadata.SUMMARY}: shards swapped, records reordered or '
+                            'replaced?)')
+        elif not content and first and report.first != first:
             problems.append(f'{where}: its first record is not the one the run wrote there '
                             f'({metadata.SUMMARY}: shards swapped or replaced?)')
     classes = collections.Counter()

@@ -44,7 +44,7 @@ class ShardReport:
     bytes: int = 0
     problems: list = dataclasses.field(default_factory=list)
     digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
-    content: str = ''                                          # SHA-256 of all records, in order.
+    content: str = ''                                 # records.content_digest of its records.
     first: str = ''                                            # records.record_digest of record 0.
     hashes: list = dataclasses.field(default_factory=list)     # (source, sha256, hash, mirror)
     classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -109,13 +109,13 @@ def check_shard(task: tuple) -> ShardReport:
     """Reads one shard and checks every record (runs in a worker process)."""
     shard_format, split, index, path, names, sample = task
     report = ShardReport(shard_format.name, split, index, fileio.basename(path))
-    content = hashlib.sha256()
+    content = hashlib.sha256()   # records.content_digest, a record at a time.
     if not fileio.is_gcs(path) and os.path.exists(path) and not os.path.isfile(path):
         report.problems.append('not a regular file (a folder, pipe or device)')
         return report
     try:
         for number, data in enumerate(shard_format.read_records(path)):
-            content.update(len(data).to_bytes(8, 'little') + data)
+            content.update(hashlib.sha256(data).digest())
             report.first = report.first or records.record_digest(data)
             problems, digest, hashes = _check_record(data, names, sample, report)
             report.problems += [f'record {number}: {p}' for p in problems]
