@@ -1,8 +1,8 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
 the run noted in summary.json: that summary.json is this dataset's (pipeline/output/
 output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
-each shard's bytes and first record, records per class, inputs accounted for) and with the error and damage
-reports (a line per input it counts); that TFDS's class-names file holds labels.txt's names in
+each shard's bytes and content (its first record before shard_content), records per class, inputs accounted for) and with the error and damage
+reports (a line per input it counts, read a line at a time); that TFDS's class-names file holds labels.txt's names in
 their order; that features.json describes each record key as this tool does, with the type the
 records hold; and that every metadata file has the SHA-256 the run noted (datasets written
 before summary.json carried `shard_bytes` and `digests` get every other check). leakage.jsonl

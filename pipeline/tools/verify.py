@@ -10,7 +10,7 @@ or in two splits. A dataset written in two formats is read in both: each shard o
 must hold exactly the records (byte for byte) of its twin in the first, whose images are the
 ones decoded. The files beside the shards are checked against the records and against what
 the run noted in summary.json (pipeline/tools/metadata_checks.py): counts, each shard's bytes
-and first record (two shards swapped), class names, feature types and each metadata file's SHA-256. Prints every
+and content (records swapped within or between shards), class names, feature types and each metadata file's SHA-256. Prints every
 problem with shard and record index (or the file's name) and exits non-zero if there is any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
 """
 import argparse
