@@ -305,6 +305,18 @@ def test_a_shard_count_not_the_summarys_is_one_line_without_reading_shards(copy)
     assert peak < 500 << 20
 
 
+def test_a_shard_count_not_the_folders_is_one_line_without_a_summary(copy):
+    _many_shard_lengths(999_999)(copy)
+    os.remove(os.path.join(copy, 'summary.json'))
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        'dataset_info.json: lists 999999 shards, the folder holds 6 and has no summary.json of '
+        'this dataset; no shard was read']
+    assert peak < 500 << 20
+
+
 def test_many_problems_of_one_kind_are_capped(copy):
     """36 shards listed, none of them present: twenty named, the rest counted in one line."""
     def edit(info):

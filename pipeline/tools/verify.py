@@ -148,10 +148,17 @@ def _layout_problems(output_dir: str, info: dict) -> list[str]:
 
 def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
     """A line per split whose number of shards in dataset_info.json is not the one the run
-    noted in summary.json (nothing when there is no summary of this dataset)."""
+    noted in summary.json; without a summary of this dataset, one line when dataset_info.json
+    lists another number of shards than the folder holds."""
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
     if not output_folder.is_own_dataset(info, summary):
-        return []
+        listed = len(shard_formats.declared(info)) * sum(len(s['shardLengths'])
+                                                         for s in info['splits'])
+        held = sum(1 for entry in fileio.list_dir(output_dir)
+                   if not entry.is_dir and output_folder.is_shard_name(entry.name))
+        return [] if listed == held else [
+            f'{metadata.DATASET_INFO}: lists {listed} shards, the folder holds {held} and has '
+            f'no {metadata.SUMMARY} of this dataset; no shard was read']
     problems = []
     for split in info['splits']:
         noted = summary['splits'][split['name']]
