@@ -3,6 +3,8 @@ reader, Grain and TFDS, locally and on the Cloud Storage emulator; verify; crash
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import simplejpeg
@@ -171,6 +173,27 @@ def test_verify_finds_an_array_record_shard_that_differs_from_its_tfrecord_twin(
     array_records.write_file(reordered, shard)
     assert verify(copy) == [f'train shard 0 ({os.path.basename(shard)}): records differ from '
                             'dataset-train.tfrecord-00000-of-00003']
+
+
+@pytest.mark.slow
+def test_verify_finds_two_records_swapped_in_an_array_record_only_shard(outputs, tmp_path):
+    """Its first record and, written anew by the same writer, its bytes as the run wrote."""
+    copy = str(tmp_path / 'copy')
+    os.makedirs(copy)
+    for name, data in output_files(outputs['ar']).items():
+        with open(os.path.join(copy, name), 'wb') as stream:
+            stream.write(data)
+    shard = _shards(copy, 'train', 'array_record')[0]
+    found = ArrayRecordReader(shard).read_all()
+    found[-2:] = found[:-3:-1]
+    os.remove(shard)
+    array_records.write_file(found, shard)
+    result = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', copy,
+                             '--processes=1'], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f'train shard 0 ({os.path.basename(shard)}): its records are not those the run wrote '
+        'there, in that order (summary.json: shards swapped, records reordered or replaced?)']
 
 
 def test_readers_say_which_format_a_dataset_lacks(outputs):

@@ -9,6 +9,7 @@ import sys
 import pytest
 from PIL import Image
 
+from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, run_measured, shard_paths, write_tree
 
@@ -151,9 +152,9 @@ def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, t
     assert peak < 1 << 30
 
 
-def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
-    """JPEGs of one length (kept as they are) under names of one length make shards of equal
-    bytes, wherever the keys' hashes put them: only their records tell them apart."""
+def _equal_records(tmp_path, *flags: str) -> str:
+    """A dataset of 12 records of one length: JPEGs of one length (kept as they are) under
+    names of one length, wherever the keys' hashes put them."""
     by_length = {}
     for red in range(256):
         image = imagemaker.encode(Image.new('RGB', (40, 30), (red, 0, 0)), 'JPEG')
@@ -162,10 +163,61 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
     assert len(images) == 12
     files = {f'train/c0/a{i:02d}.jpg': image for i, image in enumerate(images)}
     out = str(tmp_path / 'out')
-    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}',
-            '--num_shards=6')
+    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}', *flags)
+    return out
+
+
+def _read_shard(path: str) -> list[bytes]:
+    with open(path, 'rb') as stream:
+        return list(records.read_records(stream))
+
+
+def _write_shard(path: str, found: list[bytes]) -> None:
+    with open(path, 'wb') as stream:
+        stream.write(b''.join(records.frame_record(record) for record in found))
+
+
+def _records_moved(where: str) -> list[str]:
+    return [f'train shard {index} ({os.path.basename(path)}): its records are not those the '
+            'run wrote there, in that order (summary.json: shards swapped, records reordered '
+            'or replaced?)' for index, path in where]
+
+
+def test_two_records_swapped_within_a_shard_are_named(tmp_path):
+    """The last two records of a shard swapped: its bytes and first record are unchanged."""
+    out = _equal_records(tmp_path, '--num_shards=2')
+    path = shard_paths(out, 'train')[0]
+    found = _read_shard(path)
+    assert len(found) >= 3
+    found[-2:] = found[:-3:-1]
+    _write_shard(path, found)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == _records_moved([(0, path)])
+
+
+def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path):
+    out = _equal_records(tmp_path, '--num_shards=4')
+    paths = shard_paths(out, 'train')
+    first, fourth = _read_shard(paths[0]), _read_shard(paths[3])
+    assert len(first) >= 2 and len(fourth) >= 2 and len(first[-1]) == len(fourth[-1])
+    first[-1], fourth[-1] = fourth[-1], first[-1]
+    _write_shard(paths[0], first)
+    _write_shard(paths[3], fourth)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == _records_moved([(0, paths[0]), (3, paths[3])])
+
+
+def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
+    """Datasets of the version before summary.json noted each shard's content: their first
+    records tell two swapped shards apart."""
+    out = _equal_records(tmp_path, '--num_shards=6')
+    def older(summary):
+        del summary['splits']['train']['shard_content'], summary['digests']
+    _edit_json(os.path.join(out, 'summary.json'), older)
+    assert _verify(out).returncode == 0
     first, second = shard_paths(out, 'train')[:2]
-    assert os.path.getsize(first) == os.path.getsize(second)
     os.rename(first, first + '.x')
     os.rename(second, first)
     os.rename(first + '.x', second)
@@ -175,3 +227,105 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
         f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
         'run wrote there (summary.json: shards swapped or replaced?)'
         for index, path in enumerate((first, second))]
+
+
+def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
+    """Shards of equal bytes: only their records tell them apart."""
+    out = _equal_records(tmp_path, '--num_shards=6')
+    first, second = shard_paths(out, 'train')[:2]
+    assert os.path.getsize(first) == os.path.getsize(second)
+    os.rename(first, first + '.x')
+    os.rename(second, first)
+    os.rename(first + '.x', second)
+    result = _verify(out)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f'train shard {index} ({os.path.basename(path)}): its records are not those the run '
+        'wrote there, in that order (summary.json: shards swapped, records reordered or '
+        'replaced?)' for index, path in enumerate((first, second))]
+
+
+
+def _deep_line(name: str):
+    def tamper(out: str) -> list[str]:
+        with open(os.path.join(out, name), 'w') as stream:
+            stream.write('[' * 200_000 + ']' * 200_000 + '\n')
+        return [f"{name}: line 1 is not an entry of split 'train'"]
+    return tamper
+
+
+def _long_line(out: str) -> list[str]:
+    with open(os.path.join(out, 'errors-train.jsonl'), 'w') as stream:
+        stream.write('{"split": "train", "source": "' + 'x' * (2 << 20) + '"}\n')
+    return ["errors-train.jsonl: line 1 is not an entry of split 'train'"]
+
+
+@pytest.mark.parametrize('tamper', [_deep_line('errors-train.jsonl'),
+                                    _deep_line('damaged-train.jsonl'), _long_line],
+                         ids=['deep-errors', 'deep-damaged', 'long-line'])
+def test_a_hostile_report_line_is_one_line(copy, tamper):
+    expected = tamper(copy)
+    result = _verify(copy)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == expected
+
+
+def _many_lines(name: str, line: bytes):
+    def tamper(out: str) -> None:
+        with open(os.path.join(out, name), 'wb') as stream:
+            stream.write(line * (30_000_000 // len(line)))
+    return tamper
+
+
+@pytest.mark.parametrize('tamper, expected', [
+    (_many_lines('errors-train.jsonl', b'{}\n'),
+     "errors-train.jsonl: line 1 is not an entry of split 'train'"),
+    (_many_lines('errors-train.jsonl', b'{"split": "train", "source": "x"}\n'),
+     'errors-train.jsonl: more than 1 entries, summary.json says 1'),
+    (_many_lines('leakage.jsonl', b'{"split":"train"}\n'),
+     'leakage.jsonl: line 1 is not a cluster this tool wrote')],
+    ids=['empty-objects', 'entries', 'leakage'])
+def test_a_large_report_is_read_a_line_at_a_time(copy, tamper, expected):
+    """30 MB of lines: the old reader held them all parsed (several times the file)."""
+    tamper(copy)
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 1, result.stderr
+    assert expected in result.stderr.splitlines()
+    assert peak < 150 << 20
+
+
+def test_a_shard_count_not_the_summarys_is_one_line_without_reading_shards(copy):
+    _many_shard_lengths(999_999)(copy)
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        'dataset_info.json: train lists 999999 shards, summary.json says 6; no shard was read']
+    assert peak < 500 << 20
+
+
+def test_a_shard_count_not_the_folders_is_one_line_without_a_summary(copy):
+    _many_shard_lengths(999_999)(copy)
+    os.remove(os.path.join(copy, 'summary.json'))
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.tools.verify', copy,
+                                '--processes=1')
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        'dataset_info.json: lists 999999 shards, the folder holds 6 and has no summary.json of '
+        'this dataset; no shard was read']
+    assert peak < 500 << 20
+
+
+def test_many_problems_of_one_kind_are_capped(copy):
+    """36 shards listed, none of them present: twenty named, the rest counted in one line."""
+    def edit(info):
+        info['splits'][0]['shardLengths'] += ['0'] * 30
+    def noted(summary):
+        summary['splits']['train']['shards'] += 30
+    _edit_json(os.path.join(copy, 'dataset_info.json'), edit)
+    _edit_json(os.path.join(copy, 'summary.json'), noted)
+    lines = _verify(copy).stderr.splitlines()
+    missing = [line for line in lines if line.endswith('-of-00036: missing shard')]
+    assert len(missing) == 20
+    assert '... and 16 more: missing shard' in lines

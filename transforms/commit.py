@@ -131,6 +131,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'records': sum(r.records for r in kept), 'bytes': sum(r.bytes for r in kept),
             'shards': len(kept), 'shard_bytes': [r.bytes for r in kept],
             'shard_first': [r.first_record for r in kept],
+            'shard_content': [r.content for r in kept],
             'skipped': errors[split],
             'passed_through': sum(r.passed_through for r in kept),
             'damaged': sum(r.damaged for r in shard_results),

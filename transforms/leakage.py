@@ -253,13 +253,15 @@ def drop_from_part(part, drops: list[tuple]):
         return part
     kept_path = part.temp_path.replace('.tfrecord', '-kept.tfrecord')
     result = dataclasses.replace(part, temp_path=kept_path, label_counts=dict(part.label_counts),
-                                 dropped=list(part.dropped), first_record='')
+                                 dropped=list(part.dropped), first_record='',
+                                 marks='')
     with fileio.open_read(part.temp_path) as stream, fileio.writing(kept_path) as out:
         for place, record in enumerate(records.read_records(stream)):
             framed = records.frame_record(record)
             if place not in mine:
                 out.write(framed)
                 result.first_record = result.first_record or records.record_digest(record)
+                result.marks += records.content_mark(record)
                 continue
             reason, source, label, passed = mine[place]
             result.dropped.append((source, reason))

@@ -64,9 +64,12 @@ class ShardResult:
     # table (leakage.part_table), never to the shard join.
     hashes: list = dataclasses.field(default_factory=list)
     first_record: str = ''   # records.record_digest of the first record ('' when none).
+    marks: str = ''          # A part's records.content_mark of each record, in order.
+    content: str = ''        # A shard's records.content_digest of its parts' marks.
 
     def add(self, other: 'ShardResult') -> None:
         self.first_record = self.first_record or other.first_record
+        self.marks += other.marks
         self.records += other.records
         self.bytes += other.bytes
         self.errors += other.errors
@@ -289,6 +292,7 @@ class EncodeChunk(beam.DoFn):
                 out.write(framed)
                 if not result.records:
                     result.first_record = records.record_digest(record)
+                result.marks += records.content_mark(record)
                 result.records += 1
                 result.bytes += len(framed)
                 result.passed_through += passed
@@ -435,6 +439,7 @@ class WriteShard(beam.DoFn):
             result = ShardResult(split, shard, path)
             for part in parts:
                 result.add(part)
+            result.content, result.marks = records.content_digest(result.marks), ''
             sources = [p.temp_path for p in parts]
             sizes = {}
             for shard_format in settings.output_formats:

@@ -3,9 +3,11 @@ regular file is read (a pipe would block, a device never end), at most METADATA_
 it, and a JSON one is refused before it is parsed when it holds more than ITEMS_LIMIT values,
 so no file planted in an output folder makes a run or `verify` hold more than that.
 """
+import hashlib
 import json
 import os
 import stat
+from typing import Iterator
 
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
@@ -97,3 +99,54 @@ def read_metadata(output_dir: str, name: str) -> dict | None:
         return None
     document = as_json(found[0])
     return document if isinstance(document, dict) else None
+
+
+LINE_LIMIT = 1 << 20   # Bytes of one line of a .jsonl report: this tool's lines are far shorter.
+
+
+def _open_stream(path: str):
+    """A binary stream of a file of the dataset, None when absent; not a regular file is a
+    DatasetError naming it."""
+    if not fileio.is_gcs(path):
+        reason = fileio.not_regular(path)
+        if reason:
+            raise DatasetError(f'{path} is {reason}')
+        if not os.path.exists(path):
+            return None
+    elif not fileio.exists(path):
+        return None
+    return fileio.open_read(path)
+
+
+def jsonl_lines(path: str) -> Iterator[tuple[int, object]] | None:
+    """(line number, parsed JSON) of each line of a .jsonl file, read a line at a time, None
+    when absent; a line that is not JSON, too deeply nested or longer than LINE_LIMIT bytes is
+    None and ends the reading (its reader stops at the first bad line)."""
+    stream = _open_stream(path)
+    return None if stream is None else _lines(stream)
+
+
+def _lines(stream) -> Iterator[tuple[int, object]]:
+    with stream:
+        number = 0
+        while line := stream.readline(LINE_LIMIT + 1):
+            number += 1
+            if len(line) > LINE_LIMIT:
+                yield number, None
+                return
+            document = as_json(line)
+            yield number, document
+            if document is None:
+                return
+
+
+def file_sha256(path: str) -> str | None:
+    """The SHA-256 (hex) of a file of the dataset, read a MiB at a time; None when absent."""
+    stream = _open_stream(path)
+    if stream is None:
+        return None
+    digest = hashlib.sha256()
+    with stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -233,6 +233,18 @@ def record_digest(record: bytes) -> str:
     return hashlib.sha256(record).hexdigest()[:16]
 
 
+def content_mark(record: bytes) -> str:
+    """A record's part of its shard's `shard_content` (content_digest): its SHA-256, in hex."""
+    return hashlib.sha256(record).hexdigest()
+
+
+def content_digest(marks: str) -> str:
+    """summary.json's `shard_content` of a shard: the SHA-256 of its records' SHA-256s in
+    order (`marks`: their content_mark, concatenated), so verify knows every record of a shard
+    and their order from one value per shard, in either format."""
+    return hashlib.sha256(bytes.fromhex(marks)).hexdigest()
+
+
 def frame_record(data: bytes) -> bytes:
     """Frames one record as TFRecord: length, CRC of length, data, CRC of data."""
     length = struct.pack('<Q', len(data))

@@ -1,15 +1,14 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
 the run noted in summary.json: that summary.json is this dataset's (pipeline/output/
 output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
-each shard's bytes and first record, records per class, inputs accounted for) and with the error and damage
-reports (a line per input it counts); that TFDS's class-names file holds labels.txt's names in
+each shard's bytes and content (its first record before shard_content), records per class, inputs accounted for) and with the error and damage
+reports (a line per input it counts, read a line at a time); that TFDS's class-names file holds labels.txt's names in
 their order; that features.json describes each record key as this tool does, with the type the
 records hold; and that every metadata file has the SHA-256 the run noted (datasets written
 before summary.json carried `shard_bytes` and `digests` get every other check). leakage.jsonl
 is checked apart (quality_checks.py).
 """
 import collections
-import hashlib
 import json
 
 from pipeline.io import fileio
@@ -82,20 +81,20 @@ def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
     return problems
 
 
-def _report_lines(output_dir: str, name: str, split: str) -> int | str:
-    """The number of entries of a split's error or damage report, or what is wrong with it."""
-    data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
-    if data is None:
+def _report_lines(output_dir: str, name: str, split: str, noted: int | None) -> int | str:
+    """The number of entries of a split's error or damage report, or what is wrong with it;
+    read a line at a time, stopping at the first bad line or past `noted` entries."""
+    lines = bounded_reads.jsonl_lines(fileio.join(output_dir, name))
+    if lines is None:
         return 'missing'
-    lines = data.decode(errors='replace').splitlines()
-    for number, line in enumerate(lines, 1):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            entry = None
+    count = 0
+    for number, entry in lines:
         if not isinstance(entry, dict) or entry.get('split') != split or 'source' not in entry:
             return f'line {number} is not an entry of split {split!r}'
-    return len(lines)
+        count = number
+        if noted is not None and count > noted:
+            return f'more than {noted} entries, {metadata.SUMMARY} says {noted}'
+    return count
 
 
 def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
@@ -109,14 +108,19 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
                 for key, value in facts.items() if noted.get(key) != value]
     sizes = noted.get('shard_bytes', [r.bytes for r in shards])
     firsts = noted.get('shard_first', [''] * len(shards))   # Datasets of earlier versions: ''.
-    for report, noted_bytes, first in zip(shards, sizes, firsts):
+    contents = noted.get('shard_content', [''] * len(shards))
+    for report, noted_bytes, first, content in zip(shards, sizes, firsts, contents):
         where = f'{split} shard {report.index} ({report.name})'
         if report.problems:
             continue
         if report.bytes != noted_bytes:
             problems.append(f'{where}: {report.bytes} bytes, {metadata.SUMMARY} says '
                             f'{noted_bytes} (shards swapped or replaced?)')
-        elif first and report.first != first:
+        elif content and report.content != content:
+            problems.append(f'{where}: its records are not those the run wrote there, in that '
+                            f'order ({metadata.SUMMARY}: shards swapped, records reordered or '
+                            'replaced?)')
+        elif not content and first and report.first != first:
             problems.append(f'{where}: its first record is not the one the run wrote there '
                             f'({metadata.SUMMARY}: shards swapped or replaced?)')
     classes = collections.Counter()
@@ -131,7 +135,8 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
                         f'{accounted} records, skipped inputs and dropped copies')
     for name, key in ((metadata.error_report_name(split), 'skipped'),
                       (metadata.damaged_report_name(split), 'damaged')):
-        lines = _report_lines(output_dir, name, split)
+        lines = _report_lines(output_dir, name, split,
+                              noted[key] if isinstance(noted.get(key), int) else None)
         if lines == 'missing' and key not in noted:   # Written before this report existed.
             continue
         if isinstance(lines, str):
@@ -148,10 +153,10 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
     for name, digest in sorted(digests.items()):
         if not output_folder.is_dataset_file(name) or name in reported:
             continue
-        data = bounded_reads.read_file(fileio.join(output_dir, name), bounded=True)
-        if data is None:
+        found = bounded_reads.file_sha256(fileio.join(output_dir, name))
+        if found is None:
             problems.append(f'{name}: missing')
-        elif hashlib.sha256(data).hexdigest() != digest:
+        elif found != digest:
             problems.append(f'{name}: not the file the run wrote (its SHA-256 is not the one '
                             f'{metadata.SUMMARY} notes)')
     return problems

@@ -3,8 +3,6 @@ stored image, and the clusters of near-duplicates across splits recomputed from 
 perceptual hashes (from the images themselves for datasets written before records carried
 them), against leakage.jsonl.
 """
-import json
-
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, metadata, records
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
@@ -45,7 +43,8 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
     """Recomputes the clusters that span splits; prints how many; a problem when leakage.jsonl
     (if the dataset has one) lists others, or, after --leakage=drop, when the records give
     any."""
-    listed = bounded_reads.read_file(fileio.join(output_dir, metadata.LEAKAGE), bounded=True)
+    path = fileio.join(output_dir, metadata.LEAKAGE)
+    listed = bounded_reads.jsonl_lines(path)
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY) or {}
     action = summary.get('leakage', {}).get('action')
     if action == 'off':   # Not checked: nothing to compare, and nothing should be listed.
@@ -64,13 +63,16 @@ def leakage_problems(output_dir: str, entries: list) -> list[str]:
                 'splits'] if found else []
     if 'clusters' not in summary.get('leakage', {}):   # Pairs, of a version before clusters.
         return []
-    lines, keys = listed.decode(errors='replace').splitlines(), []
-    for number, line in enumerate(lines, 1):
+    wanted, keys = sorted(_key(c.line()) for c in found), []
+    for number, line in listed:
         try:
-            keys.append(_key(json.loads(line)))
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            keys.append(_key(line))
+        except (TypeError, KeyError, AttributeError, IndexError):
             return [f'{metadata.LEAKAGE}: line {number} is not a cluster this tool wrote']
-    if sorted(keys) != sorted(_key(c.line()) for c in found):
-        return [f'{metadata.LEAKAGE}: lists {len(lines)} cluster(s), the records give '
+        if len(keys) > len(wanted):
+            return [f'{metadata.LEAKAGE}: lists more than {len(wanted)} cluster(s), the records '
+                    f'give {len(wanted)}']
+    if sorted(keys) != wanted:
+        return [f'{metadata.LEAKAGE}: lists {len(keys)} cluster(s), the records give '
                 f'{len(found)}']
     return []

@@ -10,7 +10,7 @@ or in two splits. A dataset written in two formats is read in both: each shard o
 must hold exactly the records (byte for byte) of its twin in the first, whose images are the
 ones decoded. The files beside the shards are checked against the records and against what
 the run noted in summary.json (pipeline/tools/metadata_checks.py): counts, each shard's bytes
-and first record (two shards swapped), class names, feature types and each metadata file's SHA-256. Prints every
+and content (records swapped within or between shards), class names, feature types and each metadata file's SHA-256. Prints every
 problem with shard and record index (or the file's name) and exits non-zero if there is any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
 """
 import argparse
@@ -20,6 +20,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import re
 import sys
 
 from PIL import Image
@@ -43,7 +44,7 @@ class ShardReport:
     bytes: int = 0
     problems: list = dataclasses.field(default_factory=list)
     digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
-    content: str = ''                                          # SHA-256 of all records, in order.
+    content: str = ''                                 # records.content_digest of its records.
     first: str = ''                                            # records.record_digest of record 0.
     hashes: list = dataclasses.field(default_factory=list)     # (source, sha256, hash, mirror)
     classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -108,13 +109,13 @@ def check_shard(task: tuple) -> ShardReport:
     """Reads one shard and checks every record (runs in a worker process)."""
     shard_format, split, index, path, names, sample = task
     report = ShardReport(shard_format.name, split, index, fileio.basename(path))
-    content = hashlib.sha256()
+    content = hashlib.sha256()   # records.content_digest, a record at a time.
     if not fileio.is_gcs(path) and os.path.exists(path) and not os.path.isfile(path):
         report.problems.append('not a regular file (a folder, pipe or device)')
         return report
     try:
         for number, data in enumerate(shard_format.read_records(path)):
-            content.update(len(data).to_bytes(8, 'little') + data)
+            content.update(hashlib.sha256(data).digest())
             report.first = report.first or records.record_digest(data)
             problems, digest, hashes = _check_record(data, names, sample, report)
             report.problems += [f'record {number}: {p}' for p in problems]
@@ -143,6 +144,53 @@ def _layout_problems(output_dir: str, info: dict) -> list[str]:
         problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
                         'remove it')
     return problems
+
+
+def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
+    """A line per split whose number of shards in dataset_info.json is not the one the run
+    noted in summary.json; without a summary of this dataset, one line when dataset_info.json
+    lists another number of shards than the folder holds."""
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
+    if not output_folder.is_own_dataset(info, summary):
+        listed = len(shard_formats.declared(info)) * sum(len(s['shardLengths'])
+                                                         for s in info['splits'])
+        held = sum(1 for entry in fileio.list_dir(output_dir)
+                   if not entry.is_dir and output_folder.is_shard_name(entry.name))
+        return [] if listed == held else [
+            f'{metadata.DATASET_INFO}: lists {listed} shards, the folder holds {held} and has '
+            f'no {metadata.SUMMARY} of this dataset; no shard was read']
+    problems = []
+    for split in info['splits']:
+        noted = summary['splits'][split['name']]
+        count = len(split['shardLengths'])
+        shards = noted.get('shards') if isinstance(noted, dict) else None
+        if shards != count:
+            problems.append(f"{metadata.DATASET_INFO}: {split['name']} lists {count} shards, "
+                            f'{metadata.SUMMARY} says {shards}; no shard was read')
+    return problems
+
+
+LINES_PER_KIND = 20   # Problems of one kind printed before "... and N more".
+
+
+def capped(problems: list[str]) -> list[str]:
+    """`problems` with at most LINES_PER_KIND of each kind (the text after the first ': ',
+    digits aside), the rest of a kind counted in one line after its last."""
+    kinds = collections.Counter(_kind(p) for p in problems)
+    shown, lines = collections.Counter(), []
+    for problem in problems:
+        kind = _kind(problem)
+        shown[kind] += 1
+        if shown[kind] <= LINES_PER_KIND:
+            lines.append(problem)
+        elif shown[kind] == kinds[kind]:
+            lines.append(f'... and {kinds[kind] - LINES_PER_KIND} more: '
+                         f'{problem.split(": ", 1)[-1]}')
+    return lines
+
+
+def _kind(problem: str) -> str:
+    return re.sub(r'\d+', 'N', problem.split(': ', 1)[-1])
 
 
 def warnings(output_dir: str) -> list[str]:
@@ -178,6 +226,10 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
                            'JSON object and a text file of this tool)')
     names = labels.decode(errors='replace').splitlines()
     output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
+    mismatched = _shard_count_problems(output_dir, info)
+    if mismatched:   # No shard is read nor named one by one: the counts already disagree.
+        print(f'{len(mismatched)} problem(s)')
+        return mismatched
     problems = _layout_problems(output_dir, info)
     formats = shard_formats.declared(info)
     # A second format's records must equal the first's, so only the first's images are decoded.
@@ -249,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetError as exc:
         print(f'error: {exc}', file=sys.stderr)
         return 2
-    for problem in problems:
+    for problem in capped(problems):
         print(printable(problem), file=sys.stderr)
     return 1 if problems else 0
 
