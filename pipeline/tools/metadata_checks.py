@@ -9,7 +9,6 @@ before summary.json carried `shard_bytes` and `digests` get every other check). 
 is checked apart (quality_checks.py).
 """
 import collections
-import json
 
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, metadata, output_folder, records
