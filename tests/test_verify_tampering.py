@@ -13,9 +13,6 @@ from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, run_measured, shard_paths, write_tree
 
-pytestmark = pytest.mark.slow
-
-
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> str:
     files = {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i) for i in range(18)}
