@@ -31,7 +31,7 @@ from pipeline.io import fileio
 from pipeline.output import bounded_reads, output_folder
 from pipeline.inputs.refs import ExampleRef
 
-LAYOUT_VERSION = 3   # Raise when the bytes a run writes for the same options change.
+LAYOUT_VERSION = 4   # Raise when the bytes a run writes for the same options change.
 
 
 def fingerprint(*parts) -> str:
