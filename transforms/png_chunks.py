@@ -1,17 +1,19 @@
 """PNG input without the chunks Pillow would only keep: Pillow reads every chunk it has no
 handler for whole and holds the private ones with the image (a 250 MiB padding chunk cost
-twice that while the image decoded), so such chunks are skipped before Pillow sees them."""
+twice that while the image decoded), so such chunks of SKIPPED_BYTES or more are skipped before
+Pillow sees them (smaller ones are left to it, so that the ranges kept stay few)."""
 import io
 import struct
 
 from PIL import PngImagePlugin
 
 _SIGNATURE = b'\x89PNG\r\n\x1a\n'
+SKIPPED_BYTES = 1 << 16
 
 
 def png_stream(data: bytes) -> io.BufferedReader | io.BytesIO:
-    """A stream of `data` that omits every PNG chunk Pillow has no handler for; `data` itself
-    when it is no PNG or has no such chunk (the bytes are not copied either way)."""
+    """A stream of `data` that omits every PNG chunk of SKIPPED_BYTES or more that Pillow has no
+    handler for; `data` itself when it is no PNG or has none (no byte is copied either way)."""
     if not data.startswith(_SIGNATURE):
         return io.BytesIO(data)
     kept, start, pos = [], 0, len(_SIGNATURE)
@@ -20,7 +22,8 @@ def png_stream(data: bytes) -> io.BufferedReader | io.BytesIO:
         end = pos + 12 + length
         if kind == b'IEND' or end > len(data):
             break
-        if not hasattr(PngImagePlugin.PngStream, 'chunk_' + kind.decode('latin-1')):
+        if length >= SKIPPED_BYTES and not hasattr(PngImagePlugin.PngStream,
+                                                   'chunk_' + kind.decode('latin-1')):
             kept.append((start, pos))
             start = end
         pos = end
