@@ -12,6 +12,7 @@ import socket
 import sys
 import tarfile
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -305,3 +306,69 @@ def test_a_png_of_88_megapixels_converts_within_bounded_memory(tmp_path):
     [record] = read_split(out, 'train')
     assert (record['image/width'], record['image/height']) == (9400, 9400)
     assert peak < 1 << 30
+
+
+def _padded_rgba_png(path, pad: int) -> None:
+    """A 9400x9400 RGBA PNG (EXIF orientation 6) with a private chunk of `pad` bytes after IHDR."""
+    y, x = np.mgrid[:9400, :9400].astype(np.uint16)
+    image = Image.fromarray(np.stack([x % 256, y % 256, (x + y) % 256, x % 199], -1)
+                            .astype(np.uint8), 'RGBA')
+    del x, y
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    stream = io.BytesIO()
+    image.save(stream, 'PNG', compress_level=1, exif=exif)
+    del image
+    png, padding = stream.getvalue(), bytes(pad)
+    chunk = (len(padding).to_bytes(4, 'big') + b'zzZz' + padding
+             + zlib.crc32(b'zzZz' + padding).to_bytes(4, 'big'))
+    with open(path, 'wb') as out:
+        out.write(png[:33] + chunk + png[33:])
+
+
+def _hostile_run(tmp_path, name: str, write) -> tuple:
+    """Runs the command line on a folder of one hostile image `name` (made by `write`) and two
+    small ones: (result, peak bytes of its largest process, errors-train.jsonl)."""
+    inputs = write_tree(tmp_path / 'in', _images(2, classes=1))
+    write(os.path.join(inputs, 'train/c0', name))
+    out = str(tmp_path / 'out')
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.run', f'--input_dir={inputs}',
+                                f'--output_dir={out}', '--max_error_ratio=1', timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert len(read_split(out, 'train')) == 2
+    return peak, _errors(out)
+
+
+@pytest.mark.parametrize('archived', [False, True], ids=['file', 'tar.gz member'])
+def test_a_png_padded_with_a_250_mib_chunk_stays_within_bounded_memory(tmp_path, archived):
+    """Its bytes are held while it is converted, so they count against --max_image_pixels: the
+    image is reported as too large (it took 1.3 GB when converted)."""
+    def write(path):
+        if not archived:
+            return _padded_rgba_png(path, 250 << 20)
+        _padded_rgba_png(tmp_path / 'big.png', 250 << 20)
+        archive = os.path.join(os.path.dirname(os.path.dirname(path)), 'c1.tar.gz')
+        with tarfile.open(archive, 'w:gz', compresslevel=1) as tar:
+            tar.add(tmp_path / 'big.png', 'big.png')
+        os.remove(tmp_path / 'big.png')
+
+    peak, errors = _hostile_run(tmp_path, 'big.png', write)
+    assert peak < 1 << 30
+    [(source, reason)] = [(s, r) for s, r in errors.items() if 'big.png' in s]
+    assert reason.startswith('image is 9400x9400 PNG, which takes about 971 MB to convert'), reason
+    assert '--max_image_pixels 89478485' in reason
+
+
+def test_a_webp_of_88_megapixels_stays_within_bounded_memory(tmp_path):
+    """libwebp decodes the whole frame, with copies (19 bytes a pixel, 1.5 GB here): a WebP is
+    bounded by a lower pixel limit and reported as too large."""
+    def write(path):
+        y, x = np.mgrid[:9400, :9400].astype(np.uint16)
+        Image.fromarray(np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8)).save(
+            path, 'WEBP', quality=50, method=0)
+
+    peak, errors = _hostile_run(tmp_path, 'big.webp', write)
+    assert peak < 1 << 30
+    [reason] = [r for s, r in errors.items() if s.endswith('big.webp')]
+    assert reason.startswith('image is 9400x9400 WEBP, which takes about 16'), reason
+    assert '--max_image_pixels 89478485' in reason

@@ -1,11 +1,14 @@
 """Decoding, validation and normalisation of single images (transforms/images.py)."""
 import io
+import zlib
 
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
 from pipeline.testing import imagemaker
+from transforms import images
+from transforms.png_chunks import png_stream
 from transforms.images import (DamagedImageError, ImageError, ImageOptions, convert_image,
                               target_size)
 
@@ -169,3 +172,35 @@ def test_jpeg_that_libjpeg_only_warns_about_is_judged_like_pillow():
     assert (reencoded.width, reencoded.height) == (200, 100)
     with pytest.raises(ImageError, match='truncated'):
         convert_image(warned[:len(warned) // 2], DEFAULT)
+
+
+@pytest.mark.parametrize('orientation', range(1, 9))
+def test_a_png_is_turned_upright_as_its_strips_are_converted(orientation, monkeypatch):
+    monkeypatch.setattr(images, 'STRIP_PIXELS', 30 * 7)   # Strips of 7 rows, the last one short.
+    y, x = np.mgrid[:50, :30]
+    image = Image.fromarray(np.stack([x * 8, y * 5, 250 - y * 5, 128 + x * 4], -1)
+                            .astype(np.uint8), 'RGBA')
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    stream = io.BytesIO()
+    image.save(stream, 'PNG', exif=exif)
+    stored = convert_image(stream.getvalue(), ImageOptions(jpeg_quality=100))
+    expected = ImageOps.exif_transpose(Image.open(io.BytesIO(stream.getvalue()))).convert('RGBA')
+    white = Image.new('RGB', expected.size, (255, 255, 255))
+    white.paste(expected, mask=expected.getchannel('A'))
+    decoded = np.asarray(Image.open(io.BytesIO(stored.encoded)), dtype=np.int16)
+    assert decoded.shape == np.asarray(white).shape
+    assert np.abs(decoded - np.asarray(white, dtype=np.int16)).mean() < 3
+
+
+def test_a_png_private_chunk_is_skipped_and_the_pixels_are_the_same():
+    plain = io.BytesIO()
+    Image.fromarray(np.arange(48 * 32 * 3, dtype=np.uint8).reshape(32, 48, 3)).save(plain, 'PNG')
+    png, padding = plain.getvalue(), bytes(1 << 20)
+    chunk = (len(padding).to_bytes(4, 'big') + b'zzZz' + padding
+             + zlib.crc32(b'zzZz' + padding).to_bytes(4, 'big'))
+    padded = png[:33] + chunk + png[33:]
+    opened = Image.open(png_stream(padded))
+    assert opened.private_chunks == []
+    assert np.array_equal(np.asarray(opened), np.asarray(Image.open(io.BytesIO(png))))
+    assert convert_image(padded, ImageOptions()) == convert_image(png, ImageOptions())

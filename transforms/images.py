@@ -14,9 +14,12 @@ perceptual hash and a mirror hash (phash.py), from the same reduced-scale decode
 from the final pixels otherwise (none with --leakage=off). The header of a plain JPEG (size, components, EXIF orientation) is read here
 without Pillow, which costs a tenth as much; any header this reading does not fully vouch for
 is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
-Memory: an image Pillow decodes is converted to RGB pixels a strip at a time and then let go,
-and its hash reads the pixels a block at a time, so a 9400x9400 PNG (just under the default
---max_image_pixels) takes about 0.65 GB: Pillow's decode (4 bytes a pixel) and the pixels (3).
+Memory: an image Pillow decodes is converted to upright RGB pixels a strip at a time and then
+let go, and its hash reads the pixels a block at a time, so a 9400x9400 PNG (just under the
+default --max_image_pixels) takes about 0.65 GB: Pillow's decode (4 bytes a pixel) and the
+pixels (3). The input bytes are held meanwhile, and WebP decodes with copies, so an image whose
+file and decode (DECODE_BYTES_PER_PIXEL) would hold more than BUDGET_BYTES_PER_PIXEL of
+--max_image_pixels is refused as too large.
 """
 import dataclasses
 import io
@@ -29,6 +32,7 @@ from PIL import Image
 
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
 from pipeline.quality.phash import perceptual_hashes
+from transforms.png_chunks import png_stream
 
 # Size limits are enforced by `convert_image` with a message that names the flag to change.
 Image.MAX_IMAGE_PIXELS = None
@@ -89,12 +93,14 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
         raise ImageError('empty file')
     try:
         header = jpeg_header(data)
-        image = None if header else Image.open(io.BytesIO(data))
+        image = None if header else Image.open(png_stream(data))
         width, height = (header.width, header.height) if header else image.size
         if width * height > options.max_image_pixels:
             raise ImageError(
                 f'image is {width}x{height} = {width * height} pixels, above --max_image_pixels '
                 f'{options.max_image_pixels} (raise the flag if such images are expected)')
+        if image is not None:
+            _check_decode_memory(image, len(data), options.max_image_pixels)
         orientation = 1
         if options.apply_exif_orientation:
             orientation = header.orientation if header else image.getexif().get(_ORIENTATION_TAG, 1)
@@ -115,8 +121,8 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
             if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
                 luma = _pillow_draft(data, width, height, image)
             return StoredImage(data, height, width, True, damage, *_hashes(luma, hashed))
-        pixels = _orient(_decode_rgb(image or Image.open(io.BytesIO(data)), data, size,
-                                     bool(damage)), orientation)
+        pixels = _decode_rgb(image or Image.open(png_stream(data)), data, size, bool(damage),
+                             orientation)
         image = None   # Pillow's decode (4 bytes a pixel) goes; the pixels are all there is.
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
         if (pixels.shape[1], pixels.shape[0]) != final:
@@ -131,6 +137,25 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
         raise ImageError(str(exc)) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(_describe(exc)) from None
+
+
+DECODE_BYTES_PER_PIXEL = {'WEBP': 19}   # Measured peaks; libwebp cannot decode by strips.
+PILLOW_BYTES_PER_PIXEL = 8   # Pillow's decode (up to 4 bytes a pixel) and the RGB pixels (3).
+BUDGET_BYTES_PER_PIXEL = 9   # Of --max_image_pixels: what one conversion may hold at once.
+
+
+def _check_decode_memory(image: Image.Image, size: int, max_image_pixels: int) -> None:
+    """Raises ImageError when converting `image` (decoded by Pillow from a file of `size`
+    bytes, which stay held meanwhile) would hold more than --max_image_pixels allows."""
+    per_pixel = DECODE_BYTES_PER_PIXEL.get(image.format, PILLOW_BYTES_PER_PIXEL)
+    width, height = image.size
+    cost, budget = size + width * height * per_pixel, max_image_pixels * BUDGET_BYTES_PER_PIXEL
+    if cost > budget:
+        raise ImageError(
+            f'image is {width}x{height} {image.format}, which takes about {cost / 1e6:.0f} MB to '
+            f'convert ({per_pixel} bytes a pixel plus the {size / 1e6:.0f} MB file), above the '
+            f'{budget / 1e6:.0f} MB that --max_image_pixels {max_image_pixels} allows '
+            f'({BUDGET_BYTES_PER_PIXEL} bytes a pixel; raise the flag if such images are expected)')
 
 
 def _hashes(pixels: np.ndarray, hashed: bool) -> tuple[int, int]:
@@ -251,48 +276,56 @@ def _exif_orientation(tiff: bytes) -> int | None:
     return 1 if orientation is None else orientation
 
 
-def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int],
-                damaged: bool) -> np.ndarray:
-    """The full image as 8-bit RGB pixels (HxWx3); JPEGs to be downscaled are decoded at a
-    reduced scale. A damaged JPEG is Pillow's decode, or libjpeg-turbo's lenient one where
-    Pillow gives up (a truncated file)."""
+def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int], damaged: bool,
+                orientation: int) -> np.ndarray:
+    """The full image as 8-bit RGB pixels (HxWx3), turned upright by `orientation`; JPEGs to
+    be downscaled are decoded at a reduced scale. A damaged JPEG is Pillow's decode, or
+    libjpeg-turbo's lenient one where Pillow gives up (a truncated file)."""
     if damaged:
         try:
-            return _pillow_rgb(image, data, size)
+            return _pillow_rgb(image, size, orientation)
         except (OSError, SyntaxError, ValueError, EOFError):
-            return simplejpeg.decode_jpeg(data, colorspace='RGB', strict=False)
+            return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB', strict=False),
+                           orientation)
     if image.format == 'JPEG' and image.mode in ('RGB', 'L'):
         scaled = size != image.size
         try:
-            return simplejpeg.decode_jpeg(data, colorspace='RGB',
-                                          min_height=size[1] if scaled else 0,
-                                          min_width=size[0] if scaled else 0)
+            return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB',
+                                                  min_height=size[1] if scaled else 0,
+                                                  min_width=size[0] if scaled else 0),
+                           orientation)
         except ValueError:
             pass
-    return _pillow_rgb(image, data, size)
+    return _pillow_rgb(image, size, orientation)
 
 
-def _pillow_rgb(image: Image.Image, data: bytes, size: tuple[int, int]) -> np.ndarray:
+def _pillow_rgb(image: Image.Image, size: tuple[int, int], orientation: int) -> np.ndarray:
     if image.format == 'JPEG' and size != image.size:
         image.draft(image.mode, size)
     image.load()
-    return _rgb_array(image)
+    return _rgb_array(image, orientation)
 
 
 STRIP_PIXELS = 1 << 22   # Pixels converted at once (every conversion of _to_rgb is per pixel).
 
 
-def _rgb_array(image: Image.Image) -> np.ndarray:
-    """A decoded image's pixels as 8-bit RGB (HxWx3), converted a strip of rows at a time: a
-    whole-image conversion and np.asarray would each hold it again at once (a 9400x9400 PNG
-    took over a gigabyte besides Pillow's own decode)."""
+_INVERSE = {6: 8, 8: 6}   # Every other orientation undoes itself.
+
+
+def _rgb_array(image: Image.Image, orientation: int) -> np.ndarray:
+    """A decoded image's pixels as 8-bit RGB (HxWx3), converted a strip of rows at a time and
+    written straight into the upright array: a whole-image conversion, np.asarray, and a
+    contiguous copy of a rotated view would each hold it again at once (a 9400x9400 PNG took
+    over a gigabyte besides Pillow's own decode)."""
     width, height = image.size
-    pixels = np.empty((height, width, 3), np.uint8)
+    turned = orientation in (5, 6, 7, 8)
+    upright = np.empty((width, height, 3) if turned else (height, width, 3), np.uint8)
+    pixels = _orient(upright, _INVERSE.get(orientation, orientation))   # A view of `upright`.
     step = max(1, STRIP_PIXELS // width)
     for top in range(0, height, step):
         strip = _to_rgb(image.crop((0, top, width, min(height, top + step))))
         pixels[top:top + strip.height] = np.asarray(strip)
-    return pixels
+    return upright
 
 
 def _describe(exc: Exception) -> str:
