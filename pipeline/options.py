@@ -99,8 +99,9 @@ class ConverterOptions(PipelineOptions):
         flag('max_side', type=int, default=0, help='Downscale images whose longer side exceeds this '
              '(default 0: no limit).')
         flag('max_image_pixels', type=int, default=defaults.max_image_pixels,
-             help='Skip (and report) images larger than this: decompression-bomb guard '
-             f'(default {defaults.max_image_pixels}).')
+             help='Skip (and report) images larger than this: decompression-bomb guard; it also '
+             "bounds one image's memory (its file plus 8 bytes a pixel, 19 for WebP, at most 9 "
+             f'bytes a pixel of this) (default {defaults.max_image_pixels}).')
         flag('damaged_images', choices=DAMAGED_ACTIONS, default=defaults.damaged_images,
              help='JPEGs that decode only with libjpeg warnings (corrupt data, premature end): '
              'skip them (reported in errors-SPLIT.jsonl, counted against --max_error_ratio), keep '
