@@ -44,6 +44,12 @@ def _edit_json(path: str, edit) -> None:
         json.dump(document, stream)
 
 
+def _swap(first: str, second: str) -> None:
+    os.rename(first, first + '.x')
+    os.rename(second, first)
+    os.rename(first + '.x', second)
+
+
 def _swap_shards(out: str) -> list[str]:
     """Two shards of as many records (so dataset_info.json cannot tell them apart) swapped."""
     with open(os.path.join(out, 'dataset_info.json')) as stream:
@@ -53,9 +59,7 @@ def _swap_shards(out: str) -> list[str]:
     paths = [shard_paths(out, 'train')[i] for i in (first, second)]
     sizes = [os.path.getsize(path) for path in paths]
     assert sizes[0] != sizes[1]
-    os.rename(paths[0], paths[0] + '.x')
-    os.rename(paths[1], paths[0])
-    os.rename(paths[0] + '.x', paths[1])
+    _swap(*paths)
     return [f'train shard {index} ({os.path.basename(path)}): {size} bytes, summary.json says '
             f'{noted} (shards swapped or replaced?)'
             for index, path, size, noted in zip((first, second), paths, sizes[::-1], sizes)]
@@ -215,9 +219,7 @@ def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
     _edit_json(os.path.join(out, 'summary.json'), older)
     assert _verify(out).returncode == 0
     first, second = shard_paths(out, 'train')[:2]
-    os.rename(first, first + '.x')
-    os.rename(second, first)
-    os.rename(first + '.x', second)
+    _swap(first, second)
     result = _verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
@@ -231,9 +233,7 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=6')
     first, second = shard_paths(out, 'train')[:2]
     assert os.path.getsize(first) == os.path.getsize(second)
-    os.rename(first, first + '.x')
-    os.rename(second, first)
-    os.rename(first + '.x', second)
+    _swap(first, second)
     result = _verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
