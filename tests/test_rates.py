@@ -47,7 +47,7 @@ def test_inputs_reused_after_an_interruption_are_not_counted_as_converted(tmp_pa
     reused = 0
     for sidecar in glob.glob(f'{tmp_path}/out/.tmp-*/parts/*.tfrecord.json'):
         part = json.load(open(sidecar))
-        reused += part['records'] + len(part['errors'])
+        reused += part['records'] + part['errors']
     result = run_cli(*flags)
     assert result.returncode == 0, result.stderr
     total = [m for m in map(TOTAL.fullmatch, result.stdout.splitlines()) if m]
