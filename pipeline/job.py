@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import (
 from pipeline import console, sample_data, worker_watch
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.dataflow import apply_dataflow_defaults, is_dataflow
-from pipeline.io import fileio
+from pipeline.io import fileio, gcs
 from pipeline.output import bounded_reads, commit_journal, metadata, output_folder, output_lock
 from pipeline.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
@@ -334,7 +334,9 @@ def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfi
         return estimate(document)
     output_dir = job.options.view_as(ConverterOptions).output_dir or ''
     here = Here(cores=os.cpu_count() or 1, workers=_local_workers(job.options),
-                planning_seconds=planned, output_in_cloud=fileio.is_gcs(output_dir))
+                planning_seconds=planned, output_in_cloud=fileio.is_gcs(output_dir),
+                request_seconds=(gcs.round_trip_seconds(output_dir)
+                                 if fileio.is_gcs(output_dir) else 0.0))
     return estimate(document, here)
 
 

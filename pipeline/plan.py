@@ -75,11 +75,22 @@ def write_plan(facts, label_map, plans: dict, path: str, local_rate: dict | None
 class Here:
     """This machine, for the time of a local run: its cores, the local runner's worker
     processes, the seconds the plan took from the command's start (imports, the runner's
-    start-up, listing, planning, and timing the sample), and whether the output is gs://."""
+    start-up, listing, planning, and timing the sample), whether the output is gs://, and then
+    the seconds of one small request to it."""
     cores: int
     workers: int
     planning_seconds: float
     output_in_cloud: bool = False
+    request_seconds: float = 0.0
+
+
+def output_requests(parts: int, shards: int, workers: int) -> float:
+    """The requests a run makes to a gs:// output beyond what planning made and the sample
+    timed, as many one after another (counted on the storage emulator by
+    benchmarks/requests.py): per part of a shard (a chunk's records in it) its upload, its
+    sidecars' uploads and reads, and per shard its join, its sidecar and its moves, shared by
+    the workers; then the launcher's metadata, journal and lock."""
+    return 40 + (10 * parts + 8 * shards) / workers
 
 
 def estimate(document: dict, here: Here | None = None) -> dict:
@@ -121,11 +132,16 @@ def time_here(document: dict, images: int, here: Here) -> dict:
     and cannot be faster than the cores give the CPU the whole machine spent per sampled image:
     with a gs:// output, the CPU it spent beyond the worker's own (a local storage emulator's,
     other processes') is counted twice, as the conversion writes back the bytes it read (the
-    sample writes to local disk)."""
+    sample writes to local disk), and its requests to the output (`output_requests`) take the
+    time of a request measured after planning."""
     rate = document.get('local_rate') or {}
     chunks = sum(s['chunks'] for s in document['splits'].values())
     parallel = max(1, min(here.workers, here.cores, chunks))
     fixed = max(0.0, here.planning_seconds - rate.get('seconds', 0.0))
+    shards = sum(s['shards'] for s in document['splits'].values())
+    storage = (output_requests(chunks + shards, shards, parallel) * here.request_seconds
+               if here.output_in_cloud else 0.0)
+    fixed += storage
     per_image = rate.get('seconds_per_image') or 1 / IMAGES_PER_VCPU_SECOND
     machine_cpu = rate.get('machine_cpu_seconds_per_image') or 0
     if here.output_in_cloud:   # The same bytes written back through the storage.
@@ -133,6 +149,7 @@ def time_here(document: dict, images: int, here: Here) -> dict:
     per_image_here = max(per_image / parallel, machine_cpu / here.cores)
     converting = images * per_image_here
     return {'seconds': fixed + converting, 'fixed_seconds': fixed, 'images': images,
+            'storage_requests_seconds': storage,
             'converting_seconds': converting, 'workers': parallel,
             'seconds_per_image': rate.get('seconds_per_image'),
             'machine_cpu_seconds_per_image': rate.get('machine_cpu_seconds_per_image'),
@@ -186,10 +203,13 @@ def here_line(here: dict) -> str:
         how = (f'{IMAGES_PER_VCPU_SECOND} images/s per worker x {here["workers"]}, the Dataflow '
                'rate (no input could be sampled here)')
     rate = here['converting_seconds'] and here['images'] / here['converting_seconds']
+    storage = here.get('storage_requests_seconds', 0.0)
+    requests = (f' and {storage:.0f} s of requests to the gs:// output (one after another, '
+                'each as long as one timed now)' if storage else '')
     return (f'Here: ~{here["seconds"]:.0f} s for the same command without --plan_only: '
-            f'{here["fixed_seconds"]:.0f} s of start-up, listing and planning (as this plan took '
-            f'them) and {here["converting_seconds"]:.0f} s converting at {rate:,.0f} images/s, '
-            f'{how}.')
+            f'{here["fixed_seconds"] - storage:.0f} s of start-up, listing and planning (as this '
+            f'plan took them){requests}, and {here["converting_seconds"]:.0f} s converting at '
+            f'{rate:,.0f} images/s, {how}.')
 
 
 def dumps(document: dict) -> str:

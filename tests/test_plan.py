@@ -1,4 +1,5 @@
 """The plan preview: what a conversion will write and cost, with nothing converted or written."""
+import dataclasses
 import json
 import os
 import re
@@ -111,7 +112,7 @@ def test_the_time_here_is_the_plans_own_time_and_the_sampled_rate_on_the_workers
     assert e['seconds_here'] == pytest.approx(10) and e['cores_here'] == 2
     text = plan.format_plan(plan.estimate(document, here))
     assert ('Here: ~10 s for the same command without --plan_only: 5 s of start-up, listing and '
-            'planning (as this plan took them) and 5 s converting at 2,000 images/s, the rate '
+            'planning (as this plan took them), and 5 s converting at 2,000 images/s, the rate '
             'measured now: 280 sampled inputs converted with these options by one worker') in text
     # Other processes (or a local storage emulator) used a core more per image meanwhile.
     busy = dict(document, local_rate=dict(rate, machine_cpu_seconds_per_image=0.002))
@@ -122,6 +123,13 @@ def test_the_time_here_is_the_plans_own_time_and_the_sampled_rate_on_the_workers
     to_cloud = plan.Here(cores=2, workers=2, planning_seconds=5.28, output_in_cloud=True)
     assert plan.estimate(storage, to_cloud)['estimate']['here']['converting_seconds'] == \
         pytest.approx(7.5)
+    # Its requests to the output, each as long as the one timed after planning: with 78 chunks
+    # and 4 shards, 82 parts, 40 + (10 x 82 + 8 x 4) / 2 workers = 466 one after another.
+    timed = dataclasses.replace(to_cloud, request_seconds=0.01)
+    four = dict(storage, splits={'train': dict(document['splits']['train'], shards=4)})
+    e = plan.estimate(four, timed)['estimate']['here']
+    assert (e['storage_requests_seconds'], e['fixed_seconds']) == pytest.approx((4.66, 9.66))
+    assert '5 s of requests to the gs:// output' in plan.here_line(e)
     one_chunk = dict(document, splits={'train': dict(document['splits']['train'], chunks=1)})
     assert plan.estimate(one_chunk, here)['estimate']['here']['workers'] == 1
     assert plan.estimate(document)['estimate']['seconds_here'] is None   # Dataflow only.

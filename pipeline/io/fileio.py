@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from pipeline.errors import DatasetError
 from pipeline.io.failures import MIB, DamagedInput, TooLarge, _permanent_write_error, _short
-from pipeline.io.gcs import list_prefix, split_gcs, storage_client, write_if_generation
+from pipeline.io.gcs import (delete_objects, list_prefix, split_gcs, storage_client,
+                             write_if_generation)
 
 if TYPE_CHECKING:
     from apache_beam.io.filesystem import FileMetadata
@@ -315,9 +316,14 @@ def exists(path: str) -> bool:
 
 
 def delete(paths: Iterable[str]) -> None:
+    """Deletes files; one that does not exist is no error. On Cloud Storage, in batch requests."""
     paths = list(paths)
-    if paths:
-        _filesystems().delete(paths)
+    local = [p for p in paths if not is_gcs(p)]
+    for path in local:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+    if len(local) < len(paths):
+        delete_objects([p for p in paths if is_gcs(p)])
 
 
 def delete_tree(path: str) -> None:

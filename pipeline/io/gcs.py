@@ -49,6 +49,52 @@ def delete_if_generation(path: str, generation: int) -> bool:
     return True
 
 
+BATCH_SIZE = 100   # Operations per batch request, the JSON API's limit.
+_TRANSIENT = (408, 429, 500, 502, 503, 504)
+
+
+def delete_objects(paths: list[str]) -> None:
+    """Cloud Storage: deletes objects, BATCH_SIZE per batch request; one that does not exist is
+    no error. Requests answered with a transient error are sent again, the whole batch when the
+    batch request itself fails."""
+    from google.api_core.exceptions import from_http_response
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    client = storage_client()
+    for start in range(0, len(paths), BATCH_SIZE):
+        pending = [split_gcs(p) for p in paths[start:start + BATCH_SIZE]]
+
+        @DEFAULT_RETRY
+        def send() -> None:
+            batch = client.batch(raise_exception=False)
+            with batch:
+                for bucket, name in pending:
+                    client.bucket(bucket).delete_blob(name)
+            failed = [(target, r) for target, r in zip(pending, batch._responses)
+                      if r.status_code >= 400 and r.status_code != 404]
+            pending[:] = [target for target, r in failed if r.status_code in _TRANSIENT]
+            if len(pending) < len(failed):
+                _, response = next((t, r) for t, r in failed if r.status_code not in _TRANSIENT)
+                raise from_http_response(response)
+            if pending:
+                raise from_http_response(failed[0][1])   # Transient: DEFAULT_RETRY sends again.
+        send()
+
+
+def round_trip_seconds(folder: str, requests: int = 5) -> float:
+    """Cloud Storage: the median time of one small request (a metadata read of a name below
+    `folder`, which need not exist), over `requests` made one after another."""
+    import statistics
+    import time
+    bucket, prefix = split_gcs(folder)
+    blob_name = prefix.rstrip('/') + '/.round-trip'
+    client, times = storage_client(), []
+    for _ in range(requests):
+        started = time.monotonic()
+        client.bucket(bucket).get_blob(blob_name)
+        times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
 def list_prefix(folder: str) -> list[str]:
     """Cloud Storage: every object below `folder` (a prefix, not a pattern), as gs:// paths."""
     bucket, prefix = split_gcs(folder)
