@@ -29,7 +29,10 @@ compared, so memory stays bounded. Flat images (phash.FLAT) are counted and neve
 
 What is found is reduced as it goes (union-find, `components`): a group of buckets gives a
 spanning forest (one link per member) and, per cluster, its closest pair across splits, so what
-travels between stages grows with the images, never with the pairs. Records travel as rows of
+travels between stages grows with the images, never with the pairs. Within a band a link that
+the links reduced so far make redundant (inside one cluster and not across splits, or across
+splits but further apart than the cluster's closest pair) is dropped as it is found, so a
+group of look-alikes costs its comparisons, not its links. Records travel as rows of
 a numpy table (ROW) with their sources beside it, and buckets are compared with array
 operations: a few bytes and microseconds per record.
 """
@@ -199,7 +202,7 @@ def link_band(members: Table, band: int, counts: np.ndarray | None = None
     ordered = values[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     ends = np.repeat(np.r_[starts[1:], len(order)], np.diff(np.r_[starts, len(order)]))
-    found = []
+    found, known = [], _Known(members)
     at = np.arange(len(order))
     active = at[ends - at > 1]
     for offset in range(1, WINDOW + 1):   # Each member against the one `offset` places on.
@@ -212,11 +215,48 @@ def link_band(members: Table, band: int, counts: np.ndarray | None = None
             near = ~members.mirrored[x] & (d <= RADIUS) & (rows['id'][x] != rows['id'][y])
             if not one_way:
                 near &= members.mirrored[y]
+            near[near] = known.adds(x[near], y[near], d[near])
             found.append(_links(members, x[near], y[near], d[near]))
-        if sum(map(len, found)) > 4 * len(members) + 1024:   # Memory: a few links a member.
+        # Reduced when links pile up (memory: a few a member), and after offsets 1, 2, 4, ...
+        # so that links the reduced ones make redundant are not kept at all.
+        if sum(map(len, found)) > 4 * len(members) + 1024 or offset & (offset - 1) == 0:
             found = [reduce_links(np.concatenate(found))]
+            known.update(found[0])
         active = active[ends[active] - active > offset + 1]
     return (np.concatenate(found) if found else np.zeros(0, LINK)), full
+
+
+class _Known:
+    """What the links reduced so far say of each member of a band: its component (the root
+    id) and the smallest distance across splits found in it. A further link adds nothing to
+    reduce_links' result when it joins members of one component and is not across splits, or
+    is across splits but further apart than a link that component already has."""
+
+    def __init__(self, members: Table):
+        self._ids, self._split = members.rows['id'], members.rows['split']
+        self._root = self._ids.copy()
+        self._closest = np.full(len(members), 255, dtype=np.uint8)
+
+    def adds(self, x: np.ndarray, y: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Per candidate link x[k]-y[k] at distance d[k]: whether it may change the result."""
+        joins = self._root[x] != self._root[y]
+        return joins | ((self._split[x] != self._split[y]) & (d <= self._closest[x]))
+
+    def update(self, links: np.ndarray) -> None:
+        """Learns the components and closest cross distances of reduced `links`."""
+        if not len(links):
+            return
+        nodes, roots = components(links['a'], links['b'])
+        where = np.searchsorted(nodes, self._ids)
+        inside = where < len(nodes)
+        inside[inside] = nodes[where[inside]] == self._ids[inside]
+        self._root = np.where(inside, roots[np.minimum(where, len(nodes) - 1)], self._ids)
+        cross = links[links['cross']]
+        closest = np.full(len(nodes), 255, dtype=np.uint8)
+        place = np.searchsorted(nodes, roots[np.searchsorted(nodes, cross['a'])])
+        np.minimum.at(closest, place, cross['distance'])
+        self._closest = np.where(inside, closest[np.searchsorted(nodes, self._root)
+                                                 .clip(0, len(nodes) - 1)], 255).astype(np.uint8)
 
 
 def _links(members: Table, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> np.ndarray:
