@@ -5,7 +5,8 @@ a time in the chunk's order and streams the records into a part file (TFRecord);
 are read meanwhile (--reads_in_flight, at most READ_AHEAD_BYTES held), so a worker thread holds
 a bounded number of images whatever the dataset size, and waits on a round trip to Cloud
 Storage only when conversion outruns the reads. WriteShard makes a shard's part files, in chunk
-order, into the temporary shard file of each output format. Inputs that cannot become records
+order, into the temporary shard file of each output format, and with --dali_index writes the
+TFRecord shard's DALI index from the sizes of the records the parts noted as they framed them. Inputs that cannot become records
 are reported, never fatal; a file that cannot be written (disk full, no permission) is a
 DatasetError naming it. Finished parts and shards are marked so that a rerun after a crash reuses them (resume.py).
 """
@@ -430,7 +431,9 @@ class WriteShard(beam.DoFn):
 
     Each format writes the shard from the parts (pipeline/output/shard_formats.py): TFRecord
     joins them; a format that rewrites the records (ArrayRecord, which ends in an index) needs
-    local disk for one shard (about --target_shard_mb) and memory for one record at a time.
+    local disk for one shard (about --target_shard_mb) and memory for one record at a time. The
+    DALI index (--dali_index) is written before the shard's sidecar, so a shard is complete only
+    with it.
     """
 
     def __init__(self, settings: ConversionSettings):
