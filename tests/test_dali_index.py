@@ -119,6 +119,22 @@ def test_both_formats_index_the_tfrecord_shards_alike(tmp_path, inputs):
 
 
 @pytest.mark.slow
+def test_copies_dropped_from_the_shards_are_dropped_from_the_indexes(tmp_path):
+    copies = {f'validation/c{i % 3}/copy{i}.jpg': IMAGES[f'train/c{i % 3}/train{i}.jpg']
+              for i in range(0, 24, 5)}
+    inputs = write_tree(tmp_path / 'in', {**IMAGES, **copies})
+    out = str(tmp_path / 'out')
+    run = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2',
+                  '--leakage=drop', '--dali_index', *IN_PROCESS)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(open(f'{out}/summary.json').read())
+    assert summary['splits']['validation']['dropped_copies'] == len(copies) == 5
+    assert _check_indexes(output_files(out)) == 4
+    checked = _verify(out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.slow
 def test_array_record_alone_is_refused_in_one_line(tmp_path, inputs):
     refused = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
                       '--output_format=array_record', '--dali_index', *IN_PROCESS)
