@@ -64,6 +64,7 @@ def test_indexes_match_the_shards_framing_and_verify_checks_them(tmp_path, input
     run = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
                   '--dali_index', *IN_PROCESS)
     assert run.returncode == 0, run.stderr
+    assert '# or with NVIDIA DALI: fn.readers.tfrecord(path=shards, index_path=' in run.stdout
     files = output_files(out)
     assert _check_indexes(files) == 6
     assert json.loads(files['summary.json'])['dali_index'] is True
@@ -99,6 +100,7 @@ def test_indexes_match_the_shards_framing_and_verify_checks_them(tmp_path, input
                     '--overwrite', *IN_PROCESS)   # Another command: it replaces the dataset.
     assert again.returncode == 0, again.stderr
     assert not glob.glob(f'{out}/*.idx') and not glob.glob(f'{out}/.*')
+    assert 'DALI' not in again.stdout
     assert json.loads(open(f'{out}/summary.json').read())['dali_index'] is False
     assert _verify(out).returncode == 0
 
