@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.errors import DatasetError
 from pipeline.inputs import registry
-from pipeline.output import shard_formats
+from pipeline.output import dali_index, shard_formats
 from pipeline.output.shard_formats import ShardFormat
 from transforms.images import DAMAGED_ACTIONS, ImageOptions
 from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
@@ -76,6 +76,9 @@ class ConverterOptions(PipelineOptions):
              help='Shard file format: tfrecord (tf.data, TFDS as_dataset), array_record (random '
              'access: Grain, TFDS as_data_source), or both, comma-separated, the first declared '
              'in dataset_info.json; same records, same shards (default tfrecord).')
+        switch('dali_index', False, 'Write beside each TFRecord shard SHARD.idx, its index in '
+               'NVIDIA DALI\'s format (a line per record: offset and size), so DALI\'s '
+               'fn.readers.tfrecord reads the shards with index_path= and no tfrecord2idx')
         flag('num_shards', type=int, default=0, help='Shards per split (default 0: automatic '
              'from --target_shard_mb).')
         flag('target_shard_mb', type=float, default=DEFAULT_TARGET_SHARD_MB,
@@ -183,7 +186,11 @@ def _check_values(opts: ConverterOptions) -> None:
     for ok, message in checks:
         if not ok:
             raise DatasetError(message)
-    opts.output_formats()   # Raises on an unknown or repeated format.
+    formats = opts.output_formats()   # Raises on an unknown or repeated format.
+    if opts.dali_index and dali_index.FORMAT not in formats:
+        raise DatasetError(f'--dali_index indexes TFRecord shards and --output_format='
+                           f'{opts.output_format} writes none; add tfrecord to --output_format '
+                           'or leave --dali_index out')
 
 
 def converter_parser() -> argparse.ArgumentParser:

@@ -184,6 +184,9 @@ def load_hint(summary: dict) -> str:
     lines = ['import tensorflow_datasets as tfds']
     for shard_format in shard_formats.parse(','.join(summary['file_formats'])):
         lines += [line.format(out=out) for line in shard_format.load_lines]
+    if summary.get('dali_index'):
+        lines.append('# or with NVIDIA DALI: fn.readers.tfrecord(path=shards, index_path=[s + '
+                     '".idx" for s in shards], ...) (docs/loading.md)')
     return '\n'.join(f'  {line}' for line in lines)
 
 

@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from pipeline import faults
 from pipeline.io import fileio
-from pipeline.output import commit_journal, metadata, output_folder, output_lock
+from pipeline.output import commit_journal, dali_index, metadata, output_folder, output_lock
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries
@@ -95,9 +95,12 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
     folder = fileio.join(settings.temp_dir, output_folder.SHARDS)
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
-        for shard_format in settings.output_formats:
-            size = result.format_bytes.get(shard_format.name)
-            name = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
+        expected = {fileio.basename(output_folder.in_format(result.temp_path, f)):
+                    result.format_bytes.get(f.name) for f in settings.output_formats}
+        if settings.dali_index:
+            expected[fileio.basename(output_folder.index_file(result.temp_path))] = \
+                result.index_bytes
+        for name, size in expected.items():
             if sizes.get(name) != size:
                 raise DatasetError(f'{fileio.join(folder, name)} holds {sizes.get(name)} bytes, '
                                    f'not the {size} its {result.records} records take; nothing '
@@ -110,14 +113,19 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     name) moves and the summary."""
     moves, splits_info = [], {}
     summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
-               'file_formats': [f.name for f in settings.output_formats], 'splits': {}}
+               'file_formats': [f.name for f in settings.output_formats],
+               'dali_index': settings.dali_index, 'splits': {}}
     for split, shard_results in by_split.items():
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
             for shard_format in settings.output_formats:
                 source = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
-                moves.append((f'shards/{source}', metadata.shard_name(
-                    settings.dataset_name, split, index, len(kept), shard_format)))
+                target = metadata.shard_name(settings.dataset_name, split, index, len(kept),
+                                             shard_format)
+                moves.append((f'shards/{source}', target))
+                if settings.dali_index and shard_format == dali_index.FORMAT:
+                    moves.append((f'shards/{dali_index.index_path(source)}',
+                                  dali_index.index_path(target)))
         class_counts = {text: 0 for text, splits in facts.texts.items() if split in splits}
         for result in kept:
             for label_id, n in result.label_counts.items():

@@ -254,7 +254,8 @@ def drop_from_part(part, drops: list[tuple]):
     kept_path = part.temp_path.replace('.tfrecord', '-kept.tfrecord')
     result = dataclasses.replace(part, temp_path=kept_path, label_counts=dict(part.label_counts),
                                  dropped=list(part.dropped), first_record='',
-                                 marks='')
+                                 marks='', sizes=[n for place, n in enumerate(part.sizes)
+                                                  if place not in mine])
     with fileio.open_read(part.temp_path) as stream, fileio.writing(kept_path) as out:
         for place, record in enumerate(records.read_records(stream)):
             framed = records.frame_record(record)

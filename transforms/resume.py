@@ -9,9 +9,11 @@ it describes (so a sidecar means the data is complete):
     parts/SPLIT-SSSSS-CCCCCC-<chunk fingerprint>.tfrecord(.json)   a chunk's records in a shard
     shards/SPLIT-SSSSS-<shard fingerprint>.FORMAT                  a shard made from its parts
     shards/SPLIT-SSSSS-<shard fingerprint>.PRIMARY.json             ... in every output format
+    shards/SPLIT-SSSSS-<shard fingerprint>.tfrecord.idx             its DALI index (--dali_index)
 
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
-named with the format's suffix; the sidecar, named after the first, is written after them all.)
+named with the format's suffix, and with --dali_index an index; the sidecar, named after the
+first, is written after them all.)
 
 A chunk's fingerprint covers the run id and --max_input_mb, the label map, its place in the
 shard plan (so the shards its examples fall in) and, for every input in it, the key, size and modification time

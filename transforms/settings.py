@@ -38,6 +38,7 @@ class ConversionSettings:
     skip_duplicates: bool = False
     output_formats: tuple[ShardFormat, ...] = (TFRECORD,)   # The first is the primary one.
     leakage: str = 'report'       # leakage.ACTIONS: what near-duplicates across splits do
+    dali_index: bool = False      # A DALI index beside each TFRecord shard (dali_index.py).
     # Per run: where the dataset goes, the text of its metadata, and how this run goes about it.
     output_dir: str = _per_run('')
     description: str = _per_run('')      # Stored in dataset_info.json only.

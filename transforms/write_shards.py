@@ -5,7 +5,8 @@ a time in the chunk's order and streams the records into a part file (TFRecord);
 are read meanwhile (--reads_in_flight, at most READ_AHEAD_BYTES held), so a worker thread holds
 a bounded number of images whatever the dataset size, and waits on a round trip to Cloud
 Storage only when conversion outruns the reads. WriteShard makes a shard's part files, in chunk
-order, into the temporary shard file of each output format. Inputs that cannot become records
+order, into the temporary shard file of each output format, and with --dali_index writes the
+TFRecord shard's DALI index from the sizes of the records the parts noted as they framed them. Inputs that cannot become records
 are reported, never fatal; a file that cannot be written (disk full, no permission) is a
 DatasetError naming it. Finished parts and shards are marked so that a rerun after a crash reuses them (resume.py).
 """
@@ -24,7 +25,7 @@ from apache_beam.metrics import Metrics
 from pipeline.inputs import gzip_pass
 from pipeline import faults
 from pipeline.io import failures, fileio, read_ahead
-from pipeline.output import output_folder, records
+from pipeline.output import dali_index, output_folder, records
 from pipeline.errors import DatasetError
 from transforms import entries, resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
@@ -66,10 +67,15 @@ class ShardResult:
     first_record: str = ''   # records.record_digest of the first record ('' when none).
     marks: str = ''          # A part's records.content_mark of each record, in order.
     content: str = ''        # A shard's records.content_digest of its parts' marks.
+    # With --dali_index, a part's records' sizes on disk (framing included), in order; a shard's
+    # are its index (dali_index.py), written beside it, then dropped: `index_bytes` is its size.
+    sizes: list = dataclasses.field(default_factory=list)
+    index_bytes: int = 0
 
     def add(self, other: 'ShardResult') -> None:
         self.first_record = self.first_record or other.first_record
         self.marks += other.marks
+        self.sizes += other.sizes
         self.records += other.records
         self.bytes += other.bytes
         self.errors += other.errors
@@ -293,6 +299,8 @@ class EncodeChunk(beam.DoFn):
                 if not result.records:
                     result.first_record = records.record_digest(record)
                 result.marks += records.content_mark(record)
+                if self._settings.dali_index:
+                    result.sizes.append(len(framed))
                 result.records += 1
                 result.bytes += len(framed)
                 result.passed_through += passed
@@ -385,18 +393,32 @@ def _with_tables(results: list[ShardResult], hashed: bool) -> Iterator:
         yield dataclasses.replace(result, hashes=[])
 
 
+def _write_index(shard_file: str, sizes: list[int]) -> int:
+    """Writes the DALI index of a temporary shard whose records take `sizes` bytes; returns
+    its size."""
+    data = dali_index.index_bytes(sizes)
+    target = output_folder.index_file(shard_file)
+    with fileio.output_errors(target):
+        fileio.write_bytes(target, data)
+    return len(data)
+
+
 def _complete_shard(path: str, split: str, shard: int,
                     settings: ConversionSettings) -> 'ShardResult | None':
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
-    output format with the size the sidecar gives it, and its entry files, none untrusted
-    (fileio.is_untrusted); else None (it is made again)."""
+    output format (and its DALI index, with --dali_index) with the size the sidecar gives it,
+    and its entry files, none untrusted (fileio.is_untrusted); else None (it is made again)."""
     result = resume.load_done(path, ShardResult, split=split, shard=shard)
-    files = {f.name: output_folder.in_format(path, f) for f in settings.output_formats}
+    if result is None:
+        return None
+    files = {output_folder.in_format(path, f): result.format_bytes.get(f.name)
+             for f in settings.output_formats}
+    if settings.dali_index:
+        files[output_folder.index_file(path)] = result.index_bytes
     try:
-        if result is not None and entries.trusted(path) and all(
-                not fileio.is_untrusted(file)
-                and fileio.size(file) == result.format_bytes.get(name)
-                for name, file in files.items()):
+        if entries.trusted(path) and all(
+                not fileio.is_untrusted(file) and fileio.size(file) == size
+                for file, size in files.items()):
             return result
     except FileNotFoundError:
         pass
@@ -409,7 +431,9 @@ class WriteShard(beam.DoFn):
 
     Each format writes the shard from the parts (pipeline/output/shard_formats.py): TFRecord
     joins them; a format that rewrites the records (ArrayRecord, which ends in an index) needs
-    local disk for one shard (about --target_shard_mb) and memory for one record at a time.
+    local disk for one shard (about --target_shard_mb) and memory for one record at a time. The
+    DALI index (--dali_index) is written before the shard's sidecar, so a shard is complete only
+    with it.
     """
 
     def __init__(self, settings: ConversionSettings):
@@ -447,6 +471,9 @@ class WriteShard(beam.DoFn):
                 with fileio.output_errors(target):
                     sizes[shard_format.name] = shard_format.write_shard(sources, target)
             result.bytes, result.format_bytes = sizes[settings.output_formats[0].name], sizes
+            if settings.dali_index:
+                result.index_bytes = _write_index(path, result.sizes)
+            result.sizes = []
             resume.save_done(path, result)
             fileio.delete(sources + found)
             faults.crash_point('shard', counted=True)

@@ -11,8 +11,9 @@ Everything lives directly in OUTPUT:
                               format (part_path, shard_path; resume.py says when it is reused)
 
 **Confinement.** Every path this module touches is derived from OUTPUT and names it validates:
-a run id is 16 hex digits, a dataset file is a shard name or one of the metadata names, a file
-in a temporary folder is a shard or a staged metadata file. Nothing is ever read from a file as
+a run id is 16 hex digits, a dataset file is a shard name (or a TFRecord shard's DALI index,
+SHARD.idx) or one of the metadata names, a file in a temporary folder is a shard (or its index)
+or a staged metadata file. Nothing is ever read from a file as
 a path, so no file in the folder, whoever wrote it, can make a run move or delete anything
 outside OUTPUT. A journal or lock that breaks these rules is refused in one line and touches
 nothing. Temporary folders are recognised by their marker, never by their name alone, and a
@@ -55,7 +56,7 @@ from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
 from pipeline.output.bounded_reads import NotAFile, as_json, read_metadata, read_raw
 from pipeline.io.gcs import list_prefix
-from pipeline.output import metadata, shard_formats
+from pipeline.output import dali_index, metadata, shard_formats
 from pipeline.output.shard_formats import ShardFormat
 
 LOG = logging.getLogger('image_tfrecords')
@@ -83,11 +84,17 @@ _GLOB = re.compile(r'[*?\[]')
 
 
 @functools.lru_cache(maxsize=None)
-def _shard_patterns(suffixes: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
-    """(final shard name, temporary shard path) for the registered formats' suffixes."""
+def _shard_patterns(suffixes: tuple[str, ...], end: str = '') -> tuple[re.Pattern, re.Pattern]:
+    """(final shard name, temporary shard path) for the formats' suffixes, ending in `end`."""
     suffix = '(?:' + '|'.join(map(re.escape, suffixes)) + ')'
-    return (re.compile(rf'{metadata.DATASET_NAME}-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}\Z'),
-            re.compile(rf'{SHARDS}/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}\Z'))
+    end = re.escape(end) + r'\Z'
+    return (re.compile(rf'{metadata.DATASET_NAME}-{_SPLIT}\.{suffix}-\d{{5,}}-of-\d{{5,}}{end}'),
+            re.compile(rf'{SHARDS}/{_SPLIT}-\d{{5,}}-[0-9a-f]{{16}}\.{suffix}{end}'))
+
+
+def _index_patterns() -> tuple[re.Pattern, re.Pattern]:
+    """(final index name, temporary index path) of the DALI indexes (dali_index.py)."""
+    return _shard_patterns((dali_index.FORMAT.suffix,), dali_index.index_path(''))
 
 
 def is_shard_name(name: str) -> bool:
@@ -95,14 +102,23 @@ def is_shard_name(name: str) -> bool:
     return _shard_patterns(tuple(shard_formats.suffixes()))[0].match(name) is not None
 
 
+def is_index_name(name: str) -> bool:
+    """Whether `name` is a name this tool gives a shard's DALI index (dali_index.py)."""
+    return _index_patterns()[0].match(name) is not None
+
+
 def _is_temp_shard(path: str) -> bool:
-    """Whether `path` (relative to a temporary folder) names a temporary shard file."""
-    return _shard_patterns(tuple(shard_formats.suffixes()))[1].match(path) is not None
+    """Whether `path` (relative to a temporary folder) names a temporary shard file or its
+    DALI index."""
+    return any(patterns[1].match(path) is not None
+               for patterns in (_shard_patterns(tuple(shard_formats.suffixes())),
+                                _index_patterns()))
 
 
 def is_dataset_file(name: str) -> bool:
-    """Whether `name` is a name this tool gives a file of a dataset (a shard or metadata)."""
-    return name in METADATA_NAMES or is_shard_name(name)
+    """Whether `name` is a name this tool gives a file of a dataset (a shard, a shard's index or
+    metadata)."""
+    return name in METADATA_NAMES or is_shard_name(name) or is_index_name(name)
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -158,6 +174,11 @@ def work_files(temp_dir: str, folder: str, pattern: str) -> str:
 def in_format(shard_file: str, shard_format: ShardFormat) -> str:
     """The path of the same temporary shard in another format."""
     return f'{shard_file.rsplit(".", 1)[0]}.{shard_format.suffix}'
+
+
+def index_file(shard_file: str) -> str:
+    """The DALI index (dali_index.py) of the same temporary shard, given its file in any format."""
+    return dali_index.index_path(in_format(shard_file, dali_index.FORMAT))
 
 
 def _is_link(path: str) -> bool:
@@ -362,8 +383,11 @@ def _named_files(info: dict) -> list[str]:
         names.append(metadata.error_report_name(split_name))
         names.append(metadata.damaged_report_name(split_name))
         for file_format in formats:
-            names += [metadata.shard_name(name, split_name, i, len(lengths), file_format)
+            shards = [metadata.shard_name(name, split_name, i, len(lengths), file_format)
                       for i in range(len(lengths))]
+            names += shards
+            if file_format == dali_index.FORMAT:   # Their indexes, where a run wrote them.
+                names += [dali_index.index_path(shard) for shard in shards]
     return names
 
 

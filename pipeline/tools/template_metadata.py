@@ -30,6 +30,7 @@ PARAMETERS = {
     'dataset_name': ('Dataset name (shard file prefix)', 'TEXT', [rf'^{DATASET_NAME}$']),
     'output_format': ('Shard format: tfrecord, array_record, or both (comma-separated)', 'TEXT',
                       [rf'^({_FORMATS})(,({_FORMATS}))?$']),
+    'dali_index': ('Write a DALI index (SHARD.idx) beside each TFRecord shard', 'BOOLEAN', []),
     'num_shards': ('Shards per split (0: automatic)', 'NUMBER', []),
     'target_shard_mb': ('Target shard size in MB', 'NUMBER', []),
     'overwrite': ('Replace an existing dataset', 'BOOLEAN', []),

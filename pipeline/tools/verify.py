@@ -8,7 +8,9 @@ the stored size; then that shard names, shard counts and bytes agree with datase
 that no shard is missing or left from another run, and that no image occurs twice within a split
 or in two splits. A dataset written in two formats is read in both: each shard of the second
 must hold exactly the records (byte for byte) of its twin in the first, whose images are the
-ones decoded. The files beside the shards are checked against the records and against what
+ones decoded. When summary.json says the run wrote DALI indexes (--dali_index), each TFRecord
+shard's SHARD.idx must hold exactly the offsets and sizes of its records, read from the shard's
+framing. The files beside the shards are checked against the records and against what
 the run noted in summary.json (pipeline/tools/metadata_checks.py): counts, each shard's bytes
 and content (records swapped within or between shards), class names, feature types and each metadata file's SHA-256. Prints every
 problem with shard and record index (or the file's name) and exits non-zero if there is any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
@@ -26,8 +28,8 @@ import sys
 from PIL import Image
 
 from pipeline.io import fileio
-from pipeline.output import (bounded_reads, commit_journal, metadata, output_folder, output_lock,
-                             records, shard_formats)
+from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata, output_folder,
+                             output_lock, records, shard_formats)
 from pipeline.errors import DatasetError, printable
 from pipeline.tools import metadata_checks, quality_checks
 
@@ -106,10 +108,12 @@ def _check_image(value: dict) -> list[str]:
 
 
 def check_shard(task: tuple) -> ShardReport:
-    """Reads one shard and checks every record (runs in a worker process)."""
-    shard_format, split, index, path, names, sample = task
+    """Reads one shard and checks every record, and its DALI index when `indexed` (runs in a
+    worker process)."""
+    shard_format, split, index, path, names, sample, indexed = task
     report = ShardReport(shard_format.name, split, index, fileio.basename(path))
     content = hashlib.sha256()   # records.content_digest, a record at a time.
+    sizes = []                   # Each record's size on disk, from its framing.
     if not fileio.is_gcs(path) and os.path.exists(path) and not os.path.isfile(path):
         report.problems.append('not a regular file (a folder, pipe or device)')
         return report
@@ -123,6 +127,9 @@ def check_shard(task: tuple) -> ShardReport:
             report.digests.append((digest, number))
             report.records += 1
             report.bytes += len(data) + 16
+            sizes.append(len(data) + dali_index.FRAMING)
+        if indexed:
+            report.problems += _index_problems(path, sizes)
         if not shard_format.joins_parts:  # The file's own size, index and footer included.
             report.bytes = fileio.size(path)
         report.content = content.hexdigest()
@@ -132,6 +139,23 @@ def check_shard(task: tuple) -> ShardReport:
         reason = (str(exc) or type(exc).__name__).splitlines()[0][:200]
         report.problems.append(f'cannot read: {reason}')
     return report
+
+
+def _index_problems(path: str, sizes: list[int]) -> list[str]:
+    """What is wrong with the DALI index of the TFRecord shard `path`, whose records take
+    `sizes` bytes on disk: at most one line, naming the index and its first bad line."""
+    index = dali_index.index_path(path)
+    name = fileio.basename(index)
+    expected = len(dali_index.index_bytes(sizes))
+    try:
+        found = bounded_reads.read_raw(index, expected + 64)   # Enough to see it is longer.
+    except bounded_reads.NotAFile as exc:
+        return [f'index {name}: {exc}, not the index --dali_index writes']
+    if found is None:
+        return [f'index {name}: missing ({metadata.SUMMARY} says the run wrote DALI indexes); '
+                'rerun the conversion with --overwrite to write it again']
+    wrong = dali_index.problem(found[0], sizes)
+    return [f'index {name}: {wrong}'] if wrong else []
 
 
 def _layout_problems(output_dir: str, info: dict) -> list[str]:
@@ -232,8 +256,11 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
         return mismatched
     problems = _layout_problems(output_dir, info)
     formats = shard_formats.declared(info)
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
+    indexed = isinstance(summary, dict) and summary.get('dali_index') is True
     # A second format's records must equal the first's, so only the first's images are decoded.
-    tasks = [(f, s['name'], i, path, names, sample if f == formats[0] else 0.0)
+    tasks = [(f, s['name'], i, path, names, sample if f == formats[0] else 0.0,
+              indexed and f == dali_index.FORMAT)
              for f in formats for s in info['splits']
              for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name'], f))]
     with multiprocessing.get_context('spawn').Pool(processes) as pool:

@@ -1,0 +1,197 @@
+"""--dali_index: SHARD.idx beside each TFRecord shard, in the format of NVIDIA DALI's
+tfrecord2idx, written, committed (locally, on Cloud Storage, after a kill), and checked by verify.
+
+Each index is compared with one computed here from the shard's own framing (u64 length, u32
+CRC, data, u32 CRC), and each line is read back with TensorFlow's random-access record reader.
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.output import dali_index
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
+from tests.helpers import IN_PROCESS, output_files, run_cli, write_tree
+
+IMAGES = {f'{split}/c{i % 3}/{split}{i}.jpg': imagemaker.jpeg(30 + i % 7, 20, seed=i + seed)
+          for split, seed, n in (('train', 0, 24), ('validation', 1000, 9)) for i in range(n)}
+
+
+def _framing_index(shard: bytes) -> bytes:
+    """The index tfrecord2idx would write: per record 'offset size' (framing included)."""
+    lines, offset = [], 0
+    while offset < len(shard):
+        (length,) = struct.unpack('<Q', shard[offset:offset + 8])
+        size = 8 + 4 + length + 4
+        lines.append(f'{offset} {size}\n')
+        offset += size
+    assert offset == len(shard)
+    return ''.join(lines).encode()
+
+
+def _check_indexes(files: dict) -> int:
+    """Asserts every TFRecord shard in `files` ({name: bytes}) has its exact index, and nothing
+    else has one; returns the number of indexes."""
+    shards = sorted(n for n in files if '.tfrecord-' in n and not n.endswith('.idx'))
+    assert sorted(n for n in files if n.endswith('.idx')) == [f'{n}.idx' for n in shards]
+    for name in shards:
+        assert files[f'{name}.idx'] == _framing_index(files[name]), name
+    return len(shards)
+
+
+def _verify(out: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-m', 'pipeline.verify', out, '--processes=1'],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    return write_tree(tmp_path / 'in', IMAGES)
+
+
+@pytest.mark.slow
+def test_indexes_match_the_shards_framing_and_verify_checks_them(tmp_path, inputs):
+    import tensorflow as tf
+    from tensorflow.python.lib.io import tf_record
+    out = str(tmp_path / 'out')
+    run = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
+                  '--dali_index', *IN_PROCESS)
+    assert run.returncode == 0, run.stderr
+    assert '# or with NVIDIA DALI: fn.readers.tfrecord(path=shards, index_path=' in run.stdout
+    files = output_files(out)
+    assert _check_indexes(files) == 6
+    assert json.loads(files['summary.json'])['dali_index'] is True
+    shard = f'{out}/dataset-train.tfrecord-00001-of-00003'
+    reader = tf_record.tf_record_random_reader(shard)
+    expected = list(tf.data.TFRecordDataset(shard).as_numpy_iterator())
+    lines = files['dataset-train.tfrecord-00001-of-00003.idx'].decode().splitlines()
+    assert len(lines) == len(expected) == 8
+    for line, record in zip(lines, expected):   # Each line is where TensorFlow finds a record.
+        offset, size = map(int, line.split(' '))
+        assert reader.read(offset) == (record, offset + size)
+    checked = _verify(out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    tampered = str(tmp_path / 'tampered')
+    shutil.copytree(out, tampered)
+    index = f'{tampered}/dataset-validation.tfrecord-00002-of-00003.idx'
+    lines = open(index).read().splitlines(keepends=True)
+    offset, size = lines[1].split()
+    lines[1] = f'{offset} {int(size) + 1}\n'
+    open(index, 'w').write(''.join(lines))
+    os.remove(f'{tampered}/dataset-train.tfrecord-00000-of-00003.idx')
+    failed = _verify(tampered)
+    assert failed.returncode == 1
+    assert (f'validation shard 2 (dataset-validation.tfrecord-00002-of-00003) index '
+            f'dataset-validation.tfrecord-00002-of-00003.idx: line 2 is {lines[1].strip()!r}, '
+            f"not '{offset} {size}' (offset and size of the shard's record 1)\n") in failed.stderr
+    assert ('train shard 0 (dataset-train.tfrecord-00000-of-00003) index '
+            'dataset-train.tfrecord-00000-of-00003.idx: missing') in failed.stderr
+    assert failed.stderr.count('.idx') == 2
+
+    again = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
+                    '--overwrite', *IN_PROCESS)   # Another command: it replaces the dataset.
+    assert again.returncode == 0, again.stderr
+    assert not glob.glob(f'{out}/*.idx') and not glob.glob(f'{out}/.*')
+    assert 'DALI' not in again.stdout
+    assert json.loads(open(f'{out}/summary.json').read())['dali_index'] is False
+    assert _verify(out).returncode == 0
+
+
+@pytest.mark.slow
+def test_both_formats_index_the_tfrecord_shards_alike(tmp_path, inputs):
+    flags = [f'--input_dir={inputs}', '--num_shards=2', '--dali_index', *IN_PROCESS]
+    assert run_cli(*flags, f'--output_dir={tmp_path}/tf').returncode == 0
+    both = run_cli(*flags, f'--output_dir={tmp_path}/both',
+                   '--output_format=array_record,tfrecord')
+    assert both.returncode == 0, both.stderr
+    files = output_files(f'{tmp_path}/both')
+    assert _check_indexes(files) == 4
+    indexes = {n: data for n, data in files.items() if n.endswith('.idx')}
+    assert indexes == {n: data for n, data in output_files(f'{tmp_path}/tf').items()
+                       if n.endswith('.idx')}
+    assert _verify(f'{tmp_path}/both').returncode == 0
+
+
+@pytest.mark.slow
+def test_copies_dropped_from_the_shards_are_dropped_from_the_indexes(tmp_path):
+    copies = {f'validation/c{i % 3}/copy{i}.jpg': IMAGES[f'train/c{i % 3}/train{i}.jpg']
+              for i in range(0, 24, 5)}
+    inputs = write_tree(tmp_path / 'in', {**IMAGES, **copies})
+    out = str(tmp_path / 'out')
+    run = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2',
+                  '--leakage=drop', '--dali_index', *IN_PROCESS)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(open(f'{out}/summary.json').read())
+    assert summary['splits']['validation']['dropped_copies'] == len(copies) == 5
+    assert _check_indexes(output_files(out)) == 4
+    checked = _verify(out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.slow
+def test_array_record_alone_is_refused_in_one_line(tmp_path, inputs):
+    refused = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
+                      '--output_format=array_record', '--dali_index', *IN_PROCESS)
+    assert refused.returncode == 2
+    assert refused.stderr == ('error: --dali_index indexes TFRecord shards and --output_format='
+                              'array_record writes none; add tfrecord to --output_format or '
+                              'leave --dali_index out\n')
+    assert not os.path.exists(tmp_path / 'out')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('kill_at', ['shard:2', 'commit:install:1'])
+def test_killed_run_resumed_writes_the_same_indexes(tmp_path, inputs, kill_at):
+    flags = [f'--input_dir={inputs}', '--num_shards=3', '--dali_index', *IN_PROCESS]
+    reference = str(tmp_path / 'reference')
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    out = str(tmp_path / 'out')
+    killed = run_cli(*flags, f'--output_dir={out}', kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL
+    if kill_at.startswith('shard'):   # Two shards, each with its index, staged; none committed.
+        assert len(glob.glob(f'{out}/.tmp-*/shards/*.idx')) == 2
+        assert not [n for n in os.listdir(out) if not n.startswith('.')]
+    resumed = run_cli(*flags, f'--output_dir={out}')
+    assert resumed.returncode == 0, resumed.stderr
+    if kill_at.startswith('shard'):
+        assert resumed.stderr.count('reused from an earlier attempt') == 2
+    else:
+        assert 'completed the interrupted commit' in resumed.stderr
+    assert output_files(out) == output_files(reference)
+    assert _check_indexes(output_files(out)) == 6
+
+
+@pytest.mark.slow
+def test_indexes_on_cloud_storage(gcs, tmp_path):
+    source = upload(IMAGES, 'raw')
+    flags = [f'--input_dir={source}', '--num_shards=3', '--dali_index', *IN_PROCESS]
+    out = f'gs://{BUCKET}/out'
+    run = run_cli(*flags, f'--output_dir={out}')
+    assert run.returncode == 0, run.stderr
+    assert run_cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    remote = download('out')
+    assert _check_indexes(remote) == 6
+    assert remote == output_files(f'{tmp_path}/local')
+    checked = _verify(out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_index_lines_and_the_first_bad_line():
+    assert dali_index.index_bytes([30, 17, 1040]) == b'0 30\n30 17\n47 1040\n'
+    assert dali_index.problem(b'0 30\n30 17\n47 1040\n', [30, 17, 1040]) is None
+    assert dali_index.problem(b'0 30\n30 17\n47 1040', [30, 17, 1040]) == \
+        'line 3 does not end in a newline'
+    assert dali_index.problem(b'0 30\r\n30 17\r\n', [30, 17]) == \
+        "line 1 is '0 30\\r', not '0 30' (offset and size of the shard's record 0)"
+    assert dali_index.problem(b'0 30\n', [30, 17]) == \
+        "line 2 is missing: '30 17' (offset and size of the shard's record 1)"
+    assert dali_index.problem(b'0 30\n30 17\n9 9\n', [30, 17]) == \
+        "line 3 is '9 9', past the last of the shard's 2 records"
