@@ -2,7 +2,7 @@
 
     python -m benchmarks.baselines naive_beam INPUT OUTPUT
     python -m benchmarks.baselines pool INPUT OUTPUT [--reencode]
-    python -m benchmarks.baselines codec INPUT [--encode | --floor]
+    python -m benchmarks.baselines codec INPUT [--encode | --floor | --hash_floor]
 """
 import argparse
 import io
@@ -12,7 +12,9 @@ import os
 import sys
 import time
 
+import numpy as np
 import simplejpeg
+import threadpoolctl
 from PIL import Image
 
 from benchmarks.workload import list_images
@@ -119,25 +121,46 @@ def _validate(data: bytes) -> None:
         _decode(data)
 
 
-def _validate_share(paths: list[str], results: multiprocessing.Queue) -> None:
-    """Reads its files into memory, then validates them: puts (images, seconds validating)."""
+def _check_and_hash(data: bytes) -> None:
+    """The codec work the converter must do with its checks on: the strict decode at the scale
+    the hashes read (pipeline/quality/jpeg_check.py) and the perceptual hashes; Pillow decodes
+    what libjpeg-turbo cannot."""
+    from pipeline.quality.jpeg_check import check_jpeg
+    from pipeline.quality.phash import perceptual_hashes
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        verdict = check_jpeg(data, width, height)
+    except ValueError:
+        verdict = None
+    if verdict is not None:
+        perceptual_hashes(verdict.pixels)
+    else:
+        perceptual_hashes(np.asarray(Image.open(io.BytesIO(data)).convert('RGB')))
+
+
+def _validate_share(paths: list[str], results: multiprocessing.Queue, work) -> None:
+    """Reads its files into memory, then does `work` on each: puts (images, seconds working).
+    One BLAS thread, as in a converter's worker (the hashes' matrix products)."""
+    threadpoolctl.threadpool_limits(1, user_api='blas')
     blobs = []
     for path in paths:
         with open(path, 'rb') as stream:
             blobs.append(stream.read())
-    _validate(blobs[0])
+    work(blobs[0])
     started = time.perf_counter()
     for data in blobs:
-        _validate(data)
+        work(data)
     results.put((len(blobs), time.perf_counter() - started))
 
 
-def floor(root: str) -> None:
-    """The codec floor: one process per core, each validating its share of the files from
-    memory (nothing crosses processes while timed); the sum of their rates."""
+def floor(root: str, work=_validate) -> None:
+    """A codec floor: one process per core, each doing `work` (by default the strict 1/8-scale
+    decode) on its share of the files from memory (nothing crosses processes while timed); the
+    sum of their rates."""
     paths = [path for _, _, path in list_images(root)]
     cores, results = os.cpu_count(), multiprocessing.Queue()
-    workers = [multiprocessing.Process(target=_validate_share, args=(paths[i::cores], results))
+    workers = [multiprocessing.Process(target=_validate_share,
+                                       args=(paths[i::cores], results, work))
                for i in range(cores)]
     for worker in workers:
         worker.start()
@@ -169,6 +192,7 @@ def main() -> None:
     parser.add_argument('--reencode', action='store_true')
     parser.add_argument('--encode', action='store_true')
     parser.add_argument('--floor', action='store_true')
+    parser.add_argument('--hash_floor', action='store_true')
     parser.add_argument('--shards', type=int, default=8)
     args = parser.parse_args()
     if args.mode == 'naive_beam':
@@ -177,6 +201,8 @@ def main() -> None:
         pool(args.input, args.output, args.reencode)
     elif args.floor:
         floor(args.input)
+    elif args.hash_floor:
+        floor(args.input, _check_and_hash)
     else:
         codec(args.input, args.encode)
 
