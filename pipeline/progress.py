@@ -39,8 +39,7 @@ class Progress:
 
     def __init__(self, settings: ConversionSettings):
         self._plan = plan_path(settings)
-        self._parts = output_folder.work_files(settings.temp_dir, output_folder.PARTS,
-                                               '*.tfrecord.json')
+        self._parts = fileio.join(settings.temp_dir, output_folder.PARTS)
         self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name='progress', daemon=True)
@@ -102,12 +101,12 @@ class Progress:
     def _read_plan(self) -> bool:
         """Whether the plan (the total and the conversion's start) is known, reading it once."""
         if self._total is None:
-            noted = fileio.match(self._plan)
-            if not noted:
+            noted = fileio.modified(self._plan)
+            if noted is None:
                 return False
             plan = json.loads(fileio.read_bytes(self._plan))
             self._total = sum(s['inputs'] for s in plan['splits'].values())
-            self._started = noted[0].last_updated_in_seconds   # Conversion starts.
+            self._started = noted   # Conversion starts.
         return True
 
     def _watch(self) -> None:
@@ -140,18 +139,18 @@ class Progress:
                     last_line, next_step = time.monotonic(), step + 1
 
     def _inputs_of_new_parts(self) -> list[int]:
-        found = []
-        for meta in fileio.match(self._parts):
-            if meta.path not in self._seen:
+        found = []   # Listed by name: a poll costs no look at the files it has seen.
+        for path in fileio.file_names(self._parts):
+            if path.endswith('.tfrecord.json') and path not in self._seen:
                 try:
-                    data = bounded_reads.read_file(meta.path)
+                    data = bounded_reads.read_file(path)
                     if data is None:   # The run ended and its temporary folder went.
                         continue
                     result = json.loads(data)
                     count = int(result['records']) + int(result['errors'])
                 except (DatasetError, ValueError, TypeError, KeyError):
                     count = 0          # Not a sidecar of this run: the run itself says so.
-                self._seen[meta.path] = count
+                self._seen[path] = count
                 found.append(count)
         return found
 

@@ -294,6 +294,29 @@ def match(pattern: str) -> list['FileMetadata']:
     return sorted(result.metadata_list, key=lambda m: m.path)
 
 
+def file_names(folder: str) -> list[str]:
+    """The paths of the files directly in `folder`, found by name alone (no file is looked at):
+    what a poll can afford; [] when the folder does not exist."""
+    if is_gcs(folder):
+        return [p for p in list_prefix(folder) if '/' not in p[len(folder.rstrip('/')) + 1:]]
+    try:
+        return sorted(join(folder, name) for name in os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def modified(path: str) -> float | None:
+    """When the file at `path` was last written (seconds since the epoch), None if absent."""
+    if not is_gcs(path):
+        try:
+            return os.stat(path).st_mtime
+        except FileNotFoundError:
+            return None
+    bucket, name = split_gcs(path)
+    blob = storage_client().bucket(bucket).get_blob(name)
+    return blob.updated.timestamp() if blob is not None and blob.updated else None
+
+
 def tree_bytes(path: str) -> int:
     """Bytes of every file below folder `path`."""
     return sum(entry.size or 0 for _, entry in walk_files(path))
