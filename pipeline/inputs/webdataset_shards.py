@@ -100,9 +100,9 @@ class Shard(Partition):
             names = ', '.join(m.name for m, extension, _ in sample if extension == twice)
             return problem(f'has two .{twice} members ({names}): keep one')
         if ref_key != f'{shard}/{key}':
-            return problem(f'has members again at byte {first.offset}, apart from its others '
-                           '(webdataset reads them as another sample): write the members of a '
-                           'sample one after another')
+            return problem(f'has members apart from its others ({first.name} follows another '
+                           "sample's; webdataset reads them as two samples): write the members "
+                           'of a sample one after another')
         if not images:
             return problem(f'has no image: give it a {_listed(IMAGES)} member')
         if len(images) > 1:
