@@ -57,8 +57,8 @@ class Shard(Partition):
     sizes_known = True
 
     def examples(self) -> Iterator[ExampleRef]:
-        sample: list[tuple[Member, str, Any]] = []   # (member, extension, parsed label)
-        seen: set[str] = set()
+        key, sample = None, []   # The sample being read: (member, extension, parsed label)s.
+        seen: set[str] = set()   # Keys of the samples read.
         for member, label in archives.members_read(self.archive, _holds_label, self._label):
             named = None if member.unnamed or member.is_dir else key_and_extension(member.name)
             if member.unnamed:
@@ -68,17 +68,18 @@ class Shard(Partition):
                 yield ExampleRef(self.split, member.path, member.path,
                                  fileio.basename(member.name), None, ignored=True)
             else:
-                if sample and key_and_extension(sample[0][0].name)[0] != named[0]:
-                    yield self._sample(sample, seen)
+                if sample and named[0] != key:
+                    yield self._sample(key, sample, seen)
                     sample = []
+                key = named[0]
                 sample.append((member, named[1], label))
         if sample:
-            yield self._sample(sample, seen)
+            yield self._sample(key, sample, seen)
 
-    def _sample(self, sample: list[tuple[Member, str, Any]], seen: set[str]) -> ExampleRef:
+    def _sample(self, key: str, sample: list[tuple[Member, str, Any]],
+                seen: set[str]) -> ExampleRef:
         """The ref of one sample: its image, or why it is not converted."""
         first = sample[0][0]
-        key = key_and_extension(first.name)[0]
         shard = self.archive.path
         images = [m for m, extension, _ in sample if extension in IMAGES]
         image = images[0] if images else None
