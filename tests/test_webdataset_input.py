@@ -87,14 +87,21 @@ def test_shards_from_brace_patterns_convert_with_pixels_and_labels(tmp_path):
     samples = _samples(9, 3)
     _write_shards(str(tmp_path / 'train-%06d.tar'), samples, 3)
     (tmp_path / 'classes.txt').write_text('cat\ndog\nfox\n')
+    beyond = _tar(tmp_path / 'beyond.tar', [('k900.jpg', imagemaker.jpeg(40, 30)),
+                                             ('k900.cls', b'3')])
     out = str(tmp_path / 'out')
     flags = [f'--webdataset=train={tmp_path}/train-{{000000..000001}}.tar',
-             f'--webdataset=train={tmp_path}/train-000002.tar',
-             f'--labels_file={tmp_path}/classes.txt', *IN_PROCESS]
+             f'--webdataset=train={tmp_path}/train-000002.tar', f'--webdataset=train={beyond}',
+             f'--labels_file={tmp_path}/classes.txt', '--max_error_ratio=0.1', *IN_PROCESS]
     result = run_cli(*flags, f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     rows = {r[records.FILENAME]: r for r in read_split(out, 'train')}
     assert len(rows) == 9
+    with open(f'{out}/errors-train.jsonl') as stream:
+        assert [json.loads(line) for line in stream] == [{
+            'split': 'train', 'source': f'{beyond}/k900',
+            'reason': f'{beyond}: sample k900 has a label that does not parse: k900.cls holds '
+                      f'class id 3, but --labels_file names 3 classes (ids 0-2)'}]
     for i, sample in enumerate(samples):
         kind = 'png' if 'png' in sample else 'jpg'
         row = rows[f'k{i:03d}.{kind}']
