@@ -18,6 +18,7 @@ from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, output_files, pixels, read_files, read_split, run_cli
+from tests.test_archives import _convert_through_counting_proxy
 
 PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4..1}', '{2..-1}',
             '{a..g..2}', '{e..a..2}', '{Z..a}', 'a{1..3}b{x,y}', 'python{2.{5..7},3.{2,3}}',
@@ -206,6 +207,14 @@ def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
     rows = sorted((r[records.SOURCE], r[records.LABEL]) for r in read_files(paths))
     assert rows == [(f'{source}/train-{i // 4:06d}.tar/k{i:03d}.{"png" if i % 3 == 2 else "jpg"}',
                      i % 2) for i in range(8)]
+
+    # Through a proxy that counts requests: one read indexes each shard (under 1 MB, so one
+    # window), its labels with it; then one ranged read per image.
+    counted = _convert_through_counting_proxy(
+        gcs, f'--webdataset=train={source}/train-{{000000..000001}}.tar',
+        f'--output_dir={tmp_path}/local', *IN_PROCESS)
+    assert counted['read'] == 8 + 2
+    assert read_split(f'{tmp_path}/local', 'train') == read_files(paths)
 
     missing = run_cli(f'--webdataset=train={source}/train-{{000000..000002}}.tar',
                       f'--output_dir=gs://{BUCKET}/none', *IN_PROCESS)
