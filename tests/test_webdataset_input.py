@@ -12,7 +12,7 @@ import pytest
 import webdataset
 from braceexpand import braceexpand
 
-from pipeline.inputs import webdataset_shards
+from pipeline.inputs import brace_patterns, webdataset_shards
 from pipeline.inputs.archives import Archive
 from pipeline.output import records
 from pipeline.testing import imagemaker
@@ -28,7 +28,7 @@ PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4.
 
 @pytest.mark.parametrize('pattern', PATTERNS)
 def test_brace_patterns_expand_as_braceexpand_does(pattern):
-    assert webdataset_shards.brace_patterns.expand(pattern) == list(braceexpand(pattern))
+    assert brace_patterns.expand(pattern) == list(braceexpand(pattern))
 
 
 def test_unbalanced_braces_are_refused_naming_the_flag():
@@ -190,6 +190,30 @@ def test_a_gzip_shard_gives_the_records_of_its_tar(tmp_path):
     assert len(found['tar']) == 6
     assert [row[:3] for row in found['gz']] == [row[:3] for row in found['tar']]
     assert found['gz'][0][3] == f'{tmp_path}/gz/train-000000.tar.gz/k000.jpg'
+
+
+@pytest.mark.slow
+def test_a_cut_off_shard_fails_its_split_unless_any_loss_is_accepted(tmp_path):
+    _write_shards(str(tmp_path / 'train-%06d.tar'), _samples(6, 2), 6)
+    whole = (tmp_path / 'train-000000.tar').read_bytes()
+    with tarfile.open(tmp_path / 'train-000000.tar') as tar:
+        cut = tar.getmember('k003.jpg').offset_data + 10
+    shard = tmp_path / 'cut' / 'train-000000.tar'
+    shard.parent.mkdir()
+    shard.write_bytes(whole[:cut])
+    flags = [f'--webdataset=train={shard}', *IN_PROCESS]
+    failed = run_cli(*flags, f'--output_dir={tmp_path}/failed')
+    assert failed.returncode == 2
+    assert (f"error: 1 archive(s) of split 'train' end in damage, e.g. {shard}: how many members "
+            'lay behind the damage cannot be known') in failed.stderr
+    accepted = run_cli(*flags, '--max_error_ratio=1', f'--output_dir={tmp_path}/accepted')
+    assert accepted.returncode == 0, accepted.stderr
+    assert sorted(r[records.FILENAME] for r in read_split(f'{tmp_path}/accepted', 'train')) == [
+        'k000.jpg', 'k001.jpg', 'k002.png']
+    with open(f'{tmp_path}/accepted/errors-train.jsonl') as stream:
+        assert [(e['source'], e['reason']) for e in map(json.loads, stream)] == [
+            (f'{shard}/k003', f'{shard}: sample k003 cannot be read: truncated archive: {shard} '
+                              'ends inside k003.jpg')]
 
 
 def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
