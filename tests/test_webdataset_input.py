@@ -31,9 +31,28 @@ def test_brace_patterns_expand_as_braceexpand_does(pattern):
     assert brace_patterns.expand(pattern) == list(braceexpand(pattern))
 
 
-def test_unbalanced_braces_are_refused_naming_the_flag():
-    with pytest.raises(Exception, match=r"--webdataset train=a\{1..2\.tar: unbalanced braces"):
-        webdataset_shards.shard_lists(['train=a{1..2.tar'])
+@pytest.mark.parametrize('given,error', [
+    (['train=a{1..2.tar'], "--webdataset train=a{1..2.tar: unbalanced braces in 'a{1..2.tar'"),
+    (['a-{0..1}.tar'], '--webdataset a-{0..1}.tar: expected SPLIT=PATTERN, e.g. '
+                       'train=/data/train-{000000..000146}.tar'),
+    (['val=a.tar'], "--webdataset val=a.tar: 'val' is no split; splits are train, validation, "
+                    'test'),
+    (['train=a-{0,1}.zip'], '--webdataset train=a-{0,1}.zip: a-0.zip is not a .tar, .tar.gz or '
+                            '.tgz file; a WebDataset shard is a tar'),
+    (['train=a-{0..2}.tar', 'test=a-2.tar'], '--webdataset test=a-2.tar: shard a-2.tar is given '
+                                             'again (first by --webdataset train=a-{0..2}.tar); '
+                                             'give each shard once'),
+])
+def test_shard_lists_refuse_what_names_no_shard_once(given, error):
+    with pytest.raises(Exception) as info:
+        webdataset_shards.shard_lists(given)
+    assert str(info.value) == error
+
+
+def test_shard_lists_keep_the_order_given():
+    assert webdataset_shards.shard_lists(['train=a-{08..10}.tar', 'train=b.tar.gz']) == {
+        'train': [('a-08.tar', 'train=a-{08..10}.tar'), ('a-09.tar', 'train=a-{08..10}.tar'),
+                  ('a-10.tar', 'train=a-{08..10}.tar'), ('b.tar.gz', 'train=b.tar.gz')]}
 
 
 def _tar(path, members: list[tuple[str, bytes]]) -> str:

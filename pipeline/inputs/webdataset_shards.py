@@ -8,9 +8,9 @@ sample is an image (`.jpg`, `.jpeg`, `.png` or `.webp`) and a label: the first o
 holds, a `.cls` class id, the `--label_field` field of a `.json` (an id or a class name) or a
 `.txt` class name; its other members are not read.
 
-Each shard is one partition, indexed by a worker as any tar is (pipeline/inputs/archives.py):
-its headers hop to hop, label members read through the same window while it is indexed (so
-they cost no read of their own), a `.tar.gz` in one pass. Each image is then read by whichever
+Each shard is one partition, indexed by a worker as any tar is (pipeline/inputs/archives.py),
+hopping from header to header; its label members are read through the same window while it is
+indexed (so they cost no read of their own), a `.tar.gz`'s in its one pass. Each image is then read by whichever
 worker converts it, with one ranged read (a gzip shard's through a pass, as archives are).
 A sample is one input, its key the shard's path and the sample's key
 (`/data/train-000000.tar/n0144_7`), so keys are unique and the same on every run; one that
