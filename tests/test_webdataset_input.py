@@ -5,6 +5,7 @@ import io
 import json
 import os
 import signal
+import sys
 import tarfile
 
 import numpy as np
@@ -17,7 +18,8 @@ from pipeline.inputs.archives import Archive
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, output_files, pixels, read_files, read_split, run_cli
+from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
+                           run_measured)
 from tests.test_archives import _convert_through_counting_proxy
 
 PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4..1}', '{2..-1}',
@@ -233,6 +235,35 @@ def test_a_cut_off_shard_fails_its_split_unless_any_loss_is_accepted(tmp_path):
         assert [(e['source'], e['reason']) for e in map(json.loads, stream)] == [
             (f'{shard}/k003', f'{shard}: sample k003 cannot be read: truncated archive: {shard} '
                               'ends inside k003.jpg')]
+
+
+@pytest.mark.slow
+def test_an_outsized_label_member_is_reported_never_read(tmp_path):
+    """A sample's .json of 1.5 GB (a sparse file: no disk, no time to write): listing hops over
+    it and the sample is reported, in a fraction of the memory reading it would take."""
+    jpeg = imagemaker.jpeg(40, 30)
+    path = tmp_path / 'train-000000.tar'
+    with open(path, 'wb') as stream:
+        for name, data in [('a.jpg', jpeg), ('a.cls', b'0'), ('b.jpg', jpeg), ('b.json', 3 << 29),
+                           ('c.jpg', jpeg), ('c.cls', b'1')]:
+            info = tarfile.TarInfo(name)
+            info.size = data if isinstance(data, int) else len(data)
+            stream.write(info.tobuf(tarfile.USTAR_FORMAT))
+            if isinstance(data, int):
+                stream.seek(-(-data // 512) * 512, os.SEEK_CUR)
+            else:
+                stream.write(data + bytes(-len(data) % 512))
+        stream.write(bytes(1024))
+    out = str(tmp_path / 'out')
+    result, peak = run_measured(sys.executable, '-m', 'pipeline.run', f'--webdataset=train={path}',
+                                '--max_error_ratio=1', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert peak < 1 << 30
+    assert sorted(r[records.FILENAME] for r in read_split(out, 'train')) == ['a.jpg', 'c.jpg']
+    with open(f'{out}/errors-train.jsonl') as stream:
+        assert [json.loads(line)['reason'] for line in stream] == [
+            f'{path}: sample b has a label member of {3 << 29} bytes (b.json); one of at most '
+            '65536 bytes is read']
 
 
 def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
