@@ -15,6 +15,7 @@ from braceexpand import braceexpand
 
 from pipeline.inputs import brace_patterns, webdataset_shards
 from pipeline.inputs.archives import Archive
+from pipeline.inputs.folder_layout import NOT_UTF8
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
@@ -160,7 +161,8 @@ def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
                 {'__key__': 'h', 'png': png, 'txt': 'two\nlines'}]:
             writer.write(sample)
     apart = _tar(tmp_path / 'apart.tar', [('x.jpg', jpeg), ('y.png', png), ('y.txt', b'cat'),
-                                           ('x.txt', b'dog'), ('NOTES', b'no key')])
+                                           ('x.txt', b'dog'), ('NOTES', b'no key'),
+                                           ('caf\udce9.jpg', jpeg), ('caf\udce9.txt', b'cat')])
     out = str(tmp_path / 'out')
     result = run_cli(f'--webdataset=validation={tmp_path}/val.tar',
                      f'--webdataset=validation={apart}', '--label_field=name',
@@ -181,6 +183,7 @@ def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
         (f'{apart}/x//@{again}', f"{apart}: sample x has members apart from its others (x.txt "
                                  "follows another sample's; webdataset reads them as two "
                                  'samples): write the members of a sample one after another'),
+        (f'{apart}/caf\\xe9', NOT_UTF8),
         (f'{val}/d', f"{val}: sample d has no label: give it a .cls (class id), .json (field "
                      "'name') or .txt (class name) member"),
         (f'{val}/e', f'{val}: sample e has no image: give it a .jpg, .jpeg, .png or .webp member'),
@@ -191,7 +194,7 @@ def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
                      'one line; a class name is one line'),
     ])
     summary = json.loads(open(f'{out}/summary.json').read())['splits']['validation']
-    assert (summary['records'], summary['skipped'], summary['ignored']) == (4, 7, 1)
+    assert (summary['records'], summary['skipped'], summary['ignored']) == (4, 8, 1)
 
 
 @pytest.mark.slow

@@ -15,8 +15,9 @@ worker converts it, with one ranged read (a gzip shard's through a pass, as arch
 A sample is one input, its key the shard's path and the sample's key
 (`/data/train-000000.tar/n0144_7`), so keys are unique and the same on every run; one that
 cannot become a record (no image, two, no label or one that does not parse, members that are
-not together) is reported under that key. Members with no key (no dot in the base name, hidden
-names), directories and webdataset's `__meta__` entries are ignored and counted.
+not together, a key that is not UTF-8) is reported under that key. Members with no key (no dot
+in the base name, hidden names), directories and webdataset's `__meta__` entries are ignored
+and counted.
 """
 import dataclasses
 import json
@@ -26,6 +27,7 @@ from typing import Any, Callable, Iterator
 from pipeline.errors import DatasetError
 from pipeline.inputs import archives, brace_patterns
 from pipeline.inputs.archives import Archive, Member
+from pipeline.inputs.folder_layout import NOT_UTF8, _escaped, _not_utf8
 from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.inputs.refs import ExampleRef
 from pipeline.io import fileio
@@ -65,8 +67,9 @@ class Shard(Partition):
                 yield ExampleRef(self.split, member.path, member.path, member.name, None,
                                  problem=member.error, member=member)
             elif named is None:
-                yield ExampleRef(self.split, member.path, member.path,
-                                 fileio.basename(member.name), None, ignored=True)
+                path = _escaped(member.path)
+                yield ExampleRef(self.split, path, path, fileio.basename(path), None,
+                                 ignored=True)
             else:
                 if sample and named[0] != key:
                     yield self._sample(key, sample, seen)
@@ -87,6 +90,9 @@ class Shard(Partition):
         if key in seen:   # Separate runs of one key are separate samples to webdataset.
             ref_key = f'{shard}/{key}//@{first.offset}'
         seen.add(key)
+        if _not_utf8(key):
+            return ExampleRef(self.split, _escaped(ref_key), '', _escaped(fileio.basename(key)),
+                              None, problem=NOT_UTF8)
 
         def problem(reason: str, member: Member | None = image) -> ExampleRef:
             return ExampleRef(self.split, ref_key, '', fileio.basename(key), None,
