@@ -190,8 +190,8 @@ def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
         (f'{val}/f', f'{val}: sample f has 2 images (f.jpg, f.png): keep one'),
         (f'{val}/g', f'{val}: sample g has a label that does not parse: g.json is not JSON: '
                      'Expecting property name enclosed in double quotes: line 1 column 2 (char 1)'),
-        (f'{val}/h', f'{val}: sample h has a label that does not parse: h.txt holds more than '
-                     'one line; a class name is one line'),
+        (f'{val}/h', f'{val}: sample h has a label that does not parse: h.txt holds a line '
+                     'break or control character; a class name is one line'),
     ])
     summary = json.loads(open(f'{out}/summary.json').read())['splits']['validation']
     assert (summary['records'], summary['skipped'], summary['ignored']) == (4, 8, 1)

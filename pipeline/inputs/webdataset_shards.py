@@ -22,6 +22,7 @@ and counted.
 import dataclasses
 import json
 import re
+import unicodedata
 from typing import Any, Callable, Iterator
 
 from pipeline.errors import DatasetError
@@ -165,10 +166,12 @@ class Shard(Partition):
 
 
 def _class_name(text: str) -> str | ValueError:
+    """A class name (surrounding spaces dropped): one line of text, as labels.txt keeps it."""
     name = text.strip()
-    if not name or len(name.splitlines()) > 1:
-        return ValueError('holds no class name' if not name else
-                          'holds more than one line; a class name is one line')
+    if not name:
+        return ValueError('holds no class name')
+    if any(unicodedata.category(c) in ('Cc', 'Zl', 'Zp') for c in name):
+        return ValueError('holds a line break or control character; a class name is one line')
     return name
 
 
