@@ -69,10 +69,12 @@ def _tar(path, members: list[tuple[str, bytes]]) -> str:
 
 
 def test_members_make_the_samples_webdataset_makes(tmp_path):
-    """Keys, extensions and what is a sample, against webdataset's own grouping of one tar."""
+    """Keys, extensions and what is a sample, against webdataset's own grouping of one tar; a
+    .cls label before a .json one."""
     jpeg = imagemaker.jpeg(8, 8)
     path = _tar(tmp_path / 'odd.tar', [
-        ('a/n01.jpg', jpeg), ('a/n01.CLS', b'1'), ('a/n01.seg.png', b'x'),
+        ('a/n01.jpg', jpeg), ('a/n01.json', b'{"label": "cat"}'), ('a/n01.CLS', b'1'),
+        ('a/n01.seg.png', b'x'),
         ('b.x.y/n02.JPEG', jpeg), ('b.x.y/n02.txt', b'cat'), ('README', b'no key'),
         ('.hidden.jpg', jpeg), ('__meta__', b'{}'), ('n03.webp', b'w'), ('n03.json', b'{}')])
     theirs = [(s['__key__'], sorted(k for k in s if not k.startswith('__')))
