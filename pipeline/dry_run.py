@@ -12,8 +12,8 @@ from pipeline import job, plan
 from pipeline.dataflow import build_worker_package, is_dataflow
 from pipeline.io import fileio
 from pipeline.errors import DatasetError
-from pipeline.output.metadata import SPLITS
 from pipeline.options import Options, parse
+from pipeline.sources import input_paths
 
 
 def dry_run(options: Options, signed_in: bool) -> str:
@@ -23,8 +23,7 @@ def dry_run(options: Options, signed_in: bool) -> str:
         raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
                            'use --plan_only to see what it would write')
     flags = options.converter
-    inputs = [flags.input_dir, flags.labels_file, *(getattr(flags, f'csv_{s}') for s in SPLITS)]
-    remote = next((p for p in inputs if p and fileio.is_gcs(p)), None)
+    remote = next((p for p in input_paths(flags) if p and fileio.is_gcs(p)), None)
     if not signed_in and remote:
         raise DatasetError(f'{remote} is read to build the job (its splits, labels and listing): '
                            'a dry run without Google Cloud credentials needs the input on local '

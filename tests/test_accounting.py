@@ -106,7 +106,7 @@ def test_output_without_input_is_an_error_not_the_sample(tmp_path):
     result = run_cli(f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
         'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
-        '--csv_<split> or --config (got none)']
+        '--csv_<split>, --config or --webdataset SPLIT=PATTERN (got none)']
     assert not (tmp_path / 'out').exists()
 
 

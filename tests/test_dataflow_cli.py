@@ -104,3 +104,12 @@ def test_dry_run_without_credentials_is_offline_and_prints_what_would_be_submitt
         'error: gs://my-bucket/in is read to build the job (its splits, labels and listing): a dry '
         'run without Google Cloud credentials needs the input on local disk; or sign in (gcloud '
         'auth application-default login)']
+    shards = run_cli(*CLOUD, '--dry_run=true', '--temp_location=gs://my-bucket/tmp',
+                     '--webdataset=train=gs://my-bucket/wds/train-{0..3}.tar',
+                     '--output_dir=gs://my-bucket/out',
+                     env=dict(env, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / 'none.json')),
+                     timeout=120)
+    assert shards.returncode == 2 and shards.stderr.splitlines() == [
+        'error: gs://my-bucket/wds/train-{0..3}.tar is read to build the job (its splits, labels '
+        'and listing): a dry run without Google Cloud credentials needs the input on local disk; '
+        'or sign in (gcloud auth application-default login)']

@@ -99,7 +99,8 @@ def test_an_input_kind_registered_outside_the_product_has_its_flag_and_is_one_in
                 f'--input_dir={tmp_path}', f'--output_dir={tmp_path}/out')
     assert both.returncode == 2, both.stderr
     assert ('give one input: --input_dir (with --csv_<split> for splits it does not hold), '
-            '--csv_<split>, --config or --image_list (got --input_dir, --image_list)'
+            '--csv_<split>, --config, --webdataset SPLIT=PATTERN or --image_list (got '
+            '--input_dir, --image_list)'
             in both.stderr)
 
 

@@ -112,7 +112,7 @@ def test_empty_split_is_an_error(tmp_path, images):
      'error: --csv_train /no/such.csv does not exist; give the path of a CSV file with uri,label lines'),
     (['--csv_train=/x.csv', '--config=x:Y', '--output_dir={out}'],
      'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
-     '--csv_<split> or --config (got --csv_*, --config)'),
+     '--csv_<split>, --config or --webdataset SPLIT=PATTERN (got --csv_*, --config)'),
     (['--config=nosuchmodule:Cfg', '--output_dir={out}'],
      "error: --config nosuchmodule:Cfg: cannot import it (No module named 'nosuchmodule'); is the module on PYTHONPATH?"),
     (['--input_dir=/tmp', '--output_dir={out}', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),

@@ -31,7 +31,7 @@ import dataclasses
 import functools
 import io
 import zipfile
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from pipeline import pickling
 from pipeline.io import fileio
@@ -179,22 +179,52 @@ def members(archive: Archive) -> Iterator[Member]:
     Within each archive, of members with the same name the last wins, as tar extracts them
     (`tar -r` appends a new version): each earlier one is reported as an error about its bytes,
     and an earlier copy of an archive inside a gzip tar hides what it holds."""
-    found = ([member for member, _ in gzip_pass.stream(archive)] if archive.streamed
-             else list(zip_index._zip_members(archive) if archive.kind == 'zip'
-                       else tar_index._tar_members(archive)))
-    by_index = {m.index: m for m in found if m.index is not None}
-    last = {(m.within, m.name): m.identity for m in found if not m.unnamed and not m.is_dir}
+    return (member for member, _ in members_read(archive, lambda member: False, None))
+
+
+def members_read(archive: Archive, keep: Callable[[Member], bool],
+                 parse: Callable[[Member, bytes], Any]) -> Iterator[tuple[Member, Any]]:
+    """(member, parse(member, its bytes) if `keep(member)` else None) of every member that
+    `members` gives, the kept ones read while the archive is indexed: a tar's through the index
+    window (a small member costs no read of its own), a gzip tar's in its one pass, a zip's by
+    member. Only parsed values are held, never a kept member's bytes; a member with an error
+    is not read."""
+    if archive.streamed:
+        found = [(member, parse(member, data) if data is not None else None)
+                 for member, data in gzip_pass.stream(archive, keep)]
+    elif archive.kind == 'zip':
+        found = [(member, _read_kept(member, keep, parse))
+                 for member in zip_index._zip_members(archive)]
+    else:
+        window = _Window(archive)
+        found = [(member, parse(member, window.read_at(member.offset - archive.start, member.size))
+                  if keep(member) and member.error is None else None)
+                 for member in tar_index._tar_members(archive, window)]
+    by_index = {m.index: m for m, _ in found if m.index is not None}
+    last = {(m.within, m.name): m.identity for m, _ in found if not m.unnamed and not m.is_dir}
     hidden = set()   # Pass indices of earlier copies of archives inside a gzip tar.
-    for member in found:
+    for member, value in found:
         if hidden.intersection(member.within):
             continue
         if member.unnamed or member.is_dir:
-            yield member
+            yield member, value
         elif last[member.within, member.name] != member.identity:
-            yield _earlier_copy(member, by_index.get(member.within[-1] if member.within else None))
+            yield _earlier_copy(member, by_index.get(member.within[-1] if member.within
+                                                     else None)), None
             hidden.add(member.index)
         elif not _holds_members(member):
-            yield member
+            yield member, value
+
+
+def _read_kept(member: Member, keep: Callable[[Member], bool],
+               parse: Callable[[Member, bytes], Any]) -> Any:
+    """parse(member, its bytes) if it is kept and can be read, else None."""
+    if not keep(member) or member.error is not None:
+        return None
+    try:
+        return parse(member, member.read())
+    except fileio.DamagedInput:
+        return None
 
 
 def _holds_members(member: Member) -> bool:

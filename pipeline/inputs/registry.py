@@ -4,8 +4,9 @@ from pipeline.inputs.csv_files import CSV
 from pipeline.inputs.folder_layout import FOLDER
 from pipeline.inputs.generator import CONFIG
 from pipeline.inputs.kinds import InputKind
+from pipeline.inputs.webdataset_shards import WEBDATASET
 
-_KINDS: list[InputKind] = [FOLDER, CSV, CONFIG]
+_KINDS: list[InputKind] = [FOLDER, CSV, CONFIG, WEBDATASET]
 
 
 def register(kind: InputKind) -> InputKind:

@@ -10,13 +10,14 @@ _TAR_DIRS = (b'5',)
 _TAR_EXTENDED = (b'L', b'K', b'x', b'g')
 
 
-def _tar_members(archive: Archive) -> Iterator[Member]:
+def _tar_members(archive: Archive, window: _Window | None = None) -> Iterator[Member]:
     """Hops from header to header. A header that does not parse (its checksum, a size that is
     not a number, an extended header over EXTENDED_MAX) starts a damaged stretch, reported as
     an unnamed member; the index resumes at the next valid header (as GNU tar does). Extended
     headers (long names, pax records) that do not parse make the member they describe an
-    error."""
-    window = _Window(archive)
+    error. `window`: the one to read through (a caller may read small members through it
+    between headers at no cost of its own)."""
+    window = window or _Window(archive)
     # `start`: where the headers of the next member begin (extended headers come first).
     position, start, extended, damage, resynced = 0, 0, {}, None, False
     while position + _BLOCK <= window.size:
