@@ -4,8 +4,9 @@ from pipeline.inputs.csv_files import CSV
 from pipeline.inputs.folder_layout import FOLDER
 from pipeline.inputs.generator import CONFIG
 from pipeline.inputs.kinds import InputKind
+from pipeline.inputs.parquet_files import PARQUET_KIND
 
-_KINDS: list[InputKind] = [FOLDER, CSV, CONFIG]
+_KINDS: list[InputKind] = [FOLDER, PARQUET_KIND, CSV, CONFIG]
 
 
 def register(kind: InputKind) -> InputKind:

@@ -1,0 +1,269 @@
+"""Hugging Face parquet files, `--input_dir DIR` in one of the Hub's layouts: its InputKind and
+partitions.
+
+    DIR/data/SPLIT-00000-of-00004.parquet     a dataset repository (push_to_hub)
+    DIR/CONFIG/SPLIT/0000.parquet             the Hub's parquet conversion (one CONFIG)
+    DIR/SPLIT/0000.parquet                    one CONFIG folder of it
+    DIR/SPLIT-00000-of-00004.parquet          the files alone
+
+The image column is the one whose feature is an `Image` in the schema's `huggingface` metadata
+(values `{bytes, path}`), the label column the `ClassLabel` one; `--image_column` and
+`--label_column` choose others. Label ids are the ClassLabel's ids and names its names (through
+LabelSettings.label_names, as --labels_file fixes them); an integer label column without a
+ClassLabel gives ids as stored, a text column sorted names, as any other input.
+
+Each file is one partition, which splits further into one per row group: a worker reads a row
+group's image and label columns BATCH_ROWS rows at a time (pyarrow reads its pages through a
+READ_BUFFER window, ranged reads on gs://), and each row becomes a ref that carries its image
+bytes, so the file is read once. Every row is an input: a record or a reported error named
+`FILE:row N` (N counts from 0, as `datasets` indexes the file).
+"""
+import dataclasses
+import json
+from typing import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import DatasetError
+from pipeline.inputs import archives
+from pipeline.inputs.kinds import InputKind, Partition, Source
+from pipeline.inputs.refs import ExampleRef
+from pipeline.inputs.split_names import split_of
+from pipeline.io import fileio
+from pipeline.output.metadata import SPLITS
+from transforms.settings import LabelSettings
+
+PARQUET = '.parquet'
+BATCH_ROWS = 16            # Rows decoded at once: a row group is never held whole.
+READ_BUFFER = 1 << 20      # Bytes pyarrow reads at a time (no pre-buffering of a column chunk).
+
+
+def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
+    """Split name as the files spell it -> its parquet files, if `root` is a folder in one of
+    the Hub's layouts; else None (a folder of classes, say). Several configs are an error."""
+    if archives.suffix(fileio.basename(root)):
+        return None
+    entries = _listed(root)
+    if _parquet_in(entries):
+        return _by_name_prefix(_parquet_in(entries))
+    folders = {e.name: e for e in entries if e.is_dir and not e.hidden}
+    if 'data' in folders and (inside := _parquet_in(_listed(folders['data'].path))):
+        return _by_name_prefix(inside)
+    if any(split_of(name) for name in folders):
+        return _split_folders(folders)
+    configs = {name: found for name, e in folders.items()
+               if (found := _split_folders({f.name: f for f in _listed(e.path) if f.is_dir}))}
+    if len(configs) > 1:
+        raise DatasetError(f'{root} holds the parquet files of configs {", ".join(sorted(configs))}'
+                           f'; give one: --input_dir {root.rstrip("/")}/{min(configs)}')
+    return next(iter(configs.values()), None)
+
+
+def _listed(path: str) -> list[fileio.Entry]:
+    try:
+        return fileio.list_dir(path)
+    except DatasetError:   # Not a folder, or gone: the folder layout says what is wrong.
+        return []
+
+
+def _parquet_in(entries: list[fileio.Entry]) -> list[fileio.Entry]:
+    return [e for e in entries if not e.is_dir and not e.hidden and e.name.endswith(PARQUET)]
+
+
+def _by_name_prefix(files: list[fileio.Entry]) -> dict[str, list[fileio.Entry]]:
+    """`SPLIT-00000-of-00004.parquet` (or `SPLIT.parquet`) files by SPLIT."""
+    found: dict[str, list[fileio.Entry]] = {}
+    for file in files:
+        found.setdefault(file.name[:-len(PARQUET)].partition('-')[0], []).append(file)
+    return found
+
+
+def _split_folders(folders: dict[str, fileio.Entry]) -> dict[str, list[fileio.Entry]] | None:
+    """`SPLIT/*.parquet` by SPLIT, for the folders named as splits that hold parquet files."""
+    found = {name: files for name, e in folders.items()
+             if split_of(name) and (files := _parquet_in(_listed(e.path)))}
+    return found or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Where a file's images and labels are."""
+    image: str
+    label: str
+    classes: tuple[str, ...] | None   # The ClassLabel's names in id order; None: as stored.
+
+    def label_of(self, value) -> tuple[str | int | None, str | None]:
+        """(label, None) for a stored label value, or (None, why it is not one)."""
+        if value is None or value == '':
+            return None, f'no label (column {self.label} is null)'
+        if self.classes is not None and not 0 <= value < len(self.classes):
+            return None, (f'label {value} is not a class id: the ClassLabel of column '
+                          f'{self.label} has ids 0..{len(self.classes) - 1}')
+        if self.classes is not None:
+            return self.classes[value], None
+        if isinstance(value, int) and value < 0:
+            return None, f'label {value} is negative; labels are ids 0..N-1'
+        return value, None
+
+
+def read_columns(path: str, image: str | None = None, label: str | None = None) -> Columns:
+    """The image and label columns of parquet file `path` (those named, else those its
+    `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
+    file, the columns it has and the flag that chooses."""
+    with fileio.open_read(path) as stream:
+        schema = pq.read_schema(stream)
+    metadata = (schema.metadata or {}).get(b'huggingface', b'{}')
+    features = json.loads(metadata).get('info', {}).get('features', {})
+    image = image or _typed(path, schema, features, 'Image', '--image_column')
+    label = label or _typed(path, schema, features, 'ClassLabel', '--label_column')
+    for name, flag in ((image, '--image_column'), (label, '--label_column')):
+        if name not in schema.names:
+            raise DatasetError(f'{flag} {name}: {path} has no such column (columns: '
+                               f'{", ".join(schema.names)})')
+    kind = schema.field(image).type
+    if not (_binary(kind) or pa.types.is_struct(kind) and kind.get_field_index('bytes') >= 0
+            and _binary(kind.field('bytes').type)):
+        raise DatasetError(f'{path}: column {image} holds {kind}, not images (binary, or a '
+                           '{bytes, path} struct); name the image column with --image_column')
+    feature = features.get(label, {})
+    if feature.get('_type') == 'ClassLabel':
+        classes = feature.get('names') or [str(i) for i in range(feature.get('num_classes', 0))]
+        return Columns(image, label, tuple(classes))
+    kind = schema.field(label).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
+                           'class names); name the label column with --label_column')
+    return Columns(image, label, None)
+
+
+def _binary(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _typed(path: str, schema: pa.Schema, features: dict, type_name: str, flag: str) -> str:
+    """The one column whose feature is a `type_name`, or a DatasetError."""
+    found = [name for name, f in features.items()
+             if isinstance(f, dict) and f.get('_type') == type_name and name in schema.names]
+    if len(found) != 1:
+        what = (f'columns {", ".join(found)} are all {type_name} features' if found
+                else f'no column is a {type_name} feature (columns: {", ".join(schema.names)})')
+        raise DatasetError(f'{path}: {what}; choose one with {flag}')
+    return found[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParquetFile(Partition):
+    """One parquet file of a split: one partition per row group. Its columns must be those of
+    the split's first file, with the same ClassLabel names."""
+    split: str
+    path: str
+    name: str          # The file's path below --input_dir, which starts its examples' keys.
+    mtime: float | None
+    columns: Columns
+
+    def split_further(self) -> list[Partition]:
+        found = read_columns(self.path, self.columns.image, self.columns.label)
+        if found != self.columns:
+            raise DatasetError(f'{self.path}: the labels of column {found.label} are '
+                               f'{found.classes or "as stored"}, not {self.columns.classes or "as stored"} '
+                               'as in the first file; convert files of one dataset together')
+        with fileio.open_read(self.path) as stream:
+            metadata = pq.ParquetFile(stream).metadata
+        groups, first = [], 0
+        for index in range(metadata.num_row_groups):
+            groups.append(RowGroup(self.split, self.path, self.name, self.mtime, self.columns,
+                                   index, first))
+            first += metadata.row_group(index).num_rows
+        return groups
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroup(Partition):
+    """One row group of a parquet file: a ref per row, with its image bytes."""
+    split: str
+    path: str
+    name: str
+    mtime: float | None
+    columns: Columns
+    index: int
+    first_row: int
+    sizes_known = True
+
+    def examples(self) -> Iterator[ExampleRef]:
+        columns = [self.columns.image, self.columns.label]
+        with fileio.open_read(self.path) as stream:
+            parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER)
+            row = self.first_row
+            for batch in parquet.iter_batches(BATCH_ROWS, row_groups=[self.index],
+                                              columns=columns, use_threads=False):
+                for image, label in zip(batch.column(columns[0]).to_pylist(),
+                                        batch.column(columns[1]).to_pylist()):
+                    yield self._ref(row, image, label)
+                    row += 1
+
+    def _ref(self, row: int, image, value) -> ExampleRef:
+        key, source = f'{self.name}:row {row}', f'{self.path}:row {row}'
+        data, path = (image.get('bytes'), image.get('path')) if isinstance(image, dict) else (image, None)
+        filename = fileio.basename(path) if path else fileio.basename(key)
+        label, problem = self.columns.label_of(value)
+        if data is None:
+            problem = (f'no image: column {self.columns.image} holds only the path {path}; '
+                       'embed the images in the file (datasets: embed_external_files)' if path
+                       else f'no image (column {self.columns.image} is null)')
+        if problem is not None:
+            return ExampleRef(self.split, key, source, filename, label, problem=problem,
+                              mtime=self.mtime)
+        return ExampleRef(self.split, key, source, filename, label, len(data), data,
+                          mtime=self.mtime)
+
+
+def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
+    by_split: dict[str, tuple[str, list[fileio.Entry]]] = {}
+    layout = find_layout(root) or {}
+    for name, files in sorted(layout.items()):
+        split = split_of(name)
+        if split in by_split:
+            raise DatasetError(f'{root}: splits {by_split[split][0]} and {name} both stand for '
+                               f'{split}; keep one')
+        if split is not None:
+            by_split[split] = name, sorted(files, key=lambda e: e.path)
+    splits = tuple(s for s in SPLITS if s in by_split)
+    if not splits:
+        raise DatasetError(f'{root} holds parquet files of splits {", ".join(sorted(layout))}, '
+                           f'none of {", ".join(SPLITS)}; rename the files of a split')
+    first = by_split[splits[0]][1][0].path
+    columns = read_columns(first, opts.image_column, opts.label_column)
+    if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
+        labels = dataclasses.replace(labels, label_names=columns.classes, names_origin=(
+            f'the ClassLabel of column {columns.label} in {first}'))
+    partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.mtime, columns)
+                  for split in splits for e in by_split[split][1]]
+    return Source(partitions, splits, labels,
+                  identity=f'parquet {root} {columns.image} {columns.label}')
+
+
+class ParquetKind(InputKind):
+    """`--input_dir` holding Hugging Face parquet files (local or gs://); it has no usage of its
+    own: the folder layout's names --input_dir."""
+
+    given_as = '--input_dir'
+    combines = True
+
+    def add_flags(self, flag: Callable[..., None]) -> None:
+        flag('image_column', help='Parquet input: the column of images (default: the one whose '
+             'Hugging Face feature is an Image).')
+        flag('label_column', help='Parquet input: the column of labels (default: the one whose '
+             'Hugging Face feature is a ClassLabel).')
+
+    def given(self, opts, config) -> bool:
+        return bool(opts.input_dir) and find_layout(opts.input_dir.rstrip('/')) is not None
+
+    def split_flag(self, split: str) -> str:
+        return '--input_dir'
+
+    def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
+        return _parquet_source(opts.input_dir.rstrip('/'), opts, labels)
+
+
+PARQUET_KIND = ParquetKind()
