@@ -152,6 +152,13 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
                     '--image_column=picture', '--label_column=label', *IN_PROCESS)
     assert wrong.stderr.splitlines()[-1] == (
         f'error: --image_column picture: {path} has no such column (columns: image, label)')
+    metadata = {b'huggingface': json.dumps({'info': {'features': {
+        'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b', 'a']}}}}).encode()}
+    pq.write_table(table.replace_schema_metadata(metadata), path)
+    twice = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o3', *IN_PROCESS)
+    assert twice.stderr.splitlines()[-1] == (
+        f"error: {path}: the ClassLabel of column label names 'a' more than once; labels.txt "
+        "needs a name per id: give each its own in the file's features")
 
 
 @pytest.mark.slow
@@ -166,6 +173,22 @@ def test_several_configs_ask_for_one_in_one_line(tmp_path):
                      *IN_PROCESS)
     assert chosen.returncode == 0, chosen.stderr
     assert len(read_split(f'{tmp_path}/out', 'train')) == 3
+
+
+@pytest.mark.slow
+def test_files_of_other_classes_are_refused_naming_the_file_and_the_id(tmp_path):
+    import datasets
+    _write(tmp_path / 'in/data/train-00000-of-00002.parquet', _rows('train', 3))
+    other = datasets.Features({'image': datasets.Image(),
+                               'label': datasets.ClassLabel(names=['zebra', 'bee', 'cat'])})
+    datasets.Dataset.from_dict({'image': [{'bytes': _image('other', 0), 'path': None}], 'label': [1]},
+                               features=other).to_parquet(
+        str(tmp_path / 'in/data/train-00001-of-00002.parquet'))
+    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        f'error: {tmp_path}/in/data/train-00001-of-00002.parquet: the labels of column label are '
+        "not those of the first file: id 1 is 'bee' here, 'ant' there; convert the files of one "
+        'dataset together')
 
 
 @pytest.mark.slow

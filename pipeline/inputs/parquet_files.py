@@ -19,6 +19,7 @@ bytes, so the file is read once. Every row is an input: a record or a reported e
 `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
 import dataclasses
+import itertools
 import json
 from typing import Callable, Iterator
 
@@ -112,7 +113,10 @@ def read_columns(path: str, image: str | None = None, label: str | None = None) 
     `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
     file, the columns it has and the flag that chooses."""
     with fileio.open_read(path) as stream:
-        schema = pq.read_schema(stream)
+        return _columns(path, pq.read_schema(stream), image, label)
+
+
+def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None) -> Columns:
     metadata = (schema.metadata or {}).get(b'huggingface', b'{}')
     features = json.loads(metadata).get('info', {}).get('features', {})
     image = image or _typed(path, schema, features, 'Image', '--image_column')
@@ -129,6 +133,11 @@ def read_columns(path: str, image: str | None = None, label: str | None = None) 
     feature = features.get(label, {})
     if feature.get('_type') == 'ClassLabel':
         classes = feature.get('names') or [str(i) for i in range(feature.get('num_classes', 0))]
+        twice = sorted({name for name in classes if classes.count(name) > 1})
+        if twice:
+            raise DatasetError(f'{path}: the ClassLabel of column {label} names {twice[0]!r} more '
+                               'than once; labels.txt needs a name per id: give each its own in '
+                               'the file\'s features')
         return Columns(image, label, tuple(classes))
     kind = schema.field(label).type
     if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
@@ -163,19 +172,30 @@ class ParquetFile(Partition):
     columns: Columns
 
     def split_further(self) -> list[Partition]:
-        found = read_columns(self.path, self.columns.image, self.columns.label)
-        if found != self.columns:
-            raise DatasetError(f'{self.path}: the labels of column {found.label} are '
-                               f'{found.classes or "as stored"}, not {self.columns.classes or "as stored"} '
-                               'as in the first file; convert files of one dataset together')
         with fileio.open_read(self.path) as stream:
-            metadata = pq.ParquetFile(stream).metadata
+            parquet = pq.ParquetFile(stream)
+            found = _columns(self.path, parquet.schema_arrow, self.columns.image, self.columns.label)
+            metadata = parquet.metadata
+        if found != self.columns:
+            raise DatasetError(f'{self.path}: the labels of column {found.label} are not those of '
+                               f'the first file: {_difference(found, self.columns)}; convert the '
+                               'files of one dataset together')
         groups, first = [], 0
         for index in range(metadata.num_row_groups):
             groups.append(RowGroup(self.split, self.path, self.name, self.mtime, self.columns,
                                    index, first))
             first += metadata.row_group(index).num_rows
         return groups
+
+
+def _difference(found: Columns, first: Columns) -> str:
+    if found.classes is None or first.classes is None:
+        return ('a ClassLabel here, none there' if found.classes is not None
+                else 'no ClassLabel here, one there')
+    for index, (here, there) in enumerate(itertools.zip_longest(found.classes, first.classes)):
+        if here != there:
+            return f'id {index} is {here!r} here, {there!r} there'
+    return ''
 
 
 @dataclasses.dataclass(frozen=True)
