@@ -4,8 +4,10 @@ back."""
 import glob
 import json
 import os
+import re
 import signal
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,7 +16,8 @@ import pytest
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, output_files, pixels, read_files, read_split, run_cli
+from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
+                           stage_pipeline)
 
 NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
 ROWS_PER_GROUP = 4
@@ -121,7 +124,7 @@ def test_every_bad_row_is_a_reported_input_named_by_file_and_row(tmp_path):
         (f'{path}:row 10', 'label 7 is not a class id: the ClassLabel of column label has ids 0..2'),
         (f'{path}:row 11', 'no label (column label is null)'),
         (f'{path}:row 12', 'label -1 is not a class id: the ClassLabel of column label has ids 0..2'),
-        (f'{path}:row 3', 'no image (column image is null)'),
+        (f'{path}:row 3', 'no image (column image holds no bytes)'),
         (f'{path}:row 7', 'not an image Pillow can read (cannot identify image file)'),
     ]
     assert len(read_split(out, 'train')) == 25
@@ -159,6 +162,18 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
     assert twice.stderr.splitlines()[-1] == (
         f"error: {path}: the ClassLabel of column label names 'a' more than once; labels.txt "
         "needs a name per id: give each its own in the file's features")
+
+
+@pytest.mark.slow
+def test_a_plan_lists_every_row_and_writes_nothing(tmp_path):
+    rows = _rows('train', 10)
+    rows[2] = (None, 0)
+    _write(tmp_path / 'in/data/train-00000-of-00001.parquet', rows)
+    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', '--plan_only',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r'^train +10 +0 +3 +1 +1 ', result.stdout, re.M), result.stdout
+    assert not os.path.exists(f'{tmp_path}/out/labels.txt')
 
 
 @pytest.mark.slow
@@ -233,3 +248,23 @@ def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path
             key = twin.pop(records.SOURCE)[len(f'{tmp_path}/in/'):]
             assert record.pop(records.SOURCE) == f'{source}/{key}'
             assert record == twin and record[records.LABEL] == expected[key][1]
+
+
+def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
+    from apache_beam.testing.util import assert_that, equal_to
+    from pipeline.inputs.parquet_files import ParquetFile, read_columns
+    from transforms.grouped_reads import ReadGroupedInputs
+    rows = _rows('train', 10)
+    rows[6] = (None, 0)
+    path = str(tmp_path / 'train-00000-of-00001.parquet')
+    _write(path, rows)
+    groups = ParquetFile('train', path, 'train.parquet', None, read_columns(path)).split_further()
+    assert len(groups) == 3   # 4 + 4 + 2 rows.
+    refs = [ref for group in groups for ref in group.examples()]
+    chunks = [(('train', i % 2), [ref for ref in refs if int(ref.key[-1]) % 2 == i]) for i in (0, 1)]
+    with stage_pipeline() as p:
+        read = (p | beam.Create(chunks) | ReadGroupedInputs()
+                | beam.FlatMap(lambda c: [(c[0], r.key, r.data, r.problem, r.group) for r in c[1]]))
+        assert_that(read, equal_to([
+            (('train', row % 2), f'train.parquet:row {row}', data, None if data else
+             'no image (column image holds no bytes)', None) for row, (data, _) in enumerate(rows)]))

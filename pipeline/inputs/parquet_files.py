@@ -12,10 +12,12 @@ The image column is the one whose feature is an `Image` in the schema's `hugging
 LabelSettings.label_names, as --labels_file fixes them); an integer label column without a
 ClassLabel gives ids as stored, a text column sorted names, as any other input.
 
-Each file is one partition, which splits further into one per row group: a worker reads a row
-group's image and label columns BATCH_ROWS rows at a time (pyarrow reads its pages through a
-READ_BUFFER window, ranged reads on gs://), and each row becomes a ref that carries its image
-bytes, so the file is read once. Every row is an input: a record or a reported error named
+Each file is one partition, which splits further into one per row group: a worker lists a row
+group from its label column (and its images' paths) alone, so listing and --plan_only read no
+image. The images are read after the shard plan (transforms/grouped_reads.py): the refs of a row
+group are brought together and one pass over its image column, BATCH_ROWS rows decoded at a
+time through a READ_BUFFER window (ranged reads on gs://), gives each ref its bytes, which then
+travel with it into its chunk. Every row is an input: a record or a reported error named
 `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
 import dataclasses
@@ -176,15 +178,20 @@ class ParquetFile(Partition):
             parquet = pq.ParquetFile(stream)
             found = _columns(self.path, parquet.schema_arrow, self.columns.image, self.columns.label)
             metadata = parquet.metadata
+            struct = pa.types.is_struct(parquet.schema_arrow.field(self.columns.image).type)
         if found != self.columns:
             raise DatasetError(f'{self.path}: the labels of column {found.label} are not those of '
                                f'the first file: {_difference(found, self.columns)}; convert the '
                                'files of one dataset together')
         groups, first = [], 0
         for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            image_bytes = sum(group.column(i).total_uncompressed_size
+                              for i in range(group.num_columns)
+                              if group.column(i).path_in_schema.split('.')[0] == self.columns.image)
             groups.append(RowGroup(self.split, self.path, self.name, self.mtime, self.columns,
-                                   index, first))
-            first += metadata.row_group(index).num_rows
+                                   index, first, image_bytes // max(1, group.num_rows), struct))
+            first += group.num_rows
         return groups
 
 
@@ -200,7 +207,8 @@ def _difference(found: Columns, first: Columns) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RowGroup(Partition):
-    """One row group of a parquet file: a ref per row, with its image bytes."""
+    """One row group of a parquet file, listed from its label column (and its images' paths):
+    a ref per row, with the row group's mean image size and a RowGroupRead for its bytes."""
     split: str
     path: str
     name: str
@@ -208,34 +216,67 @@ class RowGroup(Partition):
     columns: Columns
     index: int
     first_row: int
+    row_bytes: int      # The image column's bytes in this row group, per row.
+    struct: bool        # Whether images are {bytes, path} structs (else plain bytes).
     sizes_known = True
 
     def examples(self) -> Iterator[ExampleRef]:
-        columns = [self.columns.image, self.columns.label]
-        with fileio.open_read(self.path) as stream:
-            parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER)
-            row = self.first_row
-            for batch in parquet.iter_batches(BATCH_ROWS, row_groups=[self.index],
-                                              columns=columns, use_threads=False):
-                for image, label in zip(batch.column(columns[0]).to_pylist(),
-                                        batch.column(columns[1]).to_pylist()):
-                    yield self._ref(row, image, label)
-                    row += 1
+        image = self.columns.image
+        columns = [self.columns.label] + ([f'{image}.path'] if self.struct else [])
+        read = RowGroupRead(self.path, self.index, self.first_row,
+                            f'{image}.bytes' if self.struct else image)
+        row = self.first_row
+        for batch in _batches(self.path, self.index, columns):
+            paths = (batch.column(image).to_pylist() if self.struct else [None] * batch.num_rows)
+            for value, path in zip(batch.column(self.columns.label).to_pylist(), paths):
+                key = f'{self.name}:row {row}'
+                filename = fileio.basename((path or {}).get('path') or key)
+                label, problem = self.columns.label_of(value)
+                yield ExampleRef(self.split, key, f'{self.path}:row {row}', filename, label,
+                                 self.row_bytes, problem=problem, mtime=self.mtime,
+                                 group=None if problem else read)
+                row += 1
 
-    def _ref(self, row: int, image, value) -> ExampleRef:
-        key, source = f'{self.name}:row {row}', f'{self.path}:row {row}'
-        data, path = (image.get('bytes'), image.get('path')) if isinstance(image, dict) else (image, None)
-        filename = fileio.basename(path) if path else fileio.basename(key)
-        label, problem = self.columns.label_of(value)
+
+def _batches(path: str, index: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Row group `index` of parquet file `path`, BATCH_ROWS rows of `columns` at a time."""
+    with fileio.open_read(path) as stream:
+        parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER)
+        yield from parquet.iter_batches(BATCH_ROWS, row_groups=[index], columns=columns,
+                                        use_threads=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroupRead:
+    """How the images of a row group's refs are read: in one pass over its image column, up
+    to the last row wanted (transforms/grouped_reads.py brings the refs together)."""
+    path: str
+    index: int
+    first_row: int
+    column: str         # `image.bytes` of a struct column, or the column of plain bytes.
+
+    @property
+    def key(self) -> str:
+        return f'{self.path}#{self.index}'
+
+    def read(self, refs: list[ExampleRef]) -> Iterator[ExampleRef]:
+        """Each of `refs` (rows of this group), with its image bytes or why it has none."""
+        wanted = {int(ref.key.rpartition(':row ')[2]): ref for ref in refs}
+        last, row = max(wanted), self.first_row
+        for batch in _batches(self.path, self.index, [self.column]):
+            for image in batch.column(0).to_pylist():
+                if row in wanted:
+                    yield self._resolved(wanted[row], image)
+                if row == last:
+                    return
+                row += 1
+
+    def _resolved(self, ref: ExampleRef, image) -> ExampleRef:
+        data = image.get('bytes') if isinstance(image, dict) else image
         if data is None:
-            problem = (f'no image: column {self.columns.image} holds only the path {path}; '
-                       'embed the images in the file (datasets: embed_external_files)' if path
-                       else f'no image (column {self.columns.image} is null)')
-        if problem is not None:
-            return ExampleRef(self.split, key, source, filename, label, problem=problem,
-                              mtime=self.mtime)
-        return ExampleRef(self.split, key, source, filename, label, len(data), data,
-                          mtime=self.mtime)
+            return dataclasses.replace(ref, group=None, problem=(
+                f'no image (column {self.column.partition(".")[0]} holds no bytes)'))
+        return dataclasses.replace(ref, group=None, data=data, size=len(data))
 
 
 def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
