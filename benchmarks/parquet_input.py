@@ -5,17 +5,18 @@
 The workload of benchmarks/workload.py (n images, 10 classes), once as class folders and once as
 the same images in parquet files written by `datasets` (`data/SPLIT-0000K-of-0000N.parquet`, at
 most 1,000 rows a file and 100 a row group, a ClassLabel of the class names), each converted by
-the command line at n/10 and n images, interleaved, the fastest of --rounds; prints images/s in
-steady state and for the whole command, the peak memory of the launcher (which holds a local
-run's shuffles) and of the largest worker, and parquet / folders.
+the command line with a worker process per core (a local run's default) and in one process,
+interleaved, the fastest of --rounds; prints images/s for the whole command, the peak memory of
+the launcher (which holds a local run's shuffles) and of the largest worker, and parquet /
+folders.
 """
 import argparse
 import os
 import sys
 import tempfile
 
-from benchmarks.benchmark import fastest, measure, steady
-from benchmarks.workload import linked_workload, list_images, make_workload
+from benchmarks.benchmark import fastest, measure
+from benchmarks.workload import list_images, make_workload
 
 PY = sys.executable
 ROWS_PER_FILE, ROWS_PER_GROUP = 1000, 100
@@ -46,6 +47,10 @@ def parquet_workload(folders: str, target: str) -> str:
     return target
 
 
+MODES = {'worker processes': [],   # The default local run: a worker process per core.
+         'in one process': ['--direct_running_mode=in_memory', '--direct_num_workers=1']}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=2000)
@@ -53,29 +58,24 @@ def main() -> None:
     args = parser.parse_args()
     n, workdir = args.n, tempfile.mkdtemp(prefix='parquet-benchmark-')
     source = make_workload(os.path.join(workdir, 'workload'), n)
-    small = linked_workload(source, os.path.join(workdir, 'small'), every=10)
-    inputs = {('folders', n): source, ('folders', n // 10): small,
-              ('parquet', n): parquet_workload(source, os.path.join(workdir, 'parquet')),
-              ('parquet', n // 10): parquet_workload(small, os.path.join(workdir, 'parquet_small'))}
-    runs = {key: [] for key in inputs}
+    inputs = {'folders': source, 'parquet': parquet_workload(source, os.path.join(workdir, 'parquet'))}
+    runs = {(kind, mode): [] for mode in MODES for kind in inputs}
     out = os.path.join(workdir, 'out')
     for _ in range(args.rounds):
-        for key, folder in inputs.items():
-            runs[key].append(measure([PY, '-m', 'pipeline.run', f'--input_dir={folder}',
-                                      f'--output_dir={out}', '--overwrite']))
-    print(f'Local disk, {n} images (and {n // 10}), {os.cpu_count()} cores, fastest of '
-          f'{args.rounds} interleaved rounds')
-    print('| input | steady images/s | whole command images/s | peak MB launcher | peak MB worker |')
-    print('| --- | ---: | ---: | ---: | ---: |')
-    rates = {}
-    for kind in ('folders', 'parquet'):
-        large, little = fastest(runs[(kind, n)]), fastest(runs[(kind, n // 10)])
-        rate, _ = steady(n // 10, little, n, large)
-        rates[kind] = rate, n / large.seconds
-        print(f'| {kind} | {rate:.0f} | {n / large.seconds:.0f} | '
-              f'{large.rss_launcher / 2**20:.0f} | {large.rss_worker / 2**20:.0f} |')
-    print(f'parquet / folders: {rates["parquet"][0] / rates["folders"][0]:.2f} steady, '
-          f'{rates["parquet"][1] / rates["folders"][1]:.2f} whole command')
+        for kind, mode in runs:
+            runs[(kind, mode)].append(measure([PY, '-m', 'pipeline.run', f'--input_dir={inputs[kind]}',
+                                               f'--output_dir={out}', '--overwrite', *MODES[mode]]))
+    print(f'Local disk, {n} images, {os.cpu_count()} cores, fastest of {args.rounds} interleaved '
+          'rounds, whole command')
+    print('| input | local run | images/s | peak MB launcher | peak MB worker |')
+    print('| --- | --- | ---: | ---: | ---: |')
+    for mode in MODES:
+        for kind in inputs:
+            run = fastest(runs[(kind, mode)])
+            print(f'| {kind} | {mode} | {n / run.seconds:.0f} | {run.rss_launcher / 2**20:.0f} | '
+                  f'{run.rss_worker / 2**20:.0f} |')
+        ratio = fastest(runs[('folders', mode)]).seconds / fastest(runs[('parquet', mode)]).seconds
+        print(f'parquet / folders, {mode}: {ratio:.2f}')
 
 
 if __name__ == '__main__':

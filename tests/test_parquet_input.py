@@ -144,7 +144,7 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
     out = str(tmp_path / 'out')
     found = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', *IN_PROCESS)
     assert found.returncode == 2 and found.stderr.splitlines()[-1] == (
-        f'error: {path}: no column is a Image feature (columns: image, label); choose one with '
+        f'error: {path}: no column is an Image feature (columns: image, label); choose one with '
         '--image_column')
     named = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--image_column=image',
                     '--label_column=label', *IN_PROCESS)

@@ -158,7 +158,8 @@ def _typed(path: str, schema: pa.Schema, features: dict, type_name: str, flag: s
              if isinstance(f, dict) and f.get('_type') == type_name and name in schema.names]
     if len(found) != 1:
         what = (f'columns {", ".join(found)} are all {type_name} features' if found
-                else f'no column is a {type_name} feature (columns: {", ".join(schema.names)})')
+                else f'no column is {"an" if type_name[0] in "AEIOU" else "a"} {type_name} '
+                f'feature (columns: {", ".join(schema.names)})')
         raise DatasetError(f'{path}: {what}; choose one with {flag}')
     return found[0]
 
@@ -166,7 +167,7 @@ def _typed(path: str, schema: pa.Schema, features: dict, type_name: str, flag: s
 @dataclasses.dataclass(frozen=True)
 class ParquetFile(Partition):
     """One parquet file of a split: one partition per row group. Its columns must be those of
-    the split's first file, with the same ClassLabel names."""
+    the input's first file, with the same ClassLabel names."""
     split: str
     path: str
     name: str          # The file's path below --input_dir, which starts its examples' keys.
