@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import sys
 
 import apache_beam as beam
 import numpy as np
@@ -17,7 +18,7 @@ from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
-                           stage_pipeline)
+                           run_measured, stage_pipeline)
 
 NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
 ROWS_PER_GROUP = 4
@@ -268,3 +269,27 @@ def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
         assert_that(read, equal_to([
             (('train', row % 2), f'train.parquet:row {row}', data, None if data else
              'no image (column image holds no bytes)', None) for row, (data, _) in enumerate(rows)]))
+
+
+READ_ALL_ROWS = '''import sys
+from pipeline.inputs.parquet_files import ParquetFile, read_columns
+path = sys.argv[1]
+groups = ParquetFile('train', path, 'big.parquet', None, read_columns(path)).split_further()
+refs = [ref for group in groups for ref in group.examples()]
+print(len(groups), sum(len(ref.data) for ref in refs[0].group.read(refs)))
+'''
+
+
+@pytest.mark.slow
+def test_a_300_mb_row_group_is_read_without_holding_it(tmp_path):
+    import datasets
+    blob = os.urandom(2 << 20)
+    features = datasets.Features({'image': datasets.Image(), 'label': datasets.ClassLabel(names=NAMES)})
+    path = str(tmp_path / 'big.parquet')
+    datasets.Dataset.from_dict({'image': [{'bytes': blob[i:], 'path': None} for i in range(150)],
+                                'label': [0] * 150}, features=features).to_parquet(path, batch_size=150)
+    del blob
+    result, peak = run_measured(sys.executable, '-c', READ_ALL_ROWS, path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['1', str(150 * (2 << 20) - sum(range(150)))]
+    assert peak < 250 << 20, peak   # The row group is 300 MB; a batch of 16 rows is 32 MB.
