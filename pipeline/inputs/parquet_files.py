@@ -142,7 +142,8 @@ def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None)
                                'the file\'s features')
         return Columns(image, label, tuple(classes))
     kind = schema.field(label).type
-    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)):
         raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
                            'class names); name the label column with --label_column')
     return Columns(image, label, None)
@@ -177,7 +178,8 @@ class ParquetFile(Partition):
     def split_further(self) -> list[Partition]:
         with fileio.open_read(self.path) as stream:
             parquet = pq.ParquetFile(stream)
-            found = _columns(self.path, parquet.schema_arrow, self.columns.image, self.columns.label)
+            found = _columns(self.path, parquet.schema_arrow, self.columns.image,
+                             self.columns.label)
             metadata = parquet.metadata
             struct = pa.types.is_struct(parquet.schema_arrow.field(self.columns.image).type)
         if found != self.columns:
