@@ -163,6 +163,14 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
     assert twice.stderr.splitlines()[-1] == (
         f"error: {path}: the ClassLabel of column label names 'a' more than once; labels.txt "
         "needs a name per id: give each its own in the file's features")
+    texts = table.set_column(1, 'label', pa.array(['wren', 'auk', 'wren', 'jay', 'auk', 'auk']))
+    pq.write_table(texts.replace_schema_metadata({}), path)
+    named = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o4',
+                    '--image_column=image', '--label_column=label', *IN_PROCESS)
+    assert named.returncode == 0, named.stderr
+    assert open(f'{tmp_path}/o4/labels.txt').read() == 'auk\njay\nwren\n'   # Sorted texts.
+    assert sorted((r[records.LABEL], r[records.TEXT]) for r in read_split(f'{tmp_path}/o4', 'train')) == [
+        (0, 'auk'), (0, 'auk'), (0, 'auk'), (1, 'jay'), (2, 'wren'), (2, 'wren')]
 
 
 @pytest.mark.slow
