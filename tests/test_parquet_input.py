@@ -232,6 +232,19 @@ def test_a_run_killed_mid_way_resumes_to_the_bytes_of_a_clean_run(tmp_path):
     assert len(read_split(out, 'train')) == 600
 
 
+def _reads_through_proxy(gcs, *argv) -> int:
+    """Object reads of a conversion whose Cloud Storage requests go through a counting proxy."""
+    from pipeline.testing.gcs_servers import FlakyProxy
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
+    try:
+        result = run_cli(*argv, env=dict(os.environ,
+                                          STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}'))
+    finally:
+        proxy.stop()
+    assert result.returncode == 0, result.stderr
+    return proxy.operations['read']
+
+
 def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path):
     expected = _dataset(tmp_path / 'in', 'repository')
     source = upload({os.path.relpath(p, tmp_path / 'in'): open(p, 'rb').read()
@@ -244,6 +257,12 @@ def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path
                    *IN_PROCESS).returncode == 0
     files = download('out')
     assert sorted(files) == sorted(output_files(local))
+    reads = _reads_through_proxy(gcs, f'--input_dir={source}', f'--output_dir={tmp_path}/counted',
+                                 '--num_shards=2', *IN_PROCESS)
+    # One read for the first file's columns, one for each file's row groups (3), then for each
+    # of the 9 row groups (4 + 4 + 4, 4 + 4 + 2, 4 + 4 + 1 rows) its footer and its labels and
+    # paths, later its footer and its images: each read is of the bytes pyarrow asks for.
+    assert reads == 1 + 3 + 9 * 4
     assert files['labels.txt'] == b'zebra\nant\ncat\n'
     for split, count in (('train', 22), ('validation', 9)):
         shards = []
@@ -267,7 +286,9 @@ def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
     rows[6] = (None, 0)
     path = str(tmp_path / 'train-00000-of-00001.parquet')
     _write(path, rows)
-    groups = ParquetFile('train', path, 'train.parquet', None, read_columns(path)).split_further()
+    size = os.path.getsize(path)
+    groups = ParquetFile('train', path, 'train.parquet', size, None,
+                         read_columns(path, size)).split_further()
     assert len(groups) == 3   # 4 + 4 + 2 rows.
     refs = [ref for group in groups for ref in group.examples()]
     chunks = [(('train', i % 2), [ref for ref in refs if int(ref.key[-1]) % 2 == i]) for i in (0, 1)]
@@ -279,10 +300,11 @@ def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
              'no image (column image holds no bytes)', None) for row, (data, _) in enumerate(rows)]))
 
 
-READ_ALL_ROWS = '''import sys
+READ_ALL_ROWS = '''import os, sys
 from pipeline.inputs.parquet_files import ParquetFile, read_columns
 path = sys.argv[1]
-groups = ParquetFile('train', path, 'big.parquet', None, read_columns(path)).split_further()
+size = os.path.getsize(path)
+groups = ParquetFile('train', path, 'big.parquet', size, None, read_columns(path, size)).split_further()
 refs = [ref for group in groups for ref in group.examples()]
 print(len(groups), sum(len(ref.data) for ref in refs[0].group.read(refs)))
 '''

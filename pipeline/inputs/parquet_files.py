@@ -34,12 +34,13 @@ from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.inputs.refs import ExampleRef
 from pipeline.inputs.split_names import split_of
 from pipeline.io import fileio
+from pipeline.io.ranged_file import RangedFile
 from pipeline.output.metadata import SPLITS
 from transforms.settings import LabelSettings
 
 PARQUET = '.parquet'
 BATCH_ROWS = 16            # Rows decoded at once: a row group is never held whole.
-READ_BUFFER = 1 << 20      # Bytes pyarrow reads at a time (no pre-buffering of a column chunk).
+READ_BUFFER = 8 << 20      # Bytes of images pyarrow reads at a time (one ranged read on gs://).
 
 
 def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
@@ -110,12 +111,19 @@ class Columns:
         return value, None
 
 
-def read_columns(path: str, image: str | None = None, label: str | None = None) -> Columns:
+def read_columns(path: str, size: int, image: str | None = None,
+                 label: str | None = None) -> Columns:
     """The image and label columns of parquet file `path` (those named, else those its
     `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
     file, the columns it has and the flag that chooses."""
-    with fileio.open_read(path) as stream:
+    with _opened(path, size) as stream:
         return _columns(path, pq.read_schema(stream), image, label)
+
+
+def _opened(path: str, size: int):
+    """Parquet file `path` of `size` bytes to read: on gs://, every read pyarrow makes is one
+    ranged read of what it asks for."""
+    return RangedFile(path, size) if fileio.is_gcs(path) else open(path, 'rb')
 
 
 def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None) -> Columns:
@@ -172,11 +180,12 @@ class ParquetFile(Partition):
     split: str
     path: str
     name: str          # The file's path below --input_dir, which starts its examples' keys.
+    size: int
     mtime: float | None
     columns: Columns
 
     def split_further(self) -> list[Partition]:
-        with fileio.open_read(self.path) as stream:
+        with _opened(self.path, self.size) as stream:
             parquet = pq.ParquetFile(stream)
             found = _columns(self.path, parquet.schema_arrow, self.columns.image,
                              self.columns.label)
@@ -192,8 +201,9 @@ class ParquetFile(Partition):
             image_bytes = sum(group.column(i).total_uncompressed_size
                               for i in range(group.num_columns)
                               if group.column(i).path_in_schema.split('.')[0] == self.columns.image)
-            groups.append(RowGroup(self.split, self.path, self.name, self.mtime, self.columns,
-                                   index, first, image_bytes // max(1, group.num_rows), struct))
+            groups.append(RowGroup(self.split, self.path, self.name, self.size, self.mtime,
+                                   self.columns, index, first,
+                                   image_bytes // max(1, group.num_rows), struct))
             first += group.num_rows
         return groups
 
@@ -215,6 +225,7 @@ class RowGroup(Partition):
     split: str
     path: str
     name: str
+    size: int
     mtime: float | None
     columns: Columns
     index: int
@@ -226,10 +237,10 @@ class RowGroup(Partition):
     def examples(self) -> Iterator[ExampleRef]:
         image = self.columns.image
         columns = [self.columns.label] + ([f'{image}.path'] if self.struct else [])
-        read = RowGroupRead(self.path, self.index, self.first_row,
+        read = RowGroupRead(self.path, self.size, self.index, self.first_row,
                             f'{image}.bytes' if self.struct else image)
         row = self.first_row
-        for batch in _batches(self.path, self.index, columns):
+        for batch in _batches(self.path, self.size, self.index, columns, whole=True):
             paths = (batch.column(image).to_pylist() if self.struct else [None] * batch.num_rows)
             for value, path in zip(batch.column(self.columns.label).to_pylist(), paths):
                 key = f'{self.name}:row {row}'
@@ -241,10 +252,14 @@ class RowGroup(Partition):
                 row += 1
 
 
-def _batches(path: str, index: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
-    """Row group `index` of parquet file `path`, BATCH_ROWS rows of `columns` at a time."""
-    with fileio.open_read(path) as stream:
-        parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER)
+def _batches(path: str, size: int, index: int, columns: list[str],
+             whole: bool = False) -> Iterator[pa.RecordBatch]:
+    """Row group `index` of parquet file `path`, BATCH_ROWS rows of `columns` at a time: their
+    column chunks read `whole` (labels and paths: small, read together), else through a
+    READ_BUFFER window."""
+    with _opened(path, size) as stream:
+        parquet = (pq.ParquetFile(stream, pre_buffer=True) if whole else
+                   pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER))
         yield from parquet.iter_batches(BATCH_ROWS, row_groups=[index], columns=columns,
                                         use_threads=False)
 
@@ -254,6 +269,7 @@ class RowGroupRead:
     """How the images of a row group's refs are read: in one pass over its image column, up
     to the last row wanted (transforms/grouped_reads.py brings the refs together)."""
     path: str
+    size: int
     index: int
     first_row: int
     column: str         # `image.bytes` of a struct column, or the column of plain bytes.
@@ -266,7 +282,7 @@ class RowGroupRead:
         """Each of `refs` (rows of this group), with its image bytes or why it has none."""
         wanted = {int(ref.key.rpartition(':row ')[2]): ref for ref in refs}
         last, row = max(wanted), self.first_row
-        for batch in _batches(self.path, self.index, [self.column]):
+        for batch in _batches(self.path, self.size, self.index, [self.column]):
             for image in batch.column(0).to_pylist():
                 if row in wanted:
                     yield self._resolved(wanted[row], image)
@@ -296,12 +312,12 @@ def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
     if not splits:
         raise DatasetError(f'{root} holds parquet files of splits {", ".join(sorted(layout))}, '
                            f'none of {", ".join(SPLITS)}; rename the files of a split')
-    first = by_split[splits[0]][1][0].path
-    columns = read_columns(first, opts.image_column, opts.label_column)
+    first = by_split[splits[0]][1][0]
+    columns = read_columns(first.path, first.size, opts.image_column, opts.label_column)
     if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
         labels = dataclasses.replace(labels, label_names=columns.classes, names_origin=(
-            f'the ClassLabel of column {columns.label} in {first}'))
-    partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.mtime, columns)
+            f'the ClassLabel of column {columns.label} in {first.path}'))
+    partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns)
                   for split in splits for e in by_split[split][1]]
     return Source(partitions, splits, labels,
                   identity=f'parquet {root} {columns.image} {columns.label}')
