@@ -13,10 +13,9 @@ LabelSettings.label_names, as --labels_file fixes them); an integer label column
 ClassLabel gives ids as stored, a text column sorted names, as any other input.
 
 Each file is one partition, which splits further into one per row group: a worker lists a row
-group from its label column (and its images' paths) alone, so listing and --plan_only read no
-image. The images are read after the shard plan (transforms/grouped_reads.py): the refs of a row
+group from its label column (and its images' paths) alone, so listing reads no image. The images are read after the shard plan (transforms/grouped_reads.py): the refs of a row
 group are brought together and one pass over its image column, BATCH_ROWS rows decoded at a
-time through a READ_BUFFER window (ranged reads on gs://), gives each ref its bytes, which then
+time through a READ_BUFFER window (each a ranged read on gs://), gives each ref its bytes, which then
 travel with it into its chunk. Every row is an input: a record or a reported error named
 `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
