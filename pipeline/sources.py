@@ -21,7 +21,7 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
     kinds = registry.kinds()
     given = [kind for kind in kinds if kind.given(opts, config)]
     if not given or (len(given) > 1 and not all(kind.combines for kind in given)):
-        usages = [kind.usage for kind in kinds]
+        usages = [kind.usage for kind in kinds if kind.usage]
         raise DatasetError(f'give one input: {", ".join(usages[:-1])} or {usages[-1]} '
                            f'(got {", ".join(k.given_as for k in given) or "none"})')
     names = _read_labels_file(opts.labels_file) if opts.labels_file else None

@@ -27,9 +27,9 @@ STAGES = {
     'Resolve Labels': ['Combine Facts', 'Fix Label Ids'],
     'Drop Ignored': [],
     'Plan Shards': ['Hash Keys', 'Count Per Split', 'Bucket', 'Combine Buckets', 'Cut Into Shards'],
-    'Write Shards': ['Assign Chunks', 'Group By Chunk', 'Fingerprint Chunks', 'Chunks Of Shards',
-                     'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks', 'Key By Shard',
-                     'Group By Shard', 'Write Shards'],
+    'Write Shards': ['Assign Chunks', 'Read Grouped Inputs', 'Group By Chunk', 'Fingerprint Chunks',
+                     'Chunks Of Shards', 'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks',
+                     'Key By Shard', 'Group By Shard', 'Write Shards'],
     'Commit Dataset': ['Collect Results', 'Put In Place'],
 }
 STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]

@@ -15,6 +15,7 @@ import time
 
 import apache_beam as beam
 
+from transforms.grouped_reads import read_grouped
 from transforms.labels import LabelMap
 from pipeline.inputs.refs import ExampleRef
 from transforms.settings import ConversionSettings
@@ -51,7 +52,7 @@ def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:
 def time_sample(refs: list[ExampleRef], label_map: LabelMap,
                 settings: ConversionSettings) -> dict:
     """Converts `refs` as a chunk is converted, timing all but the first WARM_UP."""
-    refs = sorted(refs, key=_sample_key)
+    refs = sorted(read_grouped(refs), key=_sample_key)
     timed = refs[WARM_UP:] if len(refs) > 2 * WARM_UP else refs
     if not timed:
         return {'images': 0, 'seconds': 0.0, 'seconds_per_image': None}

@@ -28,6 +28,7 @@ from pipeline.io import failures, fileio, read_ahead
 from pipeline.output import dali_index, output_folder, records
 from pipeline.errors import DatasetError
 from transforms import entries, resume
+from transforms.grouped_reads import ReadGroupedInputs
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
 from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
                                part_table)
@@ -113,7 +114,8 @@ class WriteShards(beam.PTransform):
     """Input refs -> {'shards': ShardResult of every temporary shard file, and the outputs of
     FindLeakage: 'clusters', 'flat', 'crowded' (none with --leakage=off)}.
 
-    Refs are grouped into chunks by the shard plan (no image bytes move), chunks and shards are
+    Refs are grouped into chunks by the shard plan (no image bytes move, but those of inputs
+    read in groups, parquet rows: grouped_reads.py), chunks and shards are
     fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
     the parts' records' hashes are clustered (leakage.py), and each shard's parts are joined in
     chunk order (without the later-split members of clusters, with --leakage=drop).
@@ -129,6 +131,7 @@ class WriteShards(beam.PTransform):
         label_map = beam.pvalue.AsSingleton(self._label_map)
         chunks = (refs
                   | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=plans)
+                  | 'Read Grouped Inputs' >> ReadGroupedInputs()
                   | 'Group By Chunk' >> beam.GroupByKey()
                   | 'Fingerprint Chunks' >> beam.Map(_fingerprint_chunk, self._settings.work_id,
                                                      label_map=label_map, plans=plans))

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
-from pipeline.inputs import folders
+from pipeline.inputs import folders, parquet_files
 from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.inputs.refs import ExampleRef
 from pipeline.io import fileio
@@ -194,7 +194,8 @@ class FolderKind(InputKind):
              'Splits are train, validation and test, whichever exist.')
 
     def given(self, opts, config) -> bool:
-        return bool(opts.input_dir)
+        """Whether --input_dir is given and holds no parquet files (parquet_files.py's)."""
+        return bool(opts.input_dir) and parquet_files.find_layout(opts.input_dir.rstrip('/')) is None
 
     def paths(self, opts) -> list[str]:
         return [opts.input_dir]

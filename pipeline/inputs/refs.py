@@ -1,7 +1,8 @@
 """ExampleRef: one input example as listing finds it, before its image is read.
 
 Refs are small (a path, a label, a size), so they are what the pipeline moves between workers;
-image bytes travel only for examples that exist in memory alone.
+image bytes travel only for examples that exist in memory alone, and from where a group of
+inputs is read together (a parquet row group, transforms/grouped_reads.py) to their chunks.
 """
 import dataclasses
 import hashlib
@@ -25,6 +26,7 @@ class ExampleRef:
     mtime: float | None = None       # Modification time of the input, when listing gives it.
     ignored: bool = False            # A hidden file: counted, never converted.
     member: Any = None               # The archive member (archives.Member) the image is in.
+    group: Any = None    # What reads its bytes with those of others (parquet_files.RowGroupRead).
 
     @property
     def location(self) -> Any:

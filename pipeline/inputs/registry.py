@@ -4,9 +4,10 @@ from pipeline.inputs.csv_files import CSV
 from pipeline.inputs.folder_layout import FOLDER
 from pipeline.inputs.generator import CONFIG
 from pipeline.inputs.kinds import InputKind
+from pipeline.inputs.parquet_files import PARQUET_KIND
 from pipeline.inputs.webdataset_shards import WEBDATASET
 
-_KINDS: list[InputKind] = [FOLDER, CSV, CONFIG, WEBDATASET]
+_KINDS: list[InputKind] = [FOLDER, PARQUET_KIND, CSV, CONFIG, WEBDATASET]
 
 
 def register(kind: InputKind) -> InputKind:

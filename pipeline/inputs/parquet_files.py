@@ -1,0 +1,348 @@
+"""Hugging Face parquet files, `--input_dir DIR` in one of the Hub's layouts: its InputKind and
+partitions.
+
+    DIR/data/SPLIT-00000-of-00004.parquet     a dataset repository (push_to_hub)
+    DIR/CONFIG/SPLIT/0000.parquet             the Hub's parquet conversion (one CONFIG)
+    DIR/SPLIT/0000.parquet                    one CONFIG folder of it
+    DIR/SPLIT-00000-of-00004.parquet          the files alone
+
+The image column is the one whose feature is an `Image` in the schema's `huggingface` metadata
+(values `{bytes, path}`), the label column the `ClassLabel` one; `--image_column` and
+`--label_column` choose others. Label ids are the ClassLabel's ids and names its names (through
+LabelSettings.label_names, as --labels_file fixes them); an integer label column without a
+ClassLabel gives ids as stored, a text column sorted names, as any other input.
+
+Each file is one partition, which splits further into one per row group: a worker lists a row
+group from its label column (and its images' paths) alone, so listing reads no image. The images are read after the shard plan (transforms/grouped_reads.py): the refs of a row
+group are brought together and one pass over its image column, BATCH_ROWS rows decoded at a
+time through a READ_BUFFER window (each a ranged read on gs://), gives each ref its bytes, which then
+travel with it into its chunk. Every row is an input: a record or a reported error named
+`FILE:row N` (N counts from 0, as `datasets` indexes the file).
+"""
+import dataclasses
+import itertools
+import json
+from typing import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import DatasetError
+from pipeline.inputs import archives
+from pipeline.inputs.kinds import InputKind, Partition, Source
+from pipeline.inputs.refs import ExampleRef
+from pipeline.inputs.split_names import split_of
+from pipeline.io import fileio
+from pipeline.io.ranged_file import RangedFile
+from pipeline.output.metadata import SPLITS
+from transforms.settings import LabelSettings
+
+PARQUET = '.parquet'
+BATCH_ROWS = 16            # Rows decoded at once: a row group is never held whole.
+READ_BUFFER = 8 << 20      # Bytes of images pyarrow reads at a time (one ranged read on gs://).
+
+
+def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
+    """Split name as the files spell it -> its parquet files, if `root` is a folder in one of
+    the Hub's layouts; else None (a folder of classes, say). Several configs are an error."""
+    if archives.suffix(fileio.basename(root)):
+        return None
+    entries = _listed(root)
+    if _parquet_in(entries):
+        return _by_name_prefix(_parquet_in(entries))
+    folders = {e.name: e for e in entries if e.is_dir and not e.hidden}
+    if 'data' in folders and (inside := _parquet_in(_listed(folders['data'].path))):
+        return _by_name_prefix(inside)
+    if any(split_of(name) for name in folders):
+        return _split_folders(folders)
+    configs = {name: found for name, e in folders.items()
+               if (found := _split_folders({f.name: f for f in _listed(e.path) if f.is_dir}))}
+    if len(configs) > 1:
+        raise DatasetError(f'{root} holds the parquet files of configs {", ".join(sorted(configs))}'
+                           f'; give one: --input_dir {root.rstrip("/")}/{min(configs)}')
+    return next(iter(configs.values()), None)
+
+
+def _listed(path: str) -> list[fileio.Entry]:
+    try:
+        return fileio.list_dir(path)
+    except DatasetError:   # Not a folder, or gone: the folder layout says what is wrong.
+        return []
+
+
+def _parquet_in(entries: list[fileio.Entry]) -> list[fileio.Entry]:
+    return [e for e in entries if not e.is_dir and not e.hidden and e.name.endswith(PARQUET)]
+
+
+def _by_name_prefix(files: list[fileio.Entry]) -> dict[str, list[fileio.Entry]]:
+    """`SPLIT-00000-of-00004.parquet` (or `SPLIT.parquet`) files by SPLIT."""
+    found: dict[str, list[fileio.Entry]] = {}
+    for file in files:
+        found.setdefault(file.name[:-len(PARQUET)].partition('-')[0], []).append(file)
+    return found
+
+
+def _split_folders(folders: dict[str, fileio.Entry]) -> dict[str, list[fileio.Entry]] | None:
+    """`SPLIT/*.parquet` by SPLIT, for the folders named as splits that hold parquet files."""
+    found = {name: files for name, e in folders.items()
+             if split_of(name) and (files := _parquet_in(_listed(e.path)))}
+    return found or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Where a file's images and labels are."""
+    image: str
+    label: str
+    classes: tuple[str, ...] | None   # The ClassLabel's names in id order; None: as stored.
+
+    def label_of(self, value) -> tuple[str | int | None, str | None]:
+        """(label, None) for a stored label value, or (None, why it is not one)."""
+        if value is None or value == '':
+            return None, f'no label (column {self.label} is null)'
+        if self.classes is not None and not 0 <= value < len(self.classes):
+            return None, (f'label {value} is not a class id: the ClassLabel of column '
+                          f'{self.label} has ids 0..{len(self.classes) - 1}')
+        if self.classes is not None:
+            return self.classes[value], None
+        if isinstance(value, int) and value < 0:
+            return None, f'label {value} is negative; labels are ids 0..N-1'
+        return value, None
+
+
+def read_columns(path: str, size: int, image: str | None = None,
+                 label: str | None = None) -> Columns:
+    """The image and label columns of parquet file `path` (those named, else those its
+    `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
+    file, the columns it has and the flag that chooses."""
+    with _opened(path, size) as stream:
+        return _columns(path, pq.read_schema(stream), image, label)
+
+
+def _opened(path: str, size: int):
+    """Parquet file `path` of `size` bytes to read: on gs://, every read pyarrow makes is one
+    ranged read of what it asks for."""
+    return RangedFile(path, size) if fileio.is_gcs(path) else open(path, 'rb')
+
+
+def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None) -> Columns:
+    metadata = (schema.metadata or {}).get(b'huggingface', b'{}')
+    features = json.loads(metadata).get('info', {}).get('features', {})
+    image = image or _typed(path, schema, features, 'Image', '--image_column')
+    label = label or _typed(path, schema, features, 'ClassLabel', '--label_column')
+    for name, flag in ((image, '--image_column'), (label, '--label_column')):
+        if name not in schema.names:
+            raise DatasetError(f'{flag} {name}: {path} has no such column (columns: '
+                               f'{", ".join(schema.names)})')
+    kind = schema.field(image).type
+    if not (_binary(kind) or pa.types.is_struct(kind) and kind.get_field_index('bytes') >= 0
+            and _binary(kind.field('bytes').type)):
+        raise DatasetError(f'{path}: column {image} holds {kind}, not images (binary, or a '
+                           '{bytes, path} struct); name the image column with --image_column')
+    feature = features.get(label, {})
+    if feature.get('_type') == 'ClassLabel':
+        classes = feature.get('names') or [str(i) for i in range(feature.get('num_classes', 0))]
+        twice = sorted({name for name in classes if classes.count(name) > 1})
+        if twice:
+            raise DatasetError(f'{path}: the ClassLabel of column {label} names {twice[0]!r} more '
+                               'than once; labels.txt needs a name per id: give each its own in '
+                               'the file\'s features')
+        return Columns(image, label, tuple(classes))
+    kind = schema.field(label).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)):
+        raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
+                           'class names); name the label column with --label_column')
+    return Columns(image, label, None)
+
+
+def _binary(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _typed(path: str, schema: pa.Schema, features: dict, type_name: str, flag: str) -> str:
+    """The one column whose feature is a `type_name`, or a DatasetError."""
+    found = [name for name, f in features.items()
+             if isinstance(f, dict) and f.get('_type') == type_name and name in schema.names]
+    if len(found) != 1:
+        what = (f'columns {", ".join(found)} are all {type_name} features' if found
+                else f'no column is {"an" if type_name[0] in "AEIOU" else "a"} {type_name} '
+                f'feature (columns: {", ".join(schema.names)})')
+        raise DatasetError(f'{path}: {what}; choose one with {flag}')
+    return found[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParquetFile(Partition):
+    """One parquet file of a split: one partition per row group. Its columns must be those of
+    the input's first file, with the same ClassLabel names."""
+    split: str
+    path: str
+    name: str          # The file's path below --input_dir, which starts its examples' keys.
+    size: int
+    mtime: float | None
+    columns: Columns
+
+    def split_further(self) -> list[Partition]:
+        with _opened(self.path, self.size) as stream:
+            parquet = pq.ParquetFile(stream)
+            found = _columns(self.path, parquet.schema_arrow, self.columns.image,
+                             self.columns.label)
+            metadata = parquet.metadata
+            struct = pa.types.is_struct(parquet.schema_arrow.field(self.columns.image).type)
+        if found != self.columns:
+            raise DatasetError(f'{self.path}: the labels of column {found.label} are not those of '
+                               f'the first file: {_difference(found, self.columns)}; convert the '
+                               'files of one dataset together')
+        groups, first = [], 0
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            image_bytes = sum(group.column(i).total_uncompressed_size
+                              for i in range(group.num_columns)
+                              if group.column(i).path_in_schema.split('.')[0] == self.columns.image)
+            groups.append(RowGroup(self.split, self.path, self.name, self.size, self.mtime,
+                                   self.columns, index, first,
+                                   image_bytes // max(1, group.num_rows), struct))
+            first += group.num_rows
+        return groups
+
+
+def _difference(found: Columns, first: Columns) -> str:
+    if found.classes is None or first.classes is None:
+        return ('a ClassLabel here, none there' if found.classes is not None
+                else 'no ClassLabel here, one there')
+    for index, (here, there) in enumerate(itertools.zip_longest(found.classes, first.classes)):
+        if here != there:
+            return f'id {index} is {here!r} here, {there!r} there'
+    return ''
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroup(Partition):
+    """One row group of a parquet file, listed from its label column (and its images' paths):
+    a ref per row, with the row group's mean image size and a RowGroupRead for its bytes."""
+    split: str
+    path: str
+    name: str
+    size: int
+    mtime: float | None
+    columns: Columns
+    index: int
+    first_row: int
+    row_bytes: int      # The image column's bytes in this row group, per row.
+    struct: bool        # Whether images are {bytes, path} structs (else plain bytes).
+    sizes_known = True
+
+    def examples(self) -> Iterator[ExampleRef]:
+        image = self.columns.image
+        columns = [self.columns.label] + ([f'{image}.path'] if self.struct else [])
+        read = RowGroupRead(self.path, self.size, self.index, self.first_row,
+                            f'{image}.bytes' if self.struct else image)
+        row = self.first_row
+        for batch in _batches(self.path, self.size, self.index, columns, whole=True):
+            paths = (batch.column(image).to_pylist() if self.struct else [None] * batch.num_rows)
+            for value, path in zip(batch.column(self.columns.label).to_pylist(), paths):
+                key = f'{self.name}:row {row}'
+                filename = fileio.basename((path or {}).get('path') or key)
+                label, problem = self.columns.label_of(value)
+                yield ExampleRef(self.split, key, f'{self.path}:row {row}', filename, label,
+                                 self.row_bytes, problem=problem, mtime=self.mtime,
+                                 group=None if problem else read)
+                row += 1
+
+
+def _batches(path: str, size: int, index: int, columns: list[str],
+             whole: bool = False) -> Iterator[pa.RecordBatch]:
+    """Row group `index` of parquet file `path`, BATCH_ROWS rows of `columns` at a time: their
+    column chunks read `whole` (labels and paths: small, read together), else through a
+    READ_BUFFER window."""
+    with _opened(path, size) as stream:
+        parquet = (pq.ParquetFile(stream, pre_buffer=True) if whole else
+                   pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER))
+        yield from parquet.iter_batches(BATCH_ROWS, row_groups=[index], columns=columns,
+                                        use_threads=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroupRead:
+    """How the images of a row group's refs are read: in one pass over its image column, up
+    to the last row wanted (transforms/grouped_reads.py brings the refs together)."""
+    path: str
+    size: int
+    index: int
+    first_row: int
+    column: str         # `image.bytes` of a struct column, or the column of plain bytes.
+
+    @property
+    def key(self) -> str:
+        return f'{self.path}#{self.index}'
+
+    def read(self, refs: list[ExampleRef]) -> Iterator[ExampleRef]:
+        """Each of `refs` (rows of this group), with its image bytes or why it has none."""
+        wanted = {int(ref.key.rpartition(':row ')[2]): ref for ref in refs}
+        last, row = max(wanted), self.first_row
+        for batch in _batches(self.path, self.size, self.index, [self.column]):
+            for image in batch.column(0).to_pylist():
+                if row in wanted:
+                    yield self._resolved(wanted[row], image)
+                if row == last:
+                    return
+                row += 1
+
+    def _resolved(self, ref: ExampleRef, image) -> ExampleRef:
+        data = image.get('bytes') if isinstance(image, dict) else image
+        if data is None:
+            return dataclasses.replace(ref, group=None, problem=(
+                f'no image (column {self.column.partition(".")[0]} holds no bytes)'))
+        return dataclasses.replace(ref, group=None, data=data, size=len(data))
+
+
+def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
+    by_split: dict[str, tuple[str, list[fileio.Entry]]] = {}
+    layout = find_layout(root) or {}
+    for name, files in sorted(layout.items()):
+        split = split_of(name)
+        if split in by_split:
+            raise DatasetError(f'{root}: splits {by_split[split][0]} and {name} both stand for '
+                               f'{split}; keep one')
+        if split is not None:
+            by_split[split] = name, sorted(files, key=lambda e: e.path)
+    splits = tuple(s for s in SPLITS if s in by_split)
+    if not splits:
+        raise DatasetError(f'{root} holds parquet files of splits {", ".join(sorted(layout))}, '
+                           f'none of {", ".join(SPLITS)}; rename the files of a split')
+    first = by_split[splits[0]][1][0]
+    columns = read_columns(first.path, first.size, opts.image_column, opts.label_column)
+    if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
+        labels = dataclasses.replace(labels, label_names=columns.classes, names_origin=(
+            f'the ClassLabel of column {columns.label} in {first.path}'))
+    partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns)
+                  for split in splits for e in by_split[split][1]]
+    return Source(partitions, splits, labels,
+                  identity=f'parquet {root} {columns.image} {columns.label}')
+
+
+class ParquetKind(InputKind):
+    """`--input_dir` holding Hugging Face parquet files (local or gs://); it has no usage of its
+    own: the folder layout's names --input_dir."""
+
+    given_as = '--input_dir'
+    combines = True
+
+    def add_flags(self, flag: Callable[..., None]) -> None:
+        flag('image_column', help='Parquet input: the column of images (default: the one whose '
+             'Hugging Face feature is an Image).')
+        flag('label_column', help='Parquet input: the column of labels (default: the one whose '
+             'Hugging Face feature is a ClassLabel).')
+
+    def given(self, opts, config) -> bool:
+        return bool(opts.input_dir) and find_layout(opts.input_dir.rstrip('/')) is not None
+
+    def split_flag(self, split: str) -> str:
+        return '--input_dir'
+
+    def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
+        return _parquet_source(opts.input_dir.rstrip('/'), opts, labels)
+
+
+PARQUET_KIND = ParquetKind()

@@ -1,0 +1,325 @@
+"""Hugging Face parquet files (pipeline/inputs/parquet_files.py): files written by `datasets`,
+in small row groups, in each of the Hub's layouts, converted through the command line and read
+back."""
+import glob
+import json
+import os
+import re
+import signal
+import sys
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.output import records
+from pipeline.testing import imagemaker
+from pipeline.testing.gcs_servers import BUCKET, download, upload
+from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
+                           run_measured, stage_pipeline)
+
+NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
+ROWS_PER_GROUP = 4
+
+
+def _image(split: str, i: int) -> bytes:
+    """A JPEG, every fifth a PNG (re-encoded on the way)."""
+    seed = sum(map(ord, split)) * 1000 + i
+    return imagemaker.png(64, 48, seed=seed) if i % 5 == 4 else imagemaker.jpeg(40, 30, seed=seed)
+
+
+def _rows(split: str, n: int) -> list[tuple]:
+    """(image bytes, ClassLabel id) of a split's rows."""
+    return [(_image(split, i), i % 3) for i in range(n)]
+
+
+def _write(path, rows: list[tuple], image_feature=True) -> None:
+    """A parquet file as `datasets` writes it, ROWS_PER_GROUP rows a row group."""
+    import datasets
+    features = datasets.Features({'image': datasets.Image() if image_feature else datasets.Value('binary'),
+                                  'label': datasets.ClassLabel(names=NAMES)})
+    images = [data if data is None or not image_feature else {'bytes': data, 'path': f'img{i}.jpg'}
+              for i, (data, _) in enumerate(rows)]
+    table = datasets.Dataset.from_dict({'image': images, 'label': [label for _, label in rows]},
+                                       features=features)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    table.to_parquet(str(path), batch_size=ROWS_PER_GROUP)
+
+
+def _set_labels(path, labels: dict) -> None:
+    """Rewrites stored label values {row: value} (a ClassLabel refuses bad ones), keeping the
+    schema's metadata and the row groups."""
+    table = pq.read_table(path)
+    values = table.column('label').to_pylist()
+    for row, value in labels.items():
+        values[row] = value
+    table = table.set_column(1, table.schema.field('label'), pa.array(values, pa.int64()))
+    pq.write_table(table, path, row_group_size=ROWS_PER_GROUP)
+
+
+LAYOUTS = {   # layout -> {split name as the files spell it: file names}
+    'repository': {'train': ['data/train-00000-of-00002.parquet', 'data/train-00001-of-00002.parquet'],
+                   'validation': ['data/validation-00000-of-00001.parquet']},
+    'conversion': {'train': ['default/train/0000.parquet', 'default/train/0001.parquet'],
+                   'val': ['default/val/0000.parquet']},
+    'files': {'train': ['train-00000-of-00002.parquet', 'train-00001-of-00002.parquet'],
+              'valid': ['valid-00000-of-00001.parquet']},
+}
+
+
+def _dataset(root, layout: str) -> dict:
+    """Writes train (22 rows over two files) and validation (9 rows) in `layout`; returns
+    {key: (image, label id)} of the rows."""
+    expected = {}
+    for name, files in LAYOUTS[layout].items():
+        rows = _rows(name, 22 if name == 'train' else 9)
+        half = len(rows) // len(files) + 1
+        for n, file in enumerate(files):
+            mine = rows[n * half:(n + 1) * half]
+            _write(root / file, mine)
+            expected.update({f'{file}:row {i}': row for i, row in enumerate(mine)})
+    return expected
+
+
+def _by_key(out: str, split: str, root: str) -> dict:
+    return {r[records.SOURCE][len(root) + 1:]: r for r in read_split(out, split)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('layout', sorted(LAYOUTS))
+def test_each_hub_layout_converts_with_the_classlabel_ids_and_names(tmp_path, layout):
+    expected = _dataset(tmp_path / 'in', layout)
+    root, out = str(tmp_path / 'in'), str(tmp_path / 'out')
+    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert open(f'{out}/labels.txt').read() == 'zebra\nant\ncat\n'
+    found = {**_by_key(out, 'train', root), **_by_key(out, 'validation', root)}
+    assert sorted(found) == sorted(expected) and len(found) == 31
+    for key, (image, label) in expected.items():
+        record = found[key]
+        assert (record[records.LABEL], record[records.TEXT]) == (label, NAMES[label])
+        if image.startswith(b'\xff\xd8'):   # An RGB JPEG is stored as it is.
+            assert record[records.ENCODED] == image
+        else:
+            assert np.abs(pixels(record).astype(int) - imagemaker.decode(image)).mean() < 8   # JPEG at q95, 4:2:0.
+    summary = json.load(open(f'{out}/summary.json'))
+    assert summary['splits']['train']['records'] == 22
+
+
+@pytest.mark.slow
+def test_every_bad_row_is_a_reported_input_named_by_file_and_row(tmp_path):
+    rows = _rows('train', 30)
+    rows[3] = (None, 0)
+    rows[7] = (b'not an image', 1)
+    _write(tmp_path / 'in/data/train-00000-of-00001.parquet', rows)
+    path = str(tmp_path / 'in/data/train-00000-of-00001.parquet')
+    _set_labels(path, {10: 7, 11: None, 12: -1})
+    out = str(tmp_path / 'out')
+    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--max_error_ratio=0.2',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    errors = [json.loads(line) for line in open(f'{out}/errors-train.jsonl')]
+    assert sorted((e['source'], e['reason']) for e in errors) == [
+        (f'{path}:row 10', 'label 7 is not a class id: the ClassLabel of column label has ids 0..2'),
+        (f'{path}:row 11', 'no label (column label is null)'),
+        (f'{path}:row 12', 'label -1 is not a class id: the ClassLabel of column label has ids 0..2'),
+        (f'{path}:row 3', 'no image (column image holds no bytes)'),
+        (f'{path}:row 7', 'not an image Pillow can read (cannot identify image file)'),
+    ]
+    assert len(read_split(out, 'train')) == 25
+    summary = json.load(open(f'{out}/summary.json'))['splits']['train']
+    assert (summary['inputs'], summary['records'], summary['skipped']) == (30, 25, 5)
+
+
+@pytest.mark.slow
+def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
+    path = tmp_path / 'in/train-00000-of-00001.parquet'
+    _write(path, _rows('train', 6), image_feature=False)
+    table = pq.read_table(path)
+    metadata = {b'huggingface': json.dumps({'info': {'features': {
+        'image': {'dtype': 'binary', '_type': 'Value'},
+        'label': {'dtype': 'int64', '_type': 'Value'}}}}).encode()}
+    pq.write_table(table.replace_schema_metadata(metadata), path, row_group_size=ROWS_PER_GROUP)
+    out = str(tmp_path / 'out')
+    found = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', *IN_PROCESS)
+    assert found.returncode == 2 and found.stderr.splitlines()[-1] == (
+        f'error: {path}: no column is an Image feature (columns: image, label); choose one with '
+        '--image_column')
+    named = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--image_column=image',
+                    '--label_column=label', *IN_PROCESS)
+    assert named.returncode == 0, named.stderr
+    assert sorted(r[records.LABEL] for r in read_split(out, 'train')) == [0, 0, 1, 1, 2, 2]
+    assert open(f'{out}/labels.txt').read() == '0\n1\n2\n'
+    wrong = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o2',
+                    '--image_column=picture', '--label_column=label', *IN_PROCESS)
+    assert wrong.stderr.splitlines()[-1] == (
+        f'error: --image_column picture: {path} has no such column (columns: image, label)')
+    metadata = {b'huggingface': json.dumps({'info': {'features': {
+        'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b', 'a']}}}}).encode()}
+    pq.write_table(table.replace_schema_metadata(metadata), path)
+    twice = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o3', *IN_PROCESS)
+    assert twice.stderr.splitlines()[-1] == (
+        f"error: {path}: the ClassLabel of column label names 'a' more than once; labels.txt "
+        "needs a name per id: give each its own in the file's features")
+    texts = table.set_column(1, 'label', pa.array(['wren', 'auk', 'wren', 'jay', 'auk', 'auk']))
+    pq.write_table(texts.replace_schema_metadata({}), path)
+    named = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o4',
+                    '--image_column=image', '--label_column=label', *IN_PROCESS)
+    assert named.returncode == 0, named.stderr
+    assert open(f'{tmp_path}/o4/labels.txt').read() == 'auk\njay\nwren\n'   # Sorted texts.
+    assert sorted((r[records.LABEL], r[records.TEXT]) for r in read_split(f'{tmp_path}/o4', 'train')) == [
+        (0, 'auk'), (0, 'auk'), (0, 'auk'), (1, 'jay'), (2, 'wren'), (2, 'wren')]
+
+
+@pytest.mark.slow
+def test_a_plan_lists_every_row_and_writes_nothing(tmp_path):
+    rows = _rows('train', 10)
+    rows[2] = (None, 0)
+    _write(tmp_path / 'in/data/train-00000-of-00001.parquet', rows)
+    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', '--plan_only',
+                     *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r'^train +10 +0 +3 +1 +1 ', result.stdout, re.M), result.stdout
+    assert not os.path.exists(f'{tmp_path}/out/labels.txt')
+
+
+@pytest.mark.slow
+def test_several_configs_ask_for_one_in_one_line(tmp_path):
+    for config in ('plain', 'extra'):
+        _write(tmp_path / f'in/{config}/train/0000.parquet', _rows('train', 3))
+    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f'error: {tmp_path}/in holds the parquet files of configs extra, plain; give one: '
+        f'--input_dir {tmp_path}/in/extra']
+    chosen = run_cli(f'--input_dir={tmp_path}/in/plain', f'--output_dir={tmp_path}/out',
+                     *IN_PROCESS)
+    assert chosen.returncode == 0, chosen.stderr
+    assert len(read_split(f'{tmp_path}/out', 'train')) == 3
+
+
+@pytest.mark.slow
+def test_files_of_other_classes_are_refused_naming_the_file_and_the_id(tmp_path):
+    import datasets
+    _write(tmp_path / 'in/data/train-00000-of-00002.parquet', _rows('train', 3))
+    other = datasets.Features({'image': datasets.Image(),
+                               'label': datasets.ClassLabel(names=['zebra', 'bee', 'cat'])})
+    datasets.Dataset.from_dict({'image': [{'bytes': _image('other', 0), 'path': None}], 'label': [1]},
+                               features=other).to_parquet(
+        str(tmp_path / 'in/data/train-00001-of-00002.parquet'))
+    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        f'error: {tmp_path}/in/data/train-00001-of-00002.parquet: the labels of column label are '
+        "not those of the first file: id 1 is 'bee' here, 'ant' there; convert the files of one "
+        'dataset together')
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_way_resumes_to_the_bytes_of_a_clean_run(tmp_path):
+    for n in range(3):
+        _write(tmp_path / f'in/data/train-0000{n}-of-00003.parquet', _rows(f'train{n}', 200))
+    flags = [f'--input_dir={tmp_path}/in', '--num_shards=4', *IN_PROCESS]
+    out = str(tmp_path / 'out')
+    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:2').returncode == -signal.SIGKILL
+    assert glob.glob(f'{out}/.tmp-*/parts/*.json')
+    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'an earlier attempt finished 2 chunks' in rerun.stderr
+    reference = str(tmp_path / 'reference')
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert output_files(out) == output_files(reference)
+    assert len(read_split(out, 'train')) == 600
+
+
+def _reads_through_proxy(gcs, *argv) -> int:
+    """Object reads of a conversion whose Cloud Storage requests go through a counting proxy."""
+    from pipeline.testing.gcs_servers import FlakyProxy
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
+    try:
+        result = run_cli(*argv, env=dict(os.environ,
+                                          STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}'))
+    finally:
+        proxy.stop()
+    assert result.returncode == 0, result.stderr
+    return proxy.operations['read']
+
+
+def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path):
+    expected = _dataset(tmp_path / 'in', 'repository')
+    source = upload({os.path.relpath(p, tmp_path / 'in'): open(p, 'rb').read()
+                     for p in glob.glob(f'{tmp_path}/in/**/*.parquet', recursive=True)}, 'hub')
+    remote = run_cli(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/out', '--num_shards=2',
+                     *IN_PROCESS)
+    assert remote.returncode == 0, remote.stderr
+    local = f'{tmp_path}/local'
+    assert run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={local}', '--num_shards=2',
+                   *IN_PROCESS).returncode == 0
+    files = download('out')
+    assert sorted(files) == sorted(output_files(local))
+    reads = _reads_through_proxy(gcs, f'--input_dir={source}', f'--output_dir={tmp_path}/counted',
+                                 '--num_shards=2', *IN_PROCESS)
+    # One read for the first file's columns, one for each file's row groups (3), then for each
+    # of the 9 row groups (4 + 4 + 4, 4 + 4 + 2, 4 + 4 + 1 rows) its footer and its labels and
+    # paths, later its footer and its images: each read is of the bytes pyarrow asks for.
+    assert reads == 1 + 3 + 9 * 4
+    assert files['labels.txt'] == b'zebra\nant\ncat\n'
+    for split, count in (('train', 22), ('validation', 9)):
+        shards = []
+        for name, data in sorted(files.items()):
+            if f'-{split}.tfrecord-' in name:
+                (tmp_path / name).write_bytes(data)
+                shards.append(str(tmp_path / name))
+        on_gcs, here = read_files(shards), read_split(local, split)
+        assert len(on_gcs) == count
+        for record, twin in zip(on_gcs, here, strict=True):   # Same records, in the same order.
+            key = twin.pop(records.SOURCE)[len(f'{tmp_path}/in/'):]
+            assert record.pop(records.SOURCE) == f'{source}/{key}'
+            assert record == twin and record[records.LABEL] == expected[key][1]
+
+
+def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
+    from apache_beam.testing.util import assert_that, equal_to
+    from pipeline.inputs.parquet_files import ParquetFile, read_columns
+    from transforms.grouped_reads import ReadGroupedInputs
+    rows = _rows('train', 10)
+    rows[6] = (None, 0)
+    path = str(tmp_path / 'train-00000-of-00001.parquet')
+    _write(path, rows)
+    size = os.path.getsize(path)
+    groups = ParquetFile('train', path, 'train.parquet', size, None,
+                         read_columns(path, size)).split_further()
+    assert len(groups) == 3   # 4 + 4 + 2 rows.
+    refs = [ref for group in groups for ref in group.examples()]
+    chunks = [(('train', i % 2), [ref for ref in refs if int(ref.key[-1]) % 2 == i]) for i in (0, 1)]
+    with stage_pipeline() as p:
+        read = (p | beam.Create(chunks) | ReadGroupedInputs()
+                | beam.FlatMap(lambda c: [(c[0], r.key, r.data, r.problem, r.group) for r in c[1]]))
+        assert_that(read, equal_to([
+            (('train', row % 2), f'train.parquet:row {row}', data, None if data else
+             'no image (column image holds no bytes)', None) for row, (data, _) in enumerate(rows)]))
+
+
+READ_ALL_ROWS = '''import os, sys
+from pipeline.inputs.parquet_files import ParquetFile, read_columns
+path = sys.argv[1]
+size = os.path.getsize(path)
+groups = ParquetFile('train', path, 'big.parquet', size, None, read_columns(path, size)).split_further()
+refs = [ref for group in groups for ref in group.examples()]
+print(len(groups), sum(len(ref.data) for ref in refs[0].group.read(refs)))
+'''
+
+
+@pytest.mark.slow
+def test_a_300_mb_row_group_is_read_without_holding_it(tmp_path):
+    import datasets
+    blob = os.urandom(2 << 20)
+    features = datasets.Features({'image': datasets.Image(), 'label': datasets.ClassLabel(names=NAMES)})
+    path = str(tmp_path / 'big.parquet')
+    datasets.Dataset.from_dict({'image': [{'bytes': blob[i:], 'path': None} for i in range(150)],
+                                'label': [0] * 150}, features=features).to_parquet(path, batch_size=150)
+    del blob
+    result, peak = run_measured(sys.executable, '-c', READ_ALL_ROWS, path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['1', str(150 * (2 << 20) - sum(range(150)))]
+    assert peak < 250 << 20, peak   # The row group is 300 MB; a batch of 16 rows is 32 MB.
