@@ -195,9 +195,11 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
               'description': 'from the console', 'clean_temp': 'true', 'break_lock': 'false',
               'verbose': 'false', 'plan_only': 'false', 'plan_format': 'text',
               'output_format': 'tfrecord,array_record', 'reads_in_flight': '16',
-              'max_input_mb': '64', 'damaged_images': 'keep', 'leakage': 'drop'}
-    assert set(values) | {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config',
-                          'config_arg'} == converter_flag_names()
+              'max_input_mb': '64', 'damaged_images': 'keep', 'leakage': 'drop',
+              'dali_index': 'true'}
+    other_inputs = {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config', 'config_arg',
+                    'webdataset', 'label_field', 'image_column', 'label_column'}
+    assert set(values) | other_inputs == converter_flag_names()
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
             f'--template_location={tmp_path}/job.json', '--no_auth',
             '--dataflow_endpoint=http://localhost:1', *(f'--{k}={v}' for k, v in values.items())]
@@ -211,4 +213,4 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
     assert options['dataset_name'] == 'launched' and options['description'] == 'from the console'
     assert options['output_format'] == 'tfrecord,array_record' and options['reads_in_flight'] == 16
     assert options['damaged_images'] == 'keep' and options['leakage'] == 'drop'
-    assert options['max_input_mb'] == 64
+    assert options['max_input_mb'] == 64 and options['dali_index'] is True

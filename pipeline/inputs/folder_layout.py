@@ -191,7 +191,9 @@ class FolderKind(InputKind):
 
     def add_flags(self, flag: Callable[..., None]) -> None:
         flag('input_dir', help='Folder layout: INPUT_DIR/<split>/<class>/<image>, local or gs://. '
-             'Splits are train, validation and test, whichever exist.')
+             'Splits are train, validation and test, whichever exist. A folder of Hugging Face '
+             'parquet files (INPUT_DIR/data/<split>-*.parquet, INPUT_DIR/<config>/<split>/*.parquet) '
+             'is read as those.')
 
     def given(self, opts, config) -> bool:
         """Whether --input_dir is given and holds no parquet files (parquet_files.py's)."""
