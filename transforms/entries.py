@@ -36,11 +36,12 @@ def trusted(data_path: str) -> bool:
     return all(fileio.exists(p) and not fileio.is_untrusted(p) for p in paths)
 
 
-def join(parts: list[str], shard: str) -> None:
-    """Merges the entries of the part files `parts` into the shard file `shard`'s."""
+def join(holding: dict[str, list[str]], shard: str) -> None:
+    """Merges the entries of the part files that hold entries of each kind (`holding`: kind ->
+    part files; a part with none is not read) into the shard file `shard`'s."""
     for kind in KINDS:
-        _write_lines(entry_path(shard, kind),
-                     (_line(e) for e in merged([entry_path(p, kind) for p in parts], shard)))
+        _write_lines(entry_path(shard, kind), (_line(e) for e in merged(
+            [entry_path(p, kind) for p in holding.get(kind, ())], shard)))
 
 
 def merged(paths: list[str], scratch: str) -> Iterator[tuple]:

@@ -459,7 +459,8 @@ class WriteShard(beam.DoFn):
         reused = result is not None
         if result is None:
             parts = sorted(parts, key=lambda r: r.chunk)
-            entries.join([p.temp_path for p in parts], path)
+            entries.join({kind: [p.temp_path for p in parts if getattr(p, kind)]
+                          for kind in entries.KINDS}, path)
             found = [entries.entry_path(p.temp_path, kind)
                      for p in parts for kind in entries.KINDS]
             parts = [drop_from_part(p, drops) if drops else p for p in parts]
