@@ -87,10 +87,10 @@ class Here:
 def output_requests(parts: int, shards: int, workers: int) -> float:
     """The requests a run makes to a gs:// output beyond what planning made and the sample
     timed, as many one after another (counted on the storage emulator by
-    benchmarks/requests.py): per part of a shard (a chunk's records in it) its upload, its
-    sidecars' uploads and reads, and per shard its join, its sidecar and its moves, shared by
-    the workers; then the launcher's metadata, journal and lock."""
-    return 40 + (10 * parts + 8 * shards) / workers
+    benchmarks/requests.py): per part of a shard (a chunk's records in it) its upload and its
+    sidecars', and per shard its join, its sidecars and the deletes of its parts, shared by the
+    workers; then the launcher's metadata, moves, journal and lock."""
+    return 40 + (5 * parts + 6 * shards) / workers
 
 
 def estimate(document: dict, here: Here | None = None) -> dict:

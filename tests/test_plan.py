@@ -124,12 +124,12 @@ def test_the_time_here_is_the_plans_own_time_and_the_sampled_rate_on_the_workers
     assert plan.estimate(storage, to_cloud)['estimate']['here']['converting_seconds'] == \
         pytest.approx(7.5)
     # Its requests to the output, each as long as the one timed after planning: with 78 chunks
-    # and 4 shards, 82 parts, 40 + (10 x 82 + 8 x 4) / 2 workers = 466 one after another.
+    # and 4 shards, 82 parts, 40 + (5 x 82 + 6 x 4) / 2 workers = 257 one after another.
     timed = dataclasses.replace(to_cloud, request_seconds=0.01)
     four = dict(storage, splits={'train': dict(document['splits']['train'], shards=4)})
     e = plan.estimate(four, timed)['estimate']['here']
-    assert (e['storage_requests_seconds'], e['fixed_seconds']) == pytest.approx((4.66, 9.66))
-    assert '5 s of requests to the gs:// output' in plan.here_line(e)
+    assert (e['storage_requests_seconds'], e['fixed_seconds']) == pytest.approx((2.57, 7.57))
+    assert '3 s of requests to the gs:// output' in plan.here_line(e)
     one_chunk = dict(document, splits={'train': dict(document['splits']['train'], chunks=1)})
     assert plan.estimate(one_chunk, here)['estimate']['here']['workers'] == 1
     assert plan.estimate(document)['estimate']['seconds_here'] is None   # Dataflow only.
