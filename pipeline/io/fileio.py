@@ -276,9 +276,13 @@ def _file_crc32c(path: str) -> str:
 
 
 def read_if_exists(path: str) -> bytes | None:
-    """The bytes of `path`, or None when there is no such file."""
+    """The bytes of `path`, or None when there is no such file (on Cloud Storage, one request)."""
     if is_gcs(path):
-        return read_bytes(path) if exists(path) else None
+        from google.api_core.exceptions import NotFound
+        try:
+            return read_bytes(path)
+        except NotFound:
+            return None
     try:
         return read_bytes(path)
     except FileNotFoundError:
