@@ -21,7 +21,6 @@ import apache_beam as beam
 
 from pipeline import faults
 from pipeline.inputs import archives
-from pipeline.inputs.parquet_files import in_row_order
 from pipeline.inputs.refs import ExampleRef
 from pipeline.io import image_blobs
 from pipeline.output import output_folder
@@ -63,10 +62,10 @@ def _read_group(group: tuple, temp_dir: str, resuming: bool) -> Iterator[tuple]:
     each."""
     _, items = group
     chunk_of = {ref.key: chunk for chunk, ref in items}
-    refs = in_row_order([ref for _, ref in items])
-    read = refs[0].group
-    path = output_folder.group_path(temp_dir, fingerprint(
-        read.path, read.size, refs[0].mtime, read.index, read.column, [r.key for r in refs]))
+    read = items[0][1].group
+    refs = read.in_order([ref for _, ref in items])
+    path = output_folder.group_path(temp_dir, fingerprint(read, refs[0].mtime,
+                                                          [r.key for r in refs]))
     found = image_blobs.read_index(path, len(refs)) if resuming else None
     if found is None:
         found = image_blobs.write(path, read.images(refs))
@@ -74,8 +73,10 @@ def _read_group(group: tuple, temp_dir: str, resuming: bool) -> Iterator[tuple]:
     size, windows = found
     blob = archives.Archive(path, path, size, None, 0, size)
     for ref, window in zip(refs, windows, strict=True):
-        yield chunk_of[ref.key], [read.without_bytes(ref) if window is None else dataclasses.replace(
-            ref, group=None, size=window[1], member=archives.Member(blob, ref.key, *window))]
+        if window is not None:
+            ref = dataclasses.replace(ref, group=None, size=window[1],
+                                      member=archives.Member(blob, ref.key, *window))
+        yield chunk_of[ref.key], [read.without_bytes(ref) if window is None else ref]
 
 
 def read_grouped(refs: Iterable[ExampleRef]) -> list[ExampleRef]:

@@ -17,8 +17,8 @@ group from its label column (and its images' paths) alone, so listing reads no i
 images are read after the shard plan (transforms/grouped_reads.py): the refs of a row group are
 brought together and one pass over its image column, BATCH_ROWS rows decoded at a time through
 a READ_BUFFER window (each a ranged read on gs://), writes its images into one blob in the run's
-temporary folder, from which each chunk reads its rows by byte range. Every row is an input: a record or a reported error named
-`FILE:row N` (N counts from 0, as `datasets` indexes the file).
+temporary folder, from which each chunk reads its rows by byte range. Every row is an input: a
+record or a reported error named `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
 import dataclasses
 import itertools
@@ -281,14 +281,14 @@ class RowGroupRead:
     def read(self, refs: list[ExampleRef]) -> Iterator[ExampleRef]:
         """Each of `refs` (rows of this group), in row order, with its image bytes or why it
         has none."""
-        refs = in_row_order(refs)
+        refs = self.in_order(refs)
         for ref, data in zip(refs, self.images(refs)):
             yield (self.without_bytes(ref) if data is None else
                    dataclasses.replace(ref, group=None, data=data, size=len(data)))
 
     def images(self, refs: list[ExampleRef]) -> Iterator[bytes | None]:
         """The image bytes (None: the row holds none) of each of `refs`, rows of this group in
-        row order (`in_row_order`), one at a time."""
+        row order (`in_order`), one at a time."""
         wanted = [_row(ref) for ref in refs]
         at, row = 0, self.first_row
         for batch in _batches(self.path, self.size, self.index, [self.column]):
@@ -300,15 +300,15 @@ class RowGroupRead:
                         return
                 row += 1
 
+    @staticmethod
+    def in_order(refs: list[ExampleRef]) -> list[ExampleRef]:
+        """Refs of rows of this group in the order they are read: by row."""
+        return sorted(refs, key=_row)
+
     def without_bytes(self, ref: ExampleRef) -> ExampleRef:
         """`ref`, a row whose image column holds no bytes, as the input error it is."""
         return dataclasses.replace(ref, group=None, problem=(
             f'no image (column {self.column.partition(".")[0]} holds no bytes)'))
-
-
-def in_row_order(refs: list[ExampleRef]) -> list[ExampleRef]:
-    """Refs of rows of one file, sorted by row."""
-    return sorted(refs, key=_row)
 
 
 def _row(ref: ExampleRef) -> int:

@@ -52,7 +52,8 @@ def read_index(path: str, count: int) -> tuple[int, list[Window | None]] | None:
     if len(tail) != size - index_start or tail[-8:] != MAGIC:
         return None
     *lengths, stored = struct.unpack(f'<{count + 1}q', tail[:-8])
-    if stored != count or sum(max(n, 0) for n in lengths) != index_start or min(lengths, default=0) < -1:
+    if (stored != count or min(lengths, default=0) < -1
+            or sum(max(n, 0) for n in lengths) != index_start):
         return None
     windows, offset = [], 0
     for length in lengths:
