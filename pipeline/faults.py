@@ -6,7 +6,8 @@ reaches that point, so tests exercise the production code path up to an exact in
 batch of moves of the old and the new dataset), `commit:marked` (temporary folder marked
 committed), `commit:unjournaled` (journal deleted), `cleanup:contents` (a temporary folder
 emptied but for its marker), `cleanup:marker` (its marker deleted, the empty folder left),
-`chunk:N` (after this process converted its N-th chunk), `shard:N` (after this process wrote
+`chunk:N` (after this process converted its N-th chunk), `group:N` (after this process wrote
+the blob of its N-th group of inputs read together), `shard:N` (after this process wrote
 its N-th shard), `links:N` (after this process linked its N-th shuffle group of the leakage
 check). Unset, it costs one dictionary lookup.
 """

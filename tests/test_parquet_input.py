@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 
 import apache_beam as beam
@@ -13,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 from pipeline.output import records
 from pipeline.testing import imagemaker
@@ -293,8 +295,9 @@ def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
     refs = [ref for group in groups for ref in group.examples()]
     chunks = [(('train', i % 2), [ref for ref in refs if int(ref.key[-1]) % 2 == i]) for i in (0, 1)]
     with stage_pipeline() as p:
-        read = (p | beam.Create(chunks) | ReadGroupedInputs()
-                | beam.FlatMap(lambda c: [(c[0], r.key, r.data, r.problem, r.group) for r in c[1]]))
+        read = (p | beam.Create(chunks) | ReadGroupedInputs(str(tmp_path / 'temp'), False)
+                | beam.FlatMap(lambda c: [(c[0], r.key, r.member and r.member.read(), r.problem,
+                                           r.group) for r in c[1]]))
         assert_that(read, equal_to([
             (('train', row % 2), f'train.parquet:row {row}', data, None if data else
              'no image (column image holds no bytes)', None) for row, (data, _) in enumerate(rows)]))
@@ -323,3 +326,75 @@ def test_a_300_mb_row_group_is_read_without_holding_it(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ['1', str(150 * (2 << 20) - sum(range(150)))]
     assert peak < 250 << 20, peak   # The row group is 300 MB; a batch of 16 rows is 32 MB.
+
+
+def _noise_jpeg(seed: int) -> bytes:
+    """A 384x384 JPEG of noise, about 130 KB: images that do not compress, to fill memory."""
+    noise = np.random.default_rng(seed).integers(0, 256, (384, 384, 3), dtype=np.uint8)
+    return imagemaker.encode(Image.fromarray(noise), 'JPEG', quality=90)
+
+
+LAUNCHER = ('import sys\n'
+            'from pipeline.run import main\n'
+            'code = main(sys.argv[1:])\n'
+            "peak = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+            "print(f'launcher peak {peak} kB', file=sys.stderr)\n"
+            'sys.exit(code)\n')
+
+
+def _launcher_peak(*argv) -> int:
+    """The peak resident memory, in bytes, of the process that runs the command line (a local
+    run's launcher, which holds its shuffles; its workers are processes of their own)."""
+    result = subprocess.run([sys.executable, '-c', LAUNCHER, *argv], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return int(re.search(r'launcher peak (\d+) kB', result.stderr).group(1)) << 10
+
+
+@pytest.mark.slow
+def test_a_local_launcher_holds_no_more_for_parquet_than_for_the_same_images_as_folders(tmp_path):
+    import datasets
+    images = [(_noise_jpeg(i), i % 3) for i in range(600)]   # 80 MB.
+    for i, (data, label) in enumerate(images):
+        os.makedirs(tmp_path / f'folders/train/{NAMES[label]}', exist_ok=True)
+        (tmp_path / f'folders/train/{NAMES[label]}/{i:04d}.jpg').write_bytes(data)
+    features = datasets.Features({'image': datasets.Image(),
+                                  'label': datasets.ClassLabel(names=NAMES)})
+    table = datasets.Dataset.from_dict({'image': [{'bytes': d, 'path': None} for d, _ in images],
+                                        'label': [label for _, label in images]}, features=features)
+    os.makedirs(tmp_path / 'parquet/data')
+    table.to_parquet(str(tmp_path / 'parquet/data/train-00000-of-00001.parquet'), batch_size=100)
+    del images, table
+    peaks = {kind: _launcher_peak(f'--input_dir={tmp_path}/{kind}',
+                                  f'--output_dir={tmp_path}/{kind}-out', '--leakage=off')
+             for kind in ('folders', 'parquet')}
+    for kind in peaks:
+        summary = json.load(open(f'{tmp_path}/{kind}-out/summary.json'))
+        assert summary['splits']['train']['records'] == 600
+    # Were the images to cross the shuffle into chunks, the launcher would hold them all (749 MiB
+    # against 226 MiB, measured).
+    assert peaks['parquet'] < peaks['folders'] + (60 << 20), peaks
+
+
+@pytest.mark.slow
+def test_a_rerun_after_a_kill_reuses_the_row_groups_blobs_and_gives_the_same_bytes(tmp_path):
+    for n in range(2):
+        _write(tmp_path / f'in/data/train-0000{n}-of-00002.parquet', _rows(f'train{n}', 40))
+    flags = [f'--input_dir={tmp_path}/in', '--num_shards=3', *IN_PROCESS]
+    out = str(tmp_path / 'out')
+    assert run_cli(*flags, f'--output_dir={out}', kill_at='group:3').returncode == -signal.SIGKILL
+    written = {path: os.stat(path) for path in glob.glob(f'{out}/.tmp-*/groups/*.images')}
+    assert len(written) == 3 and not glob.glob(f'{out}/.tmp-*/groups/*.partial-*')
+    # Every group is read before a chunk is converted: killed at its first chunk, a rerun has
+    # all 20 blobs, the first three those the first attempt wrote, not written again.
+    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:1').returncode == -signal.SIGKILL
+    blobs = {path: os.stat(path) for path in glob.glob(f'{out}/.tmp-*/groups/*.images')}
+    assert len(blobs) == 20
+    assert all((blobs[p].st_ino, blobs[p].st_mtime_ns) == (s.st_ino, s.st_mtime_ns)
+               for p, s in written.items())
+    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    reference = str(tmp_path / 'reference')
+    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert output_files(out) == output_files(reference)
+    assert len(read_split(out, 'train')) == 80

@@ -13,7 +13,8 @@ it describes (so a sidecar means the data is complete):
 
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
 named with the format's suffix, and with --dali_index an index; the sidecar, named after the
-first, is written after them all.)
+first, is written after them all. A parquet row group's images, groups/<fingerprint>.images,
+have none: such a blob is moved into place whole and gives its own size, grouped_reads.py.)
 
 A chunk's fingerprint covers the run id and --max_input_mb, the label map, its place in the
 shard plan (so the shards its examples fall in) and, for every input in it, the key, size and modification time

@@ -114,8 +114,8 @@ class WriteShards(beam.PTransform):
     """Input refs -> {'shards': ShardResult of every temporary shard file, and the outputs of
     FindLeakage: 'clusters', 'flat', 'crowded' (none with --leakage=off)}.
 
-    Refs are grouped into chunks by the shard plan (no image bytes move, but those of inputs
-    read in groups, parquet rows: grouped_reads.py), chunks and shards are
+    Refs are grouped into chunks by the shard plan (no image bytes move; inputs read in groups,
+    parquet rows, are first written into a blob per group: grouped_reads.py), chunks and shards are
     fingerprinted (resume.py), each chunk is converted into a part file per shard it falls in,
     the parts' records' hashes are clustered (leakage.py), and each shard's parts are joined in
     chunk order (without the later-split members of clusters, with --leakage=drop).
@@ -131,7 +131,8 @@ class WriteShards(beam.PTransform):
         label_map = beam.pvalue.AsSingleton(self._label_map)
         chunks = (refs
                   | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=plans)
-                  | 'Read Grouped Inputs' >> ReadGroupedInputs()
+                  | 'Read Grouped Inputs' >> ReadGroupedInputs(
+                      self._settings.temp_dir, self._settings.resuming)
                   | 'Group By Chunk' >> beam.GroupByKey()
                   | 'Fingerprint Chunks' >> beam.Map(_fingerprint_chunk, self._settings.work_id,
                                                      label_map=label_map, plans=plans))

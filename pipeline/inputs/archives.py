@@ -79,8 +79,10 @@ class Archive:
 
     @functools.cached_property
     def kind(self) -> str:
+        """'zip', 'tar.gz', or 'tar': read by byte ranges, as is a file without an archive
+        suffix (a blob of images, pipeline/io/image_blobs.py, whose members are its windows)."""
         found = suffix(self.path)
-        return {'.zip': 'zip', '.tar': 'tar'}.get(found, 'tar.gz')
+        return {'.zip': 'zip', '.tar.gz': 'tar.gz', '.tgz': 'tar.gz'}.get(found, 'tar')
 
     @property
     def streamed(self) -> bool:

@@ -13,11 +13,12 @@ LabelSettings.label_names, as --labels_file fixes them); an integer label column
 ClassLabel gives ids as stored, a text column sorted names, as any other input.
 
 Each file is one partition, which splits further into one per row group: a worker lists a row
-group from its label column (and its images' paths) alone, so listing reads no image. The images are read after the shard plan (transforms/grouped_reads.py): the refs of a row
-group are brought together and one pass over its image column, BATCH_ROWS rows decoded at a
-time through a READ_BUFFER window (each a ranged read on gs://), gives each ref its bytes, which then
-travel with it into its chunk. Every row is an input: a record or a reported error named
-`FILE:row N` (N counts from 0, as `datasets` indexes the file).
+group from its label column (and its images' paths) alone, so listing reads no image. The
+images are read after the shard plan (transforms/grouped_reads.py): the refs of a row group are
+brought together and one pass over its image column, BATCH_ROWS rows decoded at a time through
+a READ_BUFFER window (each a ranged read on gs://), writes its images into one blob in the run's
+temporary folder, from which each chunk reads its rows by byte range. Every row is an input: a
+record or a reported error named `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
 import dataclasses
 import itertools
@@ -278,23 +279,40 @@ class RowGroupRead:
         return f'{self.path}#{self.index}'
 
     def read(self, refs: list[ExampleRef]) -> Iterator[ExampleRef]:
-        """Each of `refs` (rows of this group), with its image bytes or why it has none."""
-        wanted = {int(ref.key.rpartition(':row ')[2]): ref for ref in refs}
-        last, row = max(wanted), self.first_row
+        """Each of `refs` (rows of this group), in row order, with its image bytes or why it
+        has none."""
+        refs = self.in_order(refs)
+        for ref, data in zip(refs, self.images(refs)):
+            yield (self.without_bytes(ref) if data is None else
+                   dataclasses.replace(ref, group=None, data=data, size=len(data)))
+
+    def images(self, refs: list[ExampleRef]) -> Iterator[bytes | None]:
+        """The image bytes (None: the row holds none) of each of `refs`, rows of this group in
+        row order (`in_order`), one at a time."""
+        wanted = [_row(ref) for ref in refs]
+        at, row = 0, self.first_row
         for batch in _batches(self.path, self.size, self.index, [self.column]):
             for image in batch.column(0).to_pylist():
-                if row in wanted:
-                    yield self._resolved(wanted[row], image)
-                if row == last:
-                    return
+                if row == wanted[at]:
+                    yield image.get('bytes') if isinstance(image, dict) else image
+                    at += 1
+                    if at == len(wanted):
+                        return
                 row += 1
 
-    def _resolved(self, ref: ExampleRef, image) -> ExampleRef:
-        data = image.get('bytes') if isinstance(image, dict) else image
-        if data is None:
-            return dataclasses.replace(ref, group=None, problem=(
-                f'no image (column {self.column.partition(".")[0]} holds no bytes)'))
-        return dataclasses.replace(ref, group=None, data=data, size=len(data))
+    @staticmethod
+    def in_order(refs: list[ExampleRef]) -> list[ExampleRef]:
+        """Refs of rows of this group in the order they are read: by row."""
+        return sorted(refs, key=_row)
+
+    def without_bytes(self, ref: ExampleRef) -> ExampleRef:
+        """`ref`, a row whose image column holds no bytes, as the input error it is."""
+        return dataclasses.replace(ref, group=None, problem=(
+            f'no image (column {self.column.partition(".")[0]} holds no bytes)'))
+
+
+def _row(ref: ExampleRef) -> int:
+    return int(ref.key.rpartition(':row ')[2])
 
 
 def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:

@@ -1,8 +1,8 @@
 """ExampleRef: one input example as listing finds it, before its image is read.
 
 Refs are small (a path, a label, a size), so they are what the pipeline moves between workers;
-image bytes travel only for examples that exist in memory alone, and from where a group of
-inputs is read together (a parquet row group, transforms/grouped_reads.py) to their chunks.
+image bytes travel only for examples that exist in memory alone (the images of a group of inputs
+read together, a parquet row group, are written into a blob first: transforms/grouped_reads.py).
 """
 import dataclasses
 import hashlib

@@ -214,13 +214,31 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Writes `path` so that it is never seen half-written: locally through a temporary name
-    and a rename; on Cloud Storage an object only appears once its upload is complete."""
+    """Writes `path` so that it is never seen half-written (see `writing_atomic`)."""
+    with writing_atomic(path) as stream:
+        stream.write(data)
+
+
+@contextlib.contextmanager
+def writing_atomic(path: str):
+    """`writing(path)` for a file that is never seen half-written: locally through a temporary
+    name and a rename; on Cloud Storage an object only appears once its upload is complete (and
+    one that a failure in the block ended is deleted)."""
     if is_gcs(path):
-        write_bytes(path, data)
+        try:
+            with writing(path) as stream:
+                yield stream
+        except BaseException:
+            delete([path])
+            raise
         return
     partial = f'{path}.partial-{uuid.uuid4().hex[:8]}'
-    write_bytes(partial, data)
+    try:
+        with writing(partial) as stream:
+            yield stream
+    except BaseException:
+        delete([partial])
+        raise
     os.replace(partial, path)
 
 

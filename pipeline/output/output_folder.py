@@ -9,6 +9,7 @@ Everything lives directly in OUTPUT:
     .tmp-RUN/.image-tfrecords-run.json   its marker: run id and state, running or committed
     .tmp-RUN/parts/, shards/  its work: a TFRecord part per chunk and shard, a file per shard and
                               format (part_path, shard_path; resume.py says when it is reused)
+    .tmp-RUN/groups/          the images of each parquet row group, as one blob (group_path)
 
 **Confinement.** Every path this module touches is derived from OUTPUT and names it validates:
 a run id is 16 hex digits, a dataset file is a shard name (or a TFRecord shard's DALI index,
@@ -66,8 +67,9 @@ RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
 # Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar and entry files
 # each), a file per shard and format (and a sidecar), the leakage check's pairs and its linked
-# groups, and the rounds of merging many entry files into a report.
-PARTS, SHARDS, PAIRS, LINKS, MERGE = 'parts', 'shards', 'pairs', 'links', 'merge'
+# groups, the rounds of merging many entry files into a report, and the images of groups of
+# inputs read together (transforms/grouped_reads.py).
+PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS = 'parts', 'shards', 'pairs', 'links', 'merge', 'groups'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
 
@@ -154,6 +156,11 @@ def part_path(temp_dir: str, split: str, shard: int, chunk: int, chunk_fp: str) 
 def shard_path(temp_dir: str, split: str, shard: int, shard_fp: str,
                shard_format: ShardFormat) -> str:
     return fileio.join(temp_dir, SHARDS, f'{split}-{shard:05d}-{shard_fp}.{shard_format.suffix}')
+
+
+def group_path(temp_dir: str, group_fp: str) -> str:
+    """The blob of a group's images (pipeline/io/image_blobs.py), kept for a rerun."""
+    return fileio.join(temp_dir, GROUPS, f'{group_fp}.images')
 
 
 def pairs_path(temp_dir: str, name: str) -> str:
