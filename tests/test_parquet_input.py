@@ -136,6 +136,49 @@ def test_every_bad_row_is_a_reported_input_named_by_file_and_row(tmp_path):
 
 
 @pytest.mark.slow
+def test_files_that_are_no_parquet_a_user_can_read_are_refused_in_one_line(tmp_path):
+    """Junk under a parquet name, a pipe, metadata that is not what datasets writes, a
+    ClassLabel without text names: one line naming the file, no traceback, no hang."""
+    def refused(name: str, make) -> str:
+        path = tmp_path / name / 'data' / 'train-00000-of-00001.parquet'
+        os.makedirs(path.parent)
+        make(path)
+        result = run_cli(f'--input_dir={tmp_path / name}', f'--output_dir={tmp_path / name}-out',
+                         timeout=120)
+        assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
+        assert not os.path.exists(f'{tmp_path / name}-out')
+        return result.stderr
+
+    assert f'{tmp_path}/junk/data/train-00000-of-00001.parquet cannot be read as a parquet file' \
+        in refused('junk', lambda p: p.write_bytes(b'not a parquet file' * 3))
+    assert f'{tmp_path}/pipe/data/train-00000-of-00001.parquet: not a regular file but a named ' \
+        'pipe' in refused('pipe', os.mkfifo)
+
+    def metadata(value: bytes):
+        return lambda p: pq.write_table(pa.table({'image': [b'x'], 'label': [0]}).replace_schema_metadata(
+            {b'huggingface': value}), p)
+    assert 'its huggingface schema metadata is not what the datasets library writes' in \
+        refused('json', metadata(b'{not json'))
+    assert 'the ClassLabel of column label does not list its class names as text' in refused(
+        'names', metadata(json.dumps({'info': {'features': {
+            'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': [1, 2]}}}}).encode()))
+
+
+@pytest.mark.slow
+def test_labels_that_are_no_class_ids_are_reported_rows(tmp_path):
+    """A ClassLabel over a float column (a file rewritten by other tools): each row is reported."""
+    path = tmp_path / 'in' / 'data' / 'train-00000-of-00001.parquet'
+    _write(path, _rows('train', 4))
+    table = pq.read_table(path)
+    table = table.set_column(1, pa.field('label', pa.float64()), pa.array([0.0, 1.5, 2.0, 1.0]))
+    pq.write_table(table.replace_schema_metadata(pq.read_schema(path).metadata), path)
+    result = run_cli(f'--input_dir={tmp_path / "in"}', f'--output_dir={tmp_path / "out"}',
+                     '--max_error_ratio=1')
+    assert result.returncode == 0, result.stderr
+    reasons = [json.loads(line)['reason'] for line in open(tmp_path / 'out' / 'errors-train.jsonl')]
+    assert reasons == [f'label {v} in column label is not a class id' for v in (0.0, 1.5, 2.0, 1.0)]
+
+
 def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
     path = tmp_path / 'in/train-00000-of-00001.parquet'
     _write(path, _rows('train', 6), image_feature=False)

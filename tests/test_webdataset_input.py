@@ -52,6 +52,27 @@ def test_shard_lists_refuse_what_names_no_shard_once(given, error):
     assert str(info.value) == error
 
 
+def test_a_pattern_that_stands_for_millions_of_shards_is_refused_in_one_line(tmp_path):
+    result = run_cli('--webdataset=train=/data/train-{0..99999999}.tar', f'--output_dir={tmp_path}/out')
+    assert result.returncode != 0
+    assert ("error: --webdataset train=/data/train-{0..99999999}.tar: '/data/train-{0..99999999}.tar' "
+            'stands for 100,000,000 names, more than the 1,000,000 one pattern may; check its '
+            'ranges') in result.stderr
+    assert not os.path.exists(tmp_path / 'out')
+
+
+@pytest.mark.slow
+def test_a_class_id_far_beyond_any_class_is_refused_in_one_line(tmp_path):
+    shard = _tar(tmp_path / 'huge-000000.tar', [
+        ('a.jpg', imagemaker.jpeg(32, 24, seed=1)), ('a.cls', b'0'),
+        ('b.jpg', imagemaker.jpeg(32, 24, seed=2)), ('b.cls', b'99999999999999999999999')])
+    result = run_cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/out')
+    assert result.returncode != 0
+    assert ('error: integer label 99999999999999999999999 is not a class id: ids run 0..N-1, and '
+            'this tool takes ids below 1,000,000') in result.stderr
+    assert 'Traceback' not in result.stderr
+
+
 def test_shard_lists_keep_the_order_given():
     assert webdataset_shards.shard_lists(['train=a-{08..10}.tar', 'train=b.tar.gz']) == {
         'train': [('a-08.tar', 'train=a-{08..10}.tar'), ('a-09.tar', 'train=a-{08..10}.tar'),

@@ -17,6 +17,7 @@ from pipeline.inputs.refs import ExampleRef, listing_hash
 from transforms.settings import LabelSettings
 
 _SHOW = 5
+MAX_LABEL_ID = 1_000_000   # Integer labels are ids 0..N-1: a name is made for each id below the largest.
 
 
 @dataclasses.dataclass
@@ -180,6 +181,10 @@ def resolve_labels(facts: DatasetFacts, settings: LabelSettings) -> LabelMap:
         names = ['background'] * settings.label_offset + base
         mapping = {text: i for i, text in enumerate(names) if i >= settings.label_offset}
     if facts.int_labels:
+        if max(facts.int_labels) >= MAX_LABEL_ID:
+            raise DatasetError(f'integer label {max(facts.int_labels)} is not a class id: ids run '
+                               f'0..N-1, and this tool takes ids below {MAX_LABEL_ID:,}; fix the '
+                               'label, or give names with --labels_file')
         size = max(len(names), max(facts.int_labels) + 1, settings.num_labels or 0)
         names += [str(i) for i in range(len(names), size)]
         bad = [i for i in facts.int_labels if i < 0]

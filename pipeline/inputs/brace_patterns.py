@@ -5,6 +5,7 @@ steps, either direction, `{a..e}` letter ranges, nesting, and a backslash escapi
 character. Braces that hold neither a range nor a comma stay as they are (`{x}`).
 """
 import itertools
+import math
 import re
 import string
 
@@ -12,6 +13,7 @@ _LETTERS = string.ascii_uppercase + string.ascii_lowercase
 _NUMBERS = re.compile(r'^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$')
 _CHARACTERS = re.compile(r'^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$')
 _ESCAPED = re.compile(r'\\(.)')
+MAX_NAMES = 1_000_000   # Names one pattern may stand for: more is a typo, not a shard list.
 
 
 def expand(pattern: str) -> list[str]:
@@ -43,13 +45,22 @@ def _expand(text: str, pattern: str) -> list[str]:
     if depth != 0:
         raise ValueError(f'unbalanced braces in {pattern!r}')
     pieces.append([text[start:]])
+    _check_count(math.prod(map(len, pieces)), pattern)
     return [''.join(parts) for parts in itertools.product(*pieces)]
+
+
+def _check_count(count: int, pattern: str) -> None:
+    if count > MAX_NAMES:
+        raise ValueError(f'{pattern!r} stands for {count:,} names, more than the {MAX_NAMES:,} '
+                         'one pattern may; check its ranges')
 
 
 def _expression(inside: str, pattern: str) -> list[str]:
     """What `{inside}` stands for: a range, alternatives, or itself."""
     if found := _NUMBERS.match(inside):
-        return _numbers(*found.groups())
+        first, last, step = found.groups()
+        _check_count(abs(int(last) - int(first)) // (int(step or 1) or 1) + 1, pattern)
+        return _numbers(first, last, step)
     if found := _CHARACTERS.match(inside):
         return _characters(*found.groups())
     items = _alternatives(inside)

@@ -20,6 +20,7 @@ a READ_BUFFER window (each a ranged read on gs://), writes its images into one b
 temporary folder, from which each chunk reads its rows by byte range. Every row is an input: a
 record or a reported error named `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -28,7 +29,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives
 from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.inputs.refs import ExampleRef
@@ -101,6 +102,10 @@ class Columns:
         """(label, None) for a stored label value, or (None, why it is not one)."""
         if value is None or value == '':
             return None, f'no label (column {self.label} is null)'
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+                self.classes is not None and isinstance(value, str)):
+            return None, (f'label {value!r} in column {self.label} is not a class id'
+                          + ('' if self.classes is not None else ' or a class name'))
         if self.classes is not None and not 0 <= value < len(self.classes):
             return None, (f'label {value} is not a class id: the ClassLabel of column '
                           f'{self.label} has ids 0..{len(self.classes) - 1}')
@@ -116,8 +121,19 @@ def read_columns(path: str, size: int, image: str | None = None,
     """The image and label columns of parquet file `path` (those named, else those its
     `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
     file, the columns it has and the flag that chooses."""
-    with _opened(path, size) as stream:
+    with _opened(path, size) as stream, _readable(path):
         return _columns(path, pq.read_schema(stream), image, label)
+
+
+@contextlib.contextmanager
+def _readable(path: str):
+    """Turns pyarrow's and the OS's errors reading parquet file `path` into one DatasetError
+    naming it."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f'{path} cannot be read as a parquet file ({printable(str(exc))[:160]}); '
+                           'replace it with the file as the Hub serves it, or move it away') from None
 
 
 def _opened(path: str, size: int):
@@ -127,8 +143,7 @@ def _opened(path: str, size: int):
 
 
 def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None) -> Columns:
-    metadata = (schema.metadata or {}).get(b'huggingface', b'{}')
-    features = json.loads(metadata).get('info', {}).get('features', {})
+    features = _features(path, (schema.metadata or {}).get(b'huggingface', b'{}'))
     image = image or _typed(path, schema, features, 'Image', '--image_column')
     label = label or _typed(path, schema, features, 'ClassLabel', '--label_column')
     for name, flag in ((image, '--image_column'), (label, '--label_column')):
@@ -143,6 +158,10 @@ def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None)
     feature = features.get(label, {})
     if feature.get('_type') == 'ClassLabel':
         classes = feature.get('names') or [str(i) for i in range(feature.get('num_classes', 0))]
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise DatasetError(f'{path}: the ClassLabel of column {label} does not list its class '
+                               'names as text; rewrite the file with datasets, or give '
+                               '--labels_file')
         twice = sorted({name for name in classes if classes.count(name) > 1})
         if twice:
             raise DatasetError(f'{path}: the ClassLabel of column {label} names {twice[0]!r} more '
@@ -155,6 +174,20 @@ def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None)
         raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
                            'class names); name the label column with --label_column')
     return Columns(image, label, None)
+
+
+def _features(path: str, metadata: bytes) -> dict:
+    """The features of the schema's `huggingface` metadata (`info.features`), or a DatasetError
+    naming the file when that is not what `datasets` writes."""
+    try:
+        features = json.loads(metadata).get('info', {}).get('features', {})
+        if not isinstance(features, dict):
+            raise TypeError(f'features are a {type(features).__name__}')
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise DatasetError(f'{path}: its huggingface schema metadata is not what the datasets '
+                           f'library writes ({printable(str(exc))[:120]}); rewrite the file with '
+                           'datasets, or name the columns with --image_column and --label_column') from None
+    return features
 
 
 def _binary(kind: pa.DataType) -> bool:
@@ -185,7 +218,7 @@ class ParquetFile(Partition):
     columns: Columns
 
     def split_further(self) -> list[Partition]:
-        with _opened(self.path, self.size) as stream:
+        with _opened(self.path, self.size) as stream, _readable(self.path):
             parquet = pq.ParquetFile(stream)
             found = _columns(self.path, parquet.schema_arrow, self.columns.image,
                              self.columns.label)
@@ -257,7 +290,7 @@ def _batches(path: str, size: int, index: int, columns: list[str],
     """Row group `index` of parquet file `path`, BATCH_ROWS rows of `columns` at a time: their
     column chunks read `whole` (labels and paths: small, read together), else through a
     READ_BUFFER window."""
-    with _opened(path, size) as stream:
+    with _opened(path, size) as stream, _readable(path):
         parquet = (pq.ParquetFile(stream, pre_buffer=True) if whole else
                    pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER))
         yield from parquet.iter_batches(BATCH_ROWS, row_groups=[index], columns=columns,
@@ -329,6 +362,11 @@ def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
     if not splits:
         raise DatasetError(f'{root} holds parquet files of splits {", ".join(sorted(layout))}, '
                            f'none of {", ".join(SPLITS)}; rename the files of a split')
+    for _, files in by_split.values():
+        for entry in files:
+            if entry.error:   # A pipe, a device, a broken link or a link loop.
+                fix = '' if 'remove it' in entry.error else '; replace it with the parquet file'
+                raise DatasetError(f'{entry.path}: {entry.error}{fix}')
     first = by_split[splits[0]][1][0]
     columns = read_columns(first.path, first.size, opts.image_column, opts.label_column)
     if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
