@@ -161,11 +161,10 @@ def test_the_time_here_is_within_30_percent_of_the_run_from_local_disk(tmp_path)
     assert 0.7 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)
 
 
-def test_the_time_here_from_cloud_storage_is_within_half_of_the_run(gcs):
-    """gs:// to gs:// on the emulator: the commit's requests (shard joins, moves, the lock) are
-    not in the sampled rate, so the estimate comes in under the run (0.69-0.76 measured); the
-    bound catches the several-fold errors of the Dataflow rate applied here."""
+def test_the_time_here_from_cloud_storage_is_within_30_percent_of_the_run(gcs):
+    """gs:// to gs:// on the emulator, the run's requests to the output counted in
+    (0.86-0.91 of the run measured on a quiet machine)."""
     raw = upload(_mosaic_tree(2000), 'raw')
     estimate, seconds = _plan_then_run(raw, 'gs://test-bucket/out')
     assert estimate['here']['images_timed'] == SAMPLE_SIZE - WARM_UP
-    assert 0.5 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)
+    assert 0.7 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)
