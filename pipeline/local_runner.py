@@ -20,6 +20,8 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_hand
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
 
+from pipeline import console
+
 DIRECT_NAMES = ('directrunner', 'direct')
 
 
@@ -43,8 +45,8 @@ class _Workers(worker_handlers.WorkerHandlerManager):
 def _close(handler) -> None:
     try:
         handler.close()
-    except Exception:   # As Beam does: a worker that fails to stop does not fail the run.
-        logging.getLogger(__name__).error('Error closing worker %s', handler, exc_info=True)
+    except Exception:   # A worker that died already: the run says so itself; the log keeps why.
+        logging.getLogger(console.TRACE).info('closing worker %s', handler, exc_info=True)
 
 
 class LocalRunner(PipelineRunner):
