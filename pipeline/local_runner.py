@@ -8,19 +8,28 @@ failure handling, a rerun on the fallback if Prism fails a submitted job). A loc
 uses the FnApiRunner, with DirectRunner's flags (--direct_num_workers, --direct_running_mode), and
 never touches the network. `--runner=PrismRunner` stays an explicit choice.
 
-At the end of a run its worker processes are stopped all at once: Beam stops them one after the
-other, and each takes about half a second to exit.
+Its worker processes are pipeline/worker_processes.py's: the command line starts them before its
+own imports, and Beam's handler of a subprocess worker is given one instead of starting
+`python -m ...sdk_worker_main` once the pipeline runs. At the end of a run they are stopped all at
+once: Beam stops them one after the other, and each takes about half a second to exit.
 """
 import logging
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.portability import python_urns
+from apache_beam.portability.api import beam_fn_api_pb2_grpc, beam_provision_api_pb2, endpoints_pb2
+from apache_beam.runners.portability import local_job_service
 from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
+from apache_beam.utils import thread_pool_executor
+from google.protobuf import json_format, text_format
 
-from pipeline import console
+from pipeline import console, worker_processes
 
 DIRECT_NAMES = ('directrunner', 'direct')
 
@@ -47,6 +56,51 @@ def _close(handler) -> None:
         handler.close()
     except Exception:   # A worker that died already: the run says so itself; the log keeps why.
         logging.getLogger(console.TRACE).info('closing worker %s', handler, exc_info=True)
+
+
+@worker_handlers.WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)
+class _SubprocessWorker(worker_handlers.SubprocessSdkWorkerHandler):
+    """Beam's handler of a subprocess worker, run in a process of worker_processes."""
+
+    def start_worker(self) -> None:
+        self.worker_thread = threading.Thread(name='run_worker', target=self._run)
+        self.worker_thread.start()
+
+    def _run(self) -> None:
+        """What Beam's SubprocessSdkWorker.run does, with a started worker process: serves the
+        worker's log records (as 'Worker: ...' records of local_job_service's logger), hands it
+        the environment and waits for it; a non-zero exit raises Beam's RuntimeError."""
+        logs = grpc.server(thread_pool_executor.shared_unbounded_instance(),
+                           options=[('grpc.http2.max_pings_without_data', 0),
+                                    ('grpc.http2.max_ping_strikes', 0)])
+        port = logs.add_insecure_port('[::]:0')
+        logs.start()
+        beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(
+            local_job_service.BeamFnLoggingServicer(), logs)
+        environment = dict(
+            os.environ,
+            CONTROL_API_SERVICE_DESCRIPTOR=_descriptor(self.control_address),
+            LOGGING_API_SERVICE_DESCRIPTOR=_descriptor(f'localhost:{port}'),
+            PIPELINE_OPTIONS=json_format.MessageToJson(
+                self.provision_info.provision_info.pipeline_options),
+            WORKER_ID=self.worker_id)
+        with worker_handlers.SUBPROCESS_LOCK:
+            worker = worker_processes.claim()
+        try:
+            try:
+                worker.start(environment)
+            except OSError:   # It died before it started: its exit code says how.
+                pass
+            if worker.process.wait():
+                raise RuntimeError(
+                    f'Worker subprocess exited with return code {worker.process.returncode}')
+        finally:
+            worker.kill()
+            logs.stop(0)
+
+
+def _descriptor(url: str) -> str:
+    return text_format.MessageToString(endpoints_pb2.ApiServiceDescriptor(url=url))
 
 
 class LocalRunner(PipelineRunner):

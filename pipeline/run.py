@@ -9,6 +9,7 @@ import time
 STARTED = time.monotonic()   # The command's start, before the imports below (seconds of them).
 
 import logging  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -28,6 +29,10 @@ from pipeline.options import Options, help_text, parse  # noqa: E402
 from pipeline.sources import input_paths  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
 from pipeline.output.metadata import SPLITS  # noqa: E402
+from pipeline import worker_processes  # noqa: E402
+
+if __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords':   # The command:
+    worker_processes.prestart(sys.argv[1:])   # its workers, forked with every module imported.
 
 LOG = logging.getLogger('image_tfrecords')
 

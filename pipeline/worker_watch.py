@@ -1,12 +1,12 @@
 """Ends a local multi-process run whose worker process died (killed when memory ran out, say),
 in one line, instead of waiting for it forever or failing with the runner's own error.
 
-DirectRunner's multi-process mode starts each worker as `sh -c 'python -m ...sdk_worker_main'`
-from a thread of this process that waits for it and reports a non-zero exit as that thread's
+A local multi-process run's workers are processes of pipeline/worker_processes.py, each handed
+to the runner by a thread of this process that waits for it and reports a non-zero exit as that thread's
 uncaught `RuntimeError` ('Worker subprocess exited with return code N'); the runner itself may
 then wait forever for the dead worker's work. While `watching()`, that report is a dead worker:
 the runner gets GRACE_SECONDS to fail on its own, then the remaining workers (the processes
-below this one whose command line runs sdk_worker_main, as /proc lists them) are killed and the
+below this one named as worker_processes names them, as /proc lists them) are killed and the
 main thread gets WorkerDied, so the job's cleanup runs (the output lock is released). A job
 that fails after a worker died fails with WorkerDied, whatever the runner says; no worker of it
 is left running. A job interrupted (Ctrl-C, SIGTERM) has its workers killed at once, from the
@@ -22,9 +22,9 @@ import threading
 import time
 from typing import Iterator
 
+from pipeline.worker_processes import NAME as WORKER_NAME
 from pipeline.errors import DatasetError
 
-WORKER_COMMAND = b'sdk_worker_main'
 GRACE_SECONDS = 3.0        # For the runner to fail on its own once a worker died.
 SCAN_SECONDS = 0.5         # How often the worker processes are listed (to kill them later).
 _REPORT = re.compile(r'Worker subprocess exited with return code (-?\d+)')
@@ -79,8 +79,8 @@ def start_time(pid: int) -> str | None:
 
 def _is_worker(pid: int) -> bool:
     try:
-        with open(f'/proc/{pid}/cmdline', 'rb') as stream:
-            return WORKER_COMMAND in stream.read()
+        with open(f'/proc/{pid}/comm') as stream:
+            return stream.read().rstrip('\n') == WORKER_NAME
     except OSError:
         return False
 

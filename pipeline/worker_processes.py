@@ -1,0 +1,178 @@
+"""The worker processes of a local multi-process run, ready before the pipeline runs.
+
+A worker that Beam's DirectRunner starts in multi-process mode (`python -m ...sdk_worker_main`,
+once the pipeline runs) spends ~1.5 s of a core importing Beam and the converter, on top of the
+launcher's own ~1.5 s of the same imports. The command line instead forks its workers as soon as
+its imports are done (`prestart`), before it starts any thread: each child has every module
+already and waits, on a socket, until the run hands it what Beam hands a worker it starts (the
+environment with the runner's addresses, and the launcher's stdout and stderr as they are by
+then), then runs Beam's SDK harness. Where nothing was forked (the Python API, a run asking for
+more workers) a worker is started as `python -m pipeline.worker_processes`, which imports and
+then does the same. A worker nobody claims is killed when the command ends; one whose launcher
+is gone exits. Each names itself NAME (/proc/PID/comm), which is how worker_watch finds them.
+"""
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import traceback
+
+NAME = 'tfrecord-worker'   # At most 15 bytes: the kernel's limit for a process name.
+_LENGTH = struct.Struct('>I')
+_waiting: list['Worker'] = []
+
+
+class Worker:
+    """A worker process, waiting for `start`: forked from this process (`forked`, only safe
+    while it runs a single thread) or started as a new Python process."""
+
+    def __init__(self, forked: bool = False):
+        ours, theirs = socket.socketpair()
+        if forked:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                ours.close()
+                os._exit(_serve(theirs))
+            self.process = _Forked(pid)
+        else:
+            self.process = subprocess.Popen(
+                [sys.executable, '-m', __name__ if __name__ != '__main__' else
+                 'pipeline.worker_processes', str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        theirs.close()
+        self._socket = ours
+
+    def start(self, environment: dict[str, str]) -> None:
+        """Hands the worker its environment and this process's stdout and stderr (raises
+        OSError when the worker is gone)."""
+        message = json.dumps(environment).encode()
+        with self._socket:
+            socket.send_fds(self._socket, [_LENGTH.pack(len(message))], [1, 2])
+            self._socket.sendall(message)
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+        self._socket.close()
+
+
+class _Forked:
+    """What this module uses of `subprocess.Popen`, for a forked child."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def local_workers(argv: list[str]) -> int:
+    """How many worker processes the command line `argv` runs locally: DirectRunner (the
+    default) in multi-process mode, which is the default unless --direct_num_workers or
+    --direct_running_mode says otherwise; 0 for anything else (another runner, --plan_only,
+    --dry_run, --help)."""
+    flags = {}
+    for i, arg in enumerate(argv):
+        if arg.startswith('--'):
+            name, given, value = arg[2:].partition('=')
+            if not given:
+                following = argv[i + 1] if i + 1 < len(argv) else ''
+                value = '' if following.startswith('--') else following
+            flags[name] = value
+    if {'h', 'help'} & flags.keys() or '-h' in argv:
+        return 0
+    if any(name in flags and flags[name].lower() not in ('false', 'no', '0', 'off')
+           for name in ('plan_only', 'dry_run')):
+        return 0
+    if flags.get('runner', 'DirectRunner').lower() not in ('directrunner', 'direct'):
+        return 0
+    if 'direct_running_mode' not in flags:
+        return 0 if 'direct_num_workers' in flags else os.cpu_count() or 1
+    if flags['direct_running_mode'] != 'multi_processing':
+        return 0
+    try:
+        return int(flags.get('direct_num_workers') or 0) or os.cpu_count() or 1
+    except ValueError:
+        return 0
+
+
+def prestart(argv: list[str]) -> None:
+    """Forks the worker processes the command line `argv` will run in, if any. Only while this
+    process runs a single thread, with the modules workers need imported."""
+    if os.path.isdir('/proc/self') and not _waiting:
+        _waiting.extend(Worker(forked=True) for _ in range(local_workers(argv)))
+        atexit.register(_kill_waiting)
+
+
+def claim() -> Worker:
+    """A started worker process: one that waits already, or a new one."""
+    return _waiting.pop(0) if _waiting else Worker()
+
+
+def _kill_waiting() -> None:
+    while _waiting:
+        _waiting.pop().kill()
+
+
+def _receive(channel: socket.socket) -> tuple[dict[str, str], list[int]]:
+    header, fds, _, _ = socket.recv_fds(channel, _LENGTH.size, 2)
+    if len(header) < _LENGTH.size:
+        raise EOFError
+    (length,), message = _LENGTH.unpack(header), b''
+    while len(message) < length:
+        part = channel.recv(length - len(message))
+        if not part:
+            raise EOFError
+        message += part
+    return json.loads(message), fds
+
+
+def _serve(channel: socket.socket) -> int:
+    """The worker's side: wait, then run Beam's SDK harness as Beam would start it; the exit
+    code."""
+    with open('/proc/self/comm', 'w') as comm:
+        comm.write(NAME)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the launcher's to handle.
+    from apache_beam.runners.worker import sdk_worker_main
+    import pipeline.graph  # noqa: F401  (every DoFn a worker unpickles)
+    with channel:
+        try:
+            environment, fds = _receive(channel)
+        except (EOFError, OSError):
+            return 0   # The launcher ended without this worker.
+    for target, fd in zip((1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(environment)
+    import tempfile
+    tempfile.tempdir = None   # TMPDIR as the launcher set it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        sdk_worker_main.main(sys.argv)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(_serve(socket.socket(fileno=int(sys.argv[1]))))

@@ -1,0 +1,112 @@
+"""The command line's worker processes (pipeline/worker_processes.py): forked from the launcher
+before the run, as many as the run uses, none left behind; one that dies before it is given
+work stops the run as any dead worker does; the Python API starts its workers itself."""
+import os
+import signal
+import time
+
+import pytest
+
+from pipeline import job, worker_processes
+from pipeline.testing import imagemaker
+from pipeline.worker_watch import start_time, worker_processes as workers_below
+from tests.helpers import output_files, read_split, run_cli, start_cli, write_tree
+
+CORES = os.cpu_count()
+
+
+@pytest.mark.parametrize('argv,workers', [
+    ([], CORES), (['--input_dir', 'in', '--output_dir=out'], CORES),
+    (['--runner=DirectRunner'], CORES), (['--runner', 'direct'], CORES),
+    (['--direct_running_mode=multi_processing', '--direct_num_workers=3'], 3),
+    (['--direct_running_mode', 'multi_processing'], CORES),
+    (['--direct_num_workers=3'], 0),   # Beam's in-memory mode: no worker process.
+    (['--direct_running_mode=multi_threading'], 0), (['--direct_running_mode=in_memory'], 0),
+    (['--runner=DataflowRunner'], 0), (['--runner=PrismRunner'], 0),
+    (['--plan_only'], 0), (['--plan_only=true'], 0), (['--plan_only=false'], CORES),
+    (['--dry_run'], 0), (['--help'], 0), (['-h'], 0)])
+def test_the_workers_forked_are_those_the_run_starts(argv, workers):
+    assert worker_processes.local_workers(argv) == workers
+
+
+def _named_workers() -> set[int]:
+    """Every process on the machine named as a worker."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{pid}/comm') as stream:
+                if stream.read().rstrip('\n') == worker_processes.NAME and start_time(int(pid)):
+                    found.add(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture(scope='module')
+def inputs(tmp_path_factory) -> str:
+    return write_tree(tmp_path_factory.mktemp('in'), {
+        f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(32, 24, seed=i) for i in range(40)})
+
+
+def test_the_command_runs_in_workers_forked_before_it_and_leaves_none(tmp_path, inputs):
+    before = _named_workers()
+    out = str(tmp_path / 'out')
+    process = start_cli(f'--input_dir={inputs}', f'--output_dir={out}',
+                        '--direct_running_mode=multi_processing', '--direct_num_workers=2')
+    deadline = time.monotonic() + 60
+    while len(workers := workers_below(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(f'/proc/{process.pid}/cmdline', 'rb') as stream:
+        launcher = stream.read()
+    commands = []
+    for pid in workers:
+        with open(f'/proc/{pid}/cmdline', 'rb') as stream:
+            commands.append(stream.read())
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert len(workers) == 2 and commands == [launcher, launcher]   # Forked, not started anew.
+    assert [line for line in stderr.splitlines() if not line.startswith(
+        ('converting: ', 'train shard 1/1 written: ', 'dataset committed to '))] == []
+    assert len(read_split(out, 'train')) == 40
+    assert _named_workers() <= before
+
+
+def test_workers_of_a_command_with_nothing_to_convert_are_ended(tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}']
+    assert run_cli(*flags).returncode == 0
+    before, written = _named_workers(), output_files(out)
+    again = run_cli(*flags)
+    assert again.returncode == 0, again.stderr
+    assert 'converted by an earlier run of this command' in again.stdout
+    assert output_files(out) == written
+    assert _named_workers() <= before
+
+
+@pytest.mark.slow
+def test_a_worker_killed_before_it_is_given_work_stops_the_run_and_the_rerun_resumes(
+        tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
+    process = start_cli(*flags)
+    deadline = time.monotonic() + 60
+    while not (workers := workers_below(process.pid)) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.kill(next(iter(workers)), signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2, stderr
+    assert stderr.splitlines()[-1].startswith('error: a worker process of this run died '
+                                              '(killed by SIGKILL;')
+    assert 'Traceback' not in stderr and stdout == ''
+    assert not os.path.exists(f'{out}/.lock')
+    assert not [pid for pid, started in workers.items() if start_time(pid) == started]
+    assert run_cli(*flags).returncode == 0
+    assert len(read_split(out, 'train')) == 40
+
+
+def test_the_python_api_starts_its_own_workers(tmp_path, inputs):
+    out = str(tmp_path / 'out')
+    summary = job.convert([f'--input_dir={inputs}', f'--output_dir={out}',
+                           '--direct_running_mode=multi_processing', '--direct_num_workers=2'])
+    assert summary['splits']['train']['records'] == 40
+    assert len(read_split(out, 'train')) == 40
