@@ -15,7 +15,7 @@ import hashlib
 import logging
 import re
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -216,9 +216,11 @@ class EncodeChunk(beam.DoFn):
         self._converted_chunks = Metrics.counter(NAMESPACE, 'chunks_converted')
         self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
         self._damaged = Metrics.counter(NAMESPACE, 'images_damaged')
+        self._entry_writes = ThreadPoolExecutor(len(entries.KINDS))
 
     def teardown(self) -> None:
         self._reader.close()
+        self._entry_writes.shutdown()
 
     def process(self, element: tuple, label_map: LabelMap, plans: dict,
                 shard_fps: dict) -> Iterator[ShardResult]:
@@ -240,8 +242,10 @@ class EncodeChunk(beam.DoFn):
             found = {'errors': [(r.source or r.key, 'duplicate: listed more than once')
                                 for r in duplicates], 'damaged': []}
             results.append(self.encode(unique, result, label_map, streamed, found))
-            for kind, listed in found.items():
-                entries.write(paths[shard], kind, listed)
+            written = [self._entry_writes.submit(entries.write, paths[shard], kind, listed)
+                       for kind, listed in found.items()]   # Both at once: on gs:// a request each.
+            for write in written:
+                write.result()
             result.errors, result.damaged = len(found['errors']), len(found['damaged'])
             self._skipped.inc(result.errors)
             self._damaged.inc(result.damaged)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from pipeline.errors import DatasetError
 from pipeline.io.failures import MIB, DamagedInput, TooLarge, _permanent_write_error, _short
 from pipeline.io.gcs import (delete_objects, list_prefix, split_gcs, storage_client,
-                             write_if_generation)
+                             upload_bytes, write_if_generation)
 
 if TYPE_CHECKING:
     from apache_beam.io.filesystem import FileMetadata
@@ -209,12 +209,20 @@ def output_errors(path: str):
 
 
 def write_bytes(path: str, data: bytes) -> None:
+    """Writes `path`; on Cloud Storage in one request, never seen half-written."""
+    if is_gcs(path):
+        with output_errors(path):
+            upload_bytes(path, data)
+        return
     with writing(path) as stream:
         stream.write(data)
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Writes `path` so that it is never seen half-written (see `writing_atomic`)."""
+    if is_gcs(path):
+        write_bytes(path, data)
+        return
     with writing_atomic(path) as stream:
         stream.write(data)
 

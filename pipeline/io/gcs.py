@@ -38,6 +38,16 @@ def write_if_generation(path: str, data: bytes, generation: int) -> bool:
     return True
 
 
+def upload_bytes(path: str, data: bytes) -> None:
+    """Cloud Storage: writes the object in one request (Beam's writer makes two: a resumable
+    upload's start, then its data), sent again on a transient error; the object appears whole
+    or not at all."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    storage_client().bucket(bucket).blob(name).upload_from_string(
+        data, content_type='application/octet-stream', retry=DEFAULT_RETRY)
+
+
 def delete_if_generation(path: str, generation: int) -> bool:
     """Cloud Storage: deletes the object only if its generation is still `generation`."""
     from google.api_core.exceptions import NotFound, PreconditionFailed
