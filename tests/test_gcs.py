@@ -157,3 +157,34 @@ def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
     upload(parts, 'cat')
     fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)], f'gs://{BUCKET}/cat/joined')
     assert download('cat') == {'joined': b''.join(parts[k] for k in sorted(parts)), **parts}
+
+
+def test_a_new_object_takes_one_request_up_to_8_mb_and_a_failed_write_leaves_none(gcs):
+    import subprocess
+    import sys
+
+    from pipeline.io import fileio
+    from pipeline.testing.gcs_servers import WRITES, FlakyProxy
+    script = ('import sys\n'
+              'from pipeline.io import fileio\n'
+              'fileio.write_bytes(sys.argv[1] + "/small", b"x" * (8 << 20))\n'
+              'try:\n'
+              '    with fileio.writing(sys.argv[1] + "/failed") as out:\n'
+              '        out.write(b"half of it")\n'
+              '        raise RuntimeError\n'
+              'except RuntimeError:\n'
+              '    pass\n')
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
+    try:
+        result = subprocess.run([sys.executable, '-c', script, f'gs://{BUCKET}/new'],
+                                env=dict(os.environ, STORAGE_EMULATOR_HOST=
+                                         f'http://127.0.0.1:{proxy.port}'),
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        proxy.stop()
+    assert result.returncode == 0, result.stderr
+    assert {kind: proxy.operations[kind] for kind in WRITES} == {
+        'upload': 1, 'compose': 0, 'copy': 0, 'delete': 0}
+    large = os.urandom((8 << 20) + 1)   # Streamed through a resumable upload.
+    fileio.write_bytes(f'gs://{BUCKET}/new/large', large)
+    assert download('new') == {'small': b'x' * (8 << 20), 'large': large}

@@ -9,12 +9,14 @@ worker: seconds of one worker per image, its CPU seconds per image, and the CPU 
 machine used per image meanwhile (a local storage emulator's too), which bound what more
 workers can do.
 """
+import contextlib
 import os
 import tempfile
 import time
 
 import apache_beam as beam
 
+from transforms import entries
 from transforms.grouped_reads import read_grouped
 from transforms.labels import LabelMap
 from pipeline.inputs.refs import ExampleRef
@@ -70,7 +72,9 @@ def time_sample(refs: list[ExampleRef], label_map: LabelMap,
         cpu = time.process_time() - cpu
     finally:
         encoder.teardown()
-        os.remove(path)
+        for written in (path, *(entries.entry_path(path, kind) for kind in entries.KINDS)):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(written)
     return {'images': len(timed), 'seconds': seconds, 'seconds_per_image': seconds / len(timed),
             'worker_cpu_seconds_per_image': cpu / len(timed),
             'machine_cpu_seconds_per_image': busy / len(timed) if busy > 0 else None}

@@ -242,10 +242,6 @@ class EncodeChunk(beam.DoFn):
             found = {'errors': [(r.source or r.key, 'duplicate: listed more than once')
                                 for r in duplicates], 'damaged': []}
             results.append(self.encode(unique, result, label_map, streamed, found))
-            written = [self._entry_writes.submit(entries.write, paths[shard], kind, listed)
-                       for kind, listed in found.items()]   # Both at once: on gs:// a request each.
-            for write in written:
-                write.result()
             result.errors, result.damaged = len(found['errors']), len(found['damaged'])
             self._skipped.inc(result.errors)
             self._damaged.inc(result.damaged)
@@ -276,7 +272,8 @@ class EncodeChunk(beam.DoFn):
                 streamed: 'StreamedMembers', found: dict) -> ShardResult:
         """Converts `refs` (in order) into the part file `result.temp_path`, adding to
         `found` the (source, reason) of each input not converted ('errors') and the (source,
-        reason, action) of each damaged JPEG ('damaged')."""
+        reason, action) of each damaged JPEG ('damaged'), and writes those into the part's
+        entry files, at the same time as the part's last write (on gs:// its upload)."""
         started = time.monotonic()
         reads = self._reader.read_in_order(
             (r.location if r.data is None and r.problem is None and not _is_streamed(r)
@@ -314,6 +311,10 @@ class EncodeChunk(beam.DoFn):
                 result.passed_through += passed
                 label_id = label_map.id_of(ref.label)
                 result.label_counts[label_id] = result.label_counts.get(label_id, 0) + 1
+            written = [self._entry_writes.submit(entries.write, result.temp_path, kind, listed)
+                       for kind, listed in found.items()]
+        for write in written:
+            write.result()
         result.seconds = time.monotonic() - started
         self._written.inc(result.records)
         self._reencoded.inc(result.records - result.passed_through)

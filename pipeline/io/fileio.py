@@ -154,12 +154,39 @@ def open_read(path: str):
 
 def create(path: str):
     """Opens a new file `path` for writing (parent folders are created as needed); locally
-    whatever had the name before is unlinked first (see `_create_local`)."""
-    if not is_gcs(path):
-        return _create_local(path)
-    from apache_beam.io.filesystem import CompressionTypes
-    return _filesystems().create(path, mime_type='application/octet-stream',
-                                 compression_type=CompressionTypes.UNCOMPRESSED)
+    whatever had the name before is unlinked first (see `_create_local`); on Cloud Storage see
+    `_NewObject`."""
+    return _NewObject(path) if is_gcs(path) else _create_local(path)
+
+
+ONE_REQUEST_BYTES = 8 << 20   # Up to this size a new object is written in one request.
+
+
+class _NewObject:
+    """A new Cloud Storage object, for a `with` block: held in memory and written in one request
+    at the end while it is at most ONE_REQUEST_BYTES (none is written if the block fails);
+    past that, streamed through Beam's writer, a resumable upload (two requests at least)."""
+
+    def __init__(self, path: str):
+        self._path, self._held, self._stream = path, io.BytesIO(), None
+
+    def write(self, data: bytes) -> int:
+        if self._stream is None and self._held.tell() + len(data) > ONE_REQUEST_BYTES:
+            from apache_beam.io.filesystem import CompressionTypes
+            self._stream = _filesystems().create(self._path, mime_type='application/octet-stream',
+                                                 compression_type=CompressionTypes.UNCOMPRESSED)
+            self._stream.write(self._held.getvalue())
+            self._held = None
+        return (self._held if self._stream is None else self._stream).write(data)
+
+    def __enter__(self) -> '_NewObject':
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        elif kind is None:
+            upload_bytes(self._path, self._held.getvalue())
 
 
 def _create_local(path: str):
@@ -209,20 +236,12 @@ def output_errors(path: str):
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Writes `path`; on Cloud Storage in one request, never seen half-written."""
-    if is_gcs(path):
-        with output_errors(path):
-            upload_bytes(path, data)
-        return
     with writing(path) as stream:
         stream.write(data)
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Writes `path` so that it is never seen half-written (see `writing_atomic`)."""
-    if is_gcs(path):
-        write_bytes(path, data)
-        return
     with writing_atomic(path) as stream:
         stream.write(data)
 
