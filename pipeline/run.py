@@ -32,7 +32,11 @@ from pipeline.output.metadata import SPLITS  # noqa: E402
 from pipeline import worker_processes  # noqa: E402
 
 if __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords':   # The command:
-    worker_processes.prestart(sys.argv[1:])   # its workers, forked with every module imported.
+    try:
+        worker_processes.prestart(sys.argv[1:])   # its workers, forked with every module imported.
+    except KeyboardInterrupt:   # Ctrl-C held back while they were forked.
+        print('interrupted; rerun the same command to resume', file=sys.stderr)
+        sys.exit(130)
 
 LOG = logging.getLogger('image_tfrecords')
 

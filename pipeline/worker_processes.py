@@ -3,16 +3,19 @@
 A worker that Beam's DirectRunner starts in multi-process mode (`python -m ...sdk_worker_main`,
 once the pipeline runs) spends ~1.5 s of a core importing Beam and the converter, on top of the
 launcher's own ~1.5 s of the same imports. The command line instead forks its workers as soon as
-its imports are done (`prestart`), before it starts any thread: each child has every module
-already and waits, on a socket, until the run hands it what Beam hands a worker it starts (the
+its imports are done (`prestart`), before it starts any thread of its own (imports started
+OpenBLAS's and jemalloc's, which both handle a fork), with SIGINT and SIGTERM held back until
+every child is forked: each child has every module already and waits, on a socket, until the run hands it what Beam hands a worker it starts (the
 environment with the runner's addresses, and the launcher's stdout and stderr as they are by
 then), then runs Beam's SDK harness. Where nothing was forked (the Python API, a run asking for
 more workers) a worker is started as `python -m pipeline.worker_processes`, which imports and
-then does the same. A worker nobody claims is killed when the command ends; one whose launcher
-is gone exits. Each names itself NAME (/proc/PID/comm), which is how worker_watch finds them.
+then does the same. A worker nobody claims is killed when the command ends; the kernel kills
+one whose launcher ends (PR_SET_PDEATHSIG). Each names itself NAME (/proc/PID/comm), which is how
+worker_watch finds them.
 """
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -24,27 +27,31 @@ import traceback
 
 NAME = 'tfrecord-worker'   # At most 15 bytes: the kernel's limit for a process name.
 _LENGTH = struct.Struct('>I')
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+_PR_SET_PDEATHSIG = 1
 _waiting: list['Worker'] = []
 
 
 class Worker:
-    """A worker process, waiting for `start`: forked from this process (`forked`, only safe
-    while it runs a single thread) or started as a new Python process."""
+    """A worker process, waiting for `start`: forked from this process (`forked`, only before
+    it starts threads) or started as a new Python process."""
 
     def __init__(self, forked: bool = False):
         ours, theirs = socket.socketpair()
+        launcher = os.getpid()
         if forked:
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                ours.close()
-                os._exit(_serve(theirs))
+                for socket_ in (ours, *(w._socket for w in _waiting)):   # The launcher's ends.
+                    socket_.close()
+                os._exit(_serve(theirs, launcher))
             self.process = _Forked(pid)
         else:
             self.process = subprocess.Popen(
                 [sys.executable, '-m', __name__ if __name__ != '__main__' else
-                 'pipeline.worker_processes', str(theirs.fileno())],
+                 'pipeline.worker_processes', str(theirs.fileno()), str(launcher)],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         theirs.close()
         self._socket = ours
@@ -112,11 +119,18 @@ def local_workers(argv: list[str]) -> int:
 
 
 def prestart(argv: list[str]) -> None:
-    """Forks the worker processes the command line `argv` will run in, if any. Only while this
-    process runs a single thread, with the modules workers need imported."""
-    if os.path.isdir('/proc/self') and not _waiting:
-        _waiting.extend(Worker(forked=True) for _ in range(local_workers(argv)))
-        atexit.register(_kill_waiting)
+    """Forks the worker processes the command line `argv` will run in, if any. Only before this
+    process starts threads, with the modules workers need imported. A SIGINT or SIGTERM that
+    comes meanwhile is held back until the last fork (inside one, Python would lose it)."""
+    if not os.path.isdir('/proc/self') or _waiting:
+        return
+    atexit.register(_kill_waiting)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        for _ in range(local_workers(argv)):
+            _waiting.append(Worker(forked=True))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def claim() -> Worker:
@@ -142,12 +156,16 @@ def _receive(channel: socket.socket) -> tuple[dict[str, str], list[int]]:
     return json.loads(message), fds
 
 
-def _serve(channel: socket.socket) -> int:
+def _serve(channel: socket.socket, launcher: int) -> int:
     """The worker's side: wait, then run Beam's SDK harness as Beam would start it; the exit
     code."""
     with open('/proc/self/comm', 'w') as comm:
         comm.write(NAME)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the launcher's to handle.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)   # Ends with its launcher...
+    if os.getppid() != launcher:   # ... which may have ended already.
+        return 0
     from apache_beam.runners.worker import sdk_worker_main
     import pipeline.graph  # noqa: F401  (every DoFn a worker unpickles)
     with channel:
@@ -175,4 +193,4 @@ def _serve(channel: socket.socket) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(_serve(socket.socket(fileno=int(sys.argv[1]))))
+    sys.exit(_serve(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2])))

@@ -1,5 +1,6 @@
-"""Reading images ahead of their conversion (--reads_in_flight) when every Cloud Storage read
-takes a round trip: the output bytes do not change, and unreadable inputs are still reported."""
+"""Reading images ahead of their conversion (--reads_in_flight), and listing class folders
+several at once, when every Cloud Storage read takes a round trip: the output bytes do not
+change, and unreadable inputs are still reported."""
 import json
 import os
 import subprocess
@@ -62,3 +63,16 @@ def test_a_missing_object_is_reported_for_its_input(gcs, tmp_path):
     assert len(errors) == 1
     assert errors[0]['source'] == f'gs://{BUCKET}/csvdata/imgs/gone.jpg'
     assert errors[0]['reason'].startswith('cannot read file: 404')
+
+
+def test_one_worker_lists_many_class_folders_at_once_and_the_output_bytes_stay_the_same(
+        gcs, tmp_path):
+    source = upload({f'train/c{i % 24:02d}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
+                     for i in range(48)}, 'classes')
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.05)
+    result = _run_through(proxy, f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/listed')
+    assert result.returncode == 0, result.stderr[-3000:]
+    convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
+
+    assert proxy.max_in_flight['list'] >= 8   # One at a time before: a round trip per folder.
+    assert download('listed') == output_files(f'{tmp_path}/local')

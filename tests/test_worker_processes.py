@@ -1,6 +1,7 @@
 """The command line's worker processes (pipeline/worker_processes.py): forked from the launcher
 before the run, as many as the run uses, none left behind; one that dies before it is given
-work stops the run as any dead worker does; the Python API starts its workers itself."""
+work stops the run as any dead worker does; Ctrl-C while they are forked ends the command at
+once; a launcher killed takes its workers with it; the Python API starts its workers itself."""
 import os
 import signal
 import time
@@ -29,17 +30,17 @@ def test_the_workers_forked_are_those_the_run_starts(argv, workers):
     assert worker_processes.local_workers(argv) == workers
 
 
-def _named_workers() -> set[int]:
-    """Every process on the machine named as a worker."""
-    found = set()
-    for pid in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open(f'/proc/{pid}/comm') as stream:
-                if stream.read().rstrip('\n') == worker_processes.NAME and start_time(int(pid)):
-                    found.add(int(pid))
-        except OSError:
-            pass
-    return found
+def _alive(workers: dict[int, str]) -> list[int]:
+    return [pid for pid, started in workers.items() if start_time(pid) == started]
+
+
+def _workers_while_it_runs(process) -> dict[int, str]:
+    """Every worker process seen below `process` until it ends."""
+    seen = {}
+    while process.poll() is None:
+        seen.update(workers_below(process.pid))
+        time.sleep(0.01)
+    return seen
 
 
 @pytest.fixture(scope='module')
@@ -49,7 +50,6 @@ def inputs(tmp_path_factory) -> str:
 
 
 def test_the_command_runs_in_workers_forked_before_it_and_leaves_none(tmp_path, inputs):
-    before = _named_workers()
     out = str(tmp_path / 'out')
     process = start_cli(f'--input_dir={inputs}', f'--output_dir={out}',
                         '--direct_running_mode=multi_processing', '--direct_num_workers=2')
@@ -68,19 +68,21 @@ def test_the_command_runs_in_workers_forked_before_it_and_leaves_none(tmp_path, 
     assert [line for line in stderr.splitlines() if not line.startswith(
         ('converting: ', 'train shard 1/1 written: ', 'dataset committed to '))] == []
     assert len(read_split(out, 'train')) == 40
-    assert _named_workers() <= before
+    assert not _alive(workers)
 
 
 def test_workers_of_a_command_with_nothing_to_convert_are_ended(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}']
     assert run_cli(*flags).returncode == 0
-    before, written = _named_workers(), output_files(out)
-    again = run_cli(*flags)
-    assert again.returncode == 0, again.stderr
-    assert 'converted by an earlier run of this command' in again.stdout
+    written = output_files(out)
+    again = start_cli(*flags)
+    workers = _workers_while_it_runs(again)
+    stdout, stderr = again.communicate(timeout=60)
+    assert again.returncode == 0, stderr
+    assert 'converted by an earlier run of this command' in stdout
     assert output_files(out) == written
-    assert _named_workers() <= before
+    assert len(workers) == CORES and not _alive(workers)
 
 
 @pytest.mark.slow
@@ -110,3 +112,51 @@ def test_the_python_api_starts_its_own_workers(tmp_path, inputs):
                            '--direct_running_mode=multi_processing', '--direct_num_workers=2'])
     assert summary['splits']['train']['records'] == 40
     assert len(read_split(out, 'train')) == 40
+
+
+def _first_worker(process) -> int:
+    """A child of `process`, as soon as it has one (its first worker, being forked)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(f'/proc/{process.pid}/task/{process.pid}/children') as stream:
+            found = stream.read().split()
+        if found:
+            return int(found[0])
+        assert process.poll() is None, process.communicate()
+    raise AssertionError('no worker was forked')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('delay', [0.0, 0.0005, 0.002])
+def test_ctrl_c_while_the_workers_are_forked_ends_the_command_at_once(tmp_path, inputs, delay):
+    out = str(tmp_path / 'out')
+    process = start_cli(f'--input_dir={inputs}', f'--output_dir={out}')
+    worker = _first_worker(process)
+    time.sleep(delay)
+    os.killpg(process.pid, signal.SIGINT)   # As a terminal sends it: to the whole group.
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == 'interrupted; rerun the same command to resume'
+    assert 'Traceback' not in stderr and 'Exception ignored' not in stderr
+    assert not os.path.exists(f'{out}/.lock')
+    time.sleep(0.5)
+    assert not os.path.exists(f'/proc/{worker}') or start_time(worker) is None
+
+
+@pytest.mark.slow
+def test_workers_end_with_a_launcher_killed_as_it_hands_them_work(tmp_path, inputs):
+    process = start_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}')
+    claimed = None
+    deadline = time.monotonic() + 60
+    while claimed is None and time.monotonic() < deadline:
+        for pid, started in workers_below(process.pid).items():
+            try:   # Handed its work: its stderr is the run's log, no longer the launcher's pipe.
+                if os.readlink(f'/proc/{pid}/fd/2').endswith('.log'):
+                    claimed = {pid: started}
+            except OSError:
+                pass
+    assert claimed, process.communicate()
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=10)   # Returns once no worker holds the pipes any longer.
+    time.sleep(0.2)
+    assert not _alive(claimed)

@@ -6,9 +6,11 @@ archive, a CSV into byte ranges, a user config into the partitions it offers). E
 listed on a worker.
 """
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.inputs.kinds import Partition
 from pipeline.inputs.refs import ExampleRef
@@ -16,6 +18,7 @@ from pipeline.io import fileio
 
 
 SIZE_SAMPLE = 64   # With measure_sizes, one in this many inputs of unknown size is measured.
+LISTED_AT_ONCE = 16   # Partitions listed together (Partition.listed_together) at a time.
 
 
 class ListExamples(beam.PTransform):
@@ -33,7 +36,7 @@ class ListExamples(beam.PTransform):
                 | 'Create Partitions' >> beam.Create(self._partitions)
                 | 'Split Partitions' >> beam.FlatMap(_split_further)
                 | 'Spread Partitions' >> beam.Reshuffle()
-                | 'List Partitions' >> beam.FlatMap(_examples))
+                | 'List Partitions' >> beam.ParDo(ListPartitions()))
         if not self._measure_sizes:
             return refs
         return (refs
@@ -45,8 +48,37 @@ def _split_further(partition: Partition) -> list[Partition]:
     return partition.split_further()
 
 
-def _examples(partition: Partition) -> Iterator[ExampleRef]:
-    return partition.examples()
+class ListPartitions(beam.DoFn):
+    """Partition -> its ExampleRefs. Those listed together (Partition.listed_together: class
+    folders, CSV byte ranges) are listed up to LISTED_AT_ONCE at a time, each in a thread, so
+    a worker waits on one round trip to storage for many folders, not on one per folder."""
+
+    def setup(self) -> None:
+        self._threads = ThreadPoolExecutor(LISTED_AT_ONCE)
+
+    def start_bundle(self) -> None:
+        self._listing: list[Future] = []
+
+    def process(self, partition: Partition) -> Iterator[ExampleRef]:
+        if not partition.listed_together:
+            yield from partition.examples()
+            return
+        self._listing.append(self._threads.submit(_listed, partition))
+        while len(self._listing) > LISTED_AT_ONCE:
+            yield from self._listing.pop(0).result()
+
+    def finish_bundle(self) -> Iterator:
+        listing, self._listing = self._listing, []
+        for future in listing:
+            for ref in future.result():
+                yield GlobalWindows.windowed_value(ref)
+
+    def teardown(self) -> None:
+        self._threads.shutdown(cancel_futures=True)
+
+
+def _listed(partition: Partition) -> list[ExampleRef]:
+    return list(partition.examples())
 
 
 def _measure_size(ref: ExampleRef) -> ExampleRef:

@@ -90,6 +90,7 @@ class CsvChunk(Partition):
     end: int
     first_line: int = 1
     columns: tuple[str, ...] | None = None
+    listed_together = True
 
     def examples(self) -> Iterator[ExampleRef]:
         with fileio.open_read(self.path) as stream:

@@ -135,6 +135,7 @@ class ClassFolder(Partition):
     hidden files and folders are ignored (and counted)."""
     split: str
     place: folders.Place
+    listed_together = True
 
     def examples(self) -> Iterator[ExampleRef]:
         label = self.place.name

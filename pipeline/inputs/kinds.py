@@ -18,6 +18,9 @@ class Partition:
     """A piece of input that one worker lists."""
 
     sizes_known = False   # Whether listing gives every input's size (else it is measured).
+    # Whether listing it mostly waits on storage and its refs hold no image bytes (a folder's
+    # listing, a CSV's byte range): such partitions are listed several at once.
+    listed_together = False
 
     def split_further(self) -> list['Partition']:
         return [self]

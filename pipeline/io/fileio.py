@@ -88,7 +88,10 @@ def read_input(path: str, limit: int) -> bytes:
         os.set_blocking(fd, True)   # A regular file: read it whole, as read() promises.
         if info.st_size > limit:
             raise TooLarge(f'{info.st_size} bytes,', limit)
-        data = stream.read(limit + 1)
+        # Its size first: a read of `limit` bytes sets that much memory aside (3x the time).
+        data = stream.read(info.st_size + 1)
+        if len(data) > info.st_size:   # It grew since: the rest, up to the limit.
+            data += stream.read(limit + 1 - len(data))
     if len(data) > limit:
         raise TooLarge('grew while read:', limit)
     return data
@@ -384,7 +387,12 @@ def size(path: str) -> int:
 
 
 def exists(path: str) -> bool:
-    return _filesystems().exists(path) if is_gcs(path) else os.path.exists(path)
+    """Whether the file `path` exists (on Cloud Storage, one request: Beam's takes two)."""
+    if not is_gcs(path):
+        return os.path.exists(path)
+    from google.cloud.storage.retry import DEFAULT_RETRY
+    bucket, name = split_gcs(path)
+    return storage_client().bucket(bucket).blob(name).exists(retry=DEFAULT_RETRY)
 
 
 def delete(paths: Iterable[str]) -> None:

@@ -157,7 +157,8 @@ class FlakyProxy:
     under load (every=0: never); requests that read (`READS`) wait `read_latency` seconds
     before they are forwarded, requests that write (`WRITES`) `write_latency` seconds, as a
     round trip from a worker costs. Counts the operations it forwards, by kind (`operations`),
-    and the most object reads it held at once (`max_reads_in_flight`).
+    and the most requests of each kind it held at once (`max_in_flight`; `max_reads_in_flight`
+    for object reads).
 
     Each connection has its own thread and a delay holds no lock, so the proxy is not what
     limits how many requests are in flight.
@@ -170,7 +171,7 @@ class FlakyProxy:
         proxy = self
         self.failures = self.requests = 0
         self.operations = collections.Counter()
-        self.max_reads_in_flight = self._reads_in_flight = 0
+        self.max_in_flight, in_flight = collections.Counter(), collections.Counter()
         lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -189,22 +190,20 @@ class FlakyProxy:
                     self.send_header('Content-Length', '0')
                     self.end_headers()
                     return
-                reading = 'read' in kinds
                 with lock:
                     proxy.operations.update(kinds)
-                    if reading:
-                        proxy._reads_in_flight += 1
-                        proxy.max_reads_in_flight = max(proxy.max_reads_in_flight,
-                                                        proxy._reads_in_flight)
+                    in_flight.update(kinds)
+                    for kind in kinds:
+                        proxy.max_in_flight[kind] = max(proxy.max_in_flight[kind],
+                                                        in_flight[kind])
                 try:
                     delay = (read_latency if any(k in READS for k in kinds) else
                              write_latency if any(k in WRITES for k in kinds) else 0.0)
                     time.sleep(delay)
                     status, headers, data = self._ask_target(body)
                 finally:
-                    if reading:
-                        with lock:
-                            proxy._reads_in_flight -= 1
+                    with lock:
+                        in_flight.subtract(kinds)
                 self.send_response(status)
                 for key, value in headers:
                     if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):
@@ -239,6 +238,10 @@ class FlakyProxy:
         self.port = free_port()
         self._server = Server(('127.0.0.1', self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def max_reads_in_flight(self) -> int:
+        return self.max_in_flight['read']
 
     def stop(self) -> None:
         self._server.shutdown()
