@@ -69,9 +69,9 @@ def split_samples(raw: str) -> tuple[collections.Counter, int]:
     steps, workers = collections.Counter(), 0
     for line in raw.splitlines():
         stack, _, count = line.rpartition(' ')
-        if 'sdk_worker_main' not in stack:
-            continue
         frames = stack.split(';')
+        if len(frames) < 2 or not frames[1].startswith('process '):
+            continue   # The launcher's: py-spy names a worker process below it.
         workers += int(count)
         if any(frame.startswith(CONVERSION + ' ') for frame in frames):
             steps[_step(frames)] += int(count)
