@@ -22,8 +22,12 @@ def read_raw(path: str, limit: int | None = None) -> tuple[bytes, float] | None:
     most its first limit + 1 bytes. Locally only a regular file is read (a pipe would block, a
     device never end); anything else is NotAFile."""
     if fileio.is_gcs(path):
-        if limit is not None:
-            return (fileio.read_range(path, 0, limit + 1), 0.0) if fileio.exists(path) else None
+        if limit is not None:   # One request: a ranged read, NotFound when absent.
+            from google.api_core.exceptions import NotFound
+            try:
+                return fileio.read_range(path, 0, limit + 1), 0.0
+            except NotFound:
+                return None
         data = fileio.read_if_exists(path)
         return None if data is None else (data, 0.0)
     try:
