@@ -458,7 +458,10 @@ def concatenate(sources: list[str], destination: str) -> None:
                 with open(source, 'rb') as stream:
                     remaining = os.fstat(stream.fileno()).st_size
                     while remaining > 0:  # Copied inside the kernel.
-                        remaining -= os.copy_file_range(stream.fileno(), out.fileno(), remaining)
+                        copied = os.copy_file_range(stream.fileno(), out.fileno(), remaining)
+                        if not copied:   # It shrank since: never loop on it.
+                            raise OSError(errno.EIO, f'{source} ended {remaining} bytes early')
+                        remaining -= copied
 
 
 @dataclasses.dataclass(frozen=True)
