@@ -31,13 +31,6 @@ from transforms.findings import quality_lines  # noqa: E402
 from pipeline.output.metadata import SPLITS  # noqa: E402
 from pipeline import worker_processes  # noqa: E402
 
-if __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords':   # The command:
-    try:
-        worker_processes.prestart(sys.argv[1:])   # its workers, forked with every module imported.
-    except KeyboardInterrupt:   # Ctrl-C held back while they were forked.
-        print('interrupted; rerun the same command to resume', file=sys.stderr)
-        sys.exit(130)
-
 LOG = logging.getLogger('image_tfrecords')
 
 
@@ -131,7 +124,24 @@ def _terminate(signum, frame) -> None:
     raise Terminated
 
 
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """Ends the command stopped by Ctrl-C or SIGTERM (the job's cleanup ran on the way out)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    terminated = isinstance(exc, Terminated)
+    print(f'{"terminated (SIGTERM)" if terminated else "interrupted"}; rerun the same '
+          'command to resume', file=sys.stderr)
+    _done()
+    return 143 if terminated else 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:   # Before _main's own handling began.
+        return _interrupted(exc)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if '-h' in argv or '--help' in argv:
         print(help_text())
@@ -165,12 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = job.convert(options)
         summary['seconds'] = time.monotonic() - STARTED   # The command's, not only the job's.
     except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: the job's cleanup ran on the way out.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        terminated = isinstance(exc, Terminated)
-        print(f'{"terminated (SIGTERM)" if terminated else "interrupted"}; rerun the same '
-              'command to resume', file=sys.stderr)
-        _done()
-        return 143 if terminated else 130
+        return _interrupted(exc)
     except Exception as exc:  # Show the user's error in one line, not a traceback.
         message = DatasetError.find_in(exc)
         if message is not None:   # The user's to fix; the line says all there is.
@@ -205,6 +210,13 @@ def _done() -> int:
     logging.shutdown()
     return 0
 
+
+if __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords':   # The command:
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        worker_processes.prestart(sys.argv[1:])   # its workers, forked with every module imported.
+    except KeyboardInterrupt as stopped:   # Ctrl-C or SIGTERM held back while they were forked.
+        sys.exit(_interrupted(stopped))
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,9 +1,10 @@
 """The command line's worker processes (pipeline/worker_processes.py): forked from the launcher
 before the run, as many as the run uses, none left behind; one that dies before it is given
-work stops the run as any dead worker does; Ctrl-C while they are forked ends the command at
-once; a launcher killed takes its workers with it; the Python API starts its workers itself."""
+work stops the run as any dead worker does; Ctrl-C or SIGTERM while they are forked ends the
+command at once; a launcher killed takes its workers with it; the Python API starts its workers itself."""
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -28,6 +29,16 @@ CORES = os.cpu_count()
     (['--dry_run'], 0), (['--help'], 0), (['-h'], 0)])
 def test_the_workers_forked_are_those_the_run_starts(argv, workers):
     assert worker_processes.local_workers(argv) == workers
+
+
+def _ended(process, timeout: float) -> tuple[str, str]:
+    """(stdout, stderr) of `process` once it ends; killed with its group if it does not."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
 
 
 def _alive(workers: dict[int, str]) -> list[int]:
@@ -62,7 +73,7 @@ def test_the_command_runs_in_workers_forked_before_it_and_leaves_none(tmp_path, 
     for pid in workers:
         with open(f'/proc/{pid}/cmdline', 'rb') as stream:
             commands.append(stream.read())
-    stdout, stderr = process.communicate(timeout=120)
+    stdout, stderr = _ended(process, 120)
     assert process.returncode == 0, stderr
     assert len(workers) == 2 and commands == [launcher, launcher]   # Forked, not started anew.
     assert [line for line in stderr.splitlines() if not line.startswith(
@@ -78,7 +89,7 @@ def test_workers_of_a_command_with_nothing_to_convert_are_ended(tmp_path, inputs
     written = output_files(out)
     again = start_cli(*flags)
     workers = _workers_while_it_runs(again)
-    stdout, stderr = again.communicate(timeout=60)
+    stdout, stderr = _ended(again, 60)
     assert again.returncode == 0, stderr
     assert 'converted by an earlier run of this command' in stdout
     assert output_files(out) == written
@@ -95,7 +106,7 @@ def test_a_worker_killed_before_it_is_given_work_stops_the_run_and_the_rerun_res
     while not (workers := workers_below(process.pid)) and time.monotonic() < deadline:
         time.sleep(0.002)
     os.kill(next(iter(workers)), signal.SIGKILL)
-    stdout, stderr = process.communicate(timeout=120)
+    stdout, stderr = _ended(process, 120)
     assert process.returncode == 2, stderr
     assert stderr.splitlines()[-1].startswith('error: a worker process of this run died '
                                               '(killed by SIGKILL;')
@@ -127,16 +138,23 @@ def _first_worker(process) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('delay', [0.0, 0.0005, 0.002])
-def test_ctrl_c_while_the_workers_are_forked_ends_the_command_at_once(tmp_path, inputs, delay):
+@pytest.mark.parametrize('stop,code,line', [
+    ('SIGINT', 130, 'interrupted; rerun the same command to resume'),   # Ctrl-C, to the group.
+    ('SIGTERM', 143, 'terminated (SIGTERM); rerun the same command to resume')])
+@pytest.mark.parametrize('delay', [0.0, 0.0005, 0.002, 0.01])
+def test_a_stop_while_the_workers_are_forked_ends_the_command_at_once(tmp_path, inputs, delay,
+                                                                      stop, code, line):
     out = str(tmp_path / 'out')
     process = start_cli(f'--input_dir={inputs}', f'--output_dir={out}')
     worker = _first_worker(process)
     time.sleep(delay)
-    os.killpg(process.pid, signal.SIGINT)   # As a terminal sends it: to the whole group.
-    stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    assert stderr.splitlines()[-1] == 'interrupted; rerun the same command to resume'
+    if stop == 'SIGINT':
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        os.kill(process.pid, signal.SIGTERM)   # The launcher alone, as a service manager sends it.
+    stdout, stderr = _ended(process, 60)
+    assert process.returncode == code, stderr
+    assert stderr.splitlines()[-1] == line
     assert 'Traceback' not in stderr and 'Exception ignored' not in stderr
     assert not os.path.exists(f'{out}/.lock')
     time.sleep(0.5)
@@ -157,6 +175,6 @@ def test_workers_end_with_a_launcher_killed_as_it_hands_them_work(tmp_path, inpu
                 pass
     assert claimed, process.communicate()
     os.kill(process.pid, signal.SIGKILL)
-    process.communicate(timeout=10)   # Returns once no worker holds the pipes any longer.
+    _ended(process, 10)   # Returns once no worker holds the pipes any longer.
     time.sleep(0.2)
     assert not _alive(claimed)
