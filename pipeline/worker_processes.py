@@ -91,8 +91,8 @@ class _Forked:
 def local_workers(argv: list[str]) -> int:
     """How many worker processes the command line `argv` runs locally: DirectRunner (the
     default) in multi-process mode, which is the default unless --direct_num_workers or
-    --direct_running_mode says otherwise; 0 for anything else (another runner, --plan_only,
-    --dry_run, --help)."""
+    --direct_running_mode says otherwise (--plan_only too: it times a sample on them); 0 for
+    anything else (another runner, --dry_run, --help)."""
     flags = {}
     for i, arg in enumerate(argv):
         if arg.startswith('--'):
@@ -103,8 +103,7 @@ def local_workers(argv: list[str]) -> int:
             flags[name] = value
     if {'h', 'help'} & flags.keys() or '-h' in argv:
         return 0
-    if any(name in flags and flags[name].lower() not in ('false', 'no', '0', 'off')
-           for name in ('plan_only', 'dry_run')):
+    if 'dry_run' in flags and flags['dry_run'].lower() not in ('false', 'no', '0', 'off'):
         return 0
     if flags.get('runner', 'DirectRunner').lower() not in ('directrunner', 'direct'):
         return 0
