@@ -8,8 +8,8 @@ failure handling, a rerun on the fallback if Prism fails a submitted job). A loc
 uses the FnApiRunner, with DirectRunner's flags (--direct_num_workers, --direct_running_mode), and
 never touches the network. `--runner=PrismRunner` stays an explicit choice.
 
-Its worker processes are pipeline/worker_processes.py's: the command line starts them before its
-own imports, and Beam's handler of a subprocess worker is given one instead of starting
+Its worker processes are pipeline/worker_processes.py's: the command line forks them once its
+imports are done, and Beam's handler of a subprocess worker is given one instead of starting
 `python -m ...sdk_worker_main` once the pipeline runs. At the end of a run they are stopped all at
 once: Beam stops them one after the other, and each takes about half a second to exit.
 """

@@ -5,13 +5,14 @@ once the pipeline runs) spends ~1.5 s of a core importing Beam and the converter
 launcher's own ~1.5 s of the same imports. The command line instead forks its workers as soon as
 its imports are done (`prestart`), before it starts any thread of its own (imports started
 OpenBLAS's and jemalloc's, which both handle a fork), with SIGINT and SIGTERM held back until
-every child is forked: each child has every module already and waits, on a socket, until the run hands it what Beam hands a worker it starts (the
-environment with the runner's addresses, and the launcher's stdout and stderr as they are by
-then), then runs Beam's SDK harness. Where nothing was forked (the Python API, a run asking for
-more workers) a worker is started as `python -m pipeline.worker_processes`, which imports and
-then does the same. A worker nobody claims is killed when the command ends; the kernel kills
-one whose launcher ends (PR_SET_PDEATHSIG). Each names itself NAME (/proc/PID/comm), which is how
-worker_watch finds them.
+every child is forked: each child has every module already and waits, on a socket, until the
+run hands it what Beam hands a worker it starts (the environment with the runner's addresses,
+and the launcher's stdout and stderr as they are by then), then runs Beam's SDK harness.
+Where nothing was forked (the Python API, a run asking for more workers) a worker is started as
+`python -m pipeline.worker_processes`, which imports and then does the same. A worker nobody
+claims is killed when the command ends; the kernel kills one whose launcher ends
+(PR_SET_PDEATHSIG). Each names itself NAME (/proc/PID/comm), which is how worker_watch finds
+them.
 """
 import atexit
 import contextlib

@@ -2,14 +2,14 @@
 in one line, instead of waiting for it forever or failing with the runner's own error.
 
 A local multi-process run's workers are processes of pipeline/worker_processes.py, each handed
-to the runner by a thread of this process that waits for it and reports a non-zero exit as that thread's
-uncaught `RuntimeError` ('Worker subprocess exited with return code N'); the runner itself may
-then wait forever for the dead worker's work. While `watching()`, that report is a dead worker:
-the runner gets GRACE_SECONDS to fail on its own, then the remaining workers (the processes
-below this one named as worker_processes names them, as /proc lists them) are killed and the
-main thread gets WorkerDied, so the job's cleanup runs (the output lock is released). A job
-that fails after a worker died fails with WorkerDied, whatever the runner says; no worker of it
-is left running. A job interrupted (Ctrl-C, SIGTERM) has its workers killed at once, from the
+to the runner by a thread of this process that waits for it and reports a non-zero exit as that
+thread's uncaught `RuntimeError` ('Worker subprocess exited with return code N'); the runner
+itself may then wait forever for the dead worker's work. While `watching()`, that report is a
+dead worker: the runner gets GRACE_SECONDS to fail on its own, then the remaining workers (the
+processes below this one named as worker_processes names them, as /proc lists them) are killed
+and the main thread gets WorkerDied, so the job's cleanup runs (the output lock is released). A
+job that fails after a worker died fails with WorkerDied, whatever the runner says; no worker of
+it is left running. A job interrupted (Ctrl-C, SIGTERM) has its workers killed at once, from the
 signal handler, before the runner's own cleanup waits for them (which can wait forever for a
 worker still starting), and ends interrupted whatever the runner then reports. Elsewhere (other
 runners, in-memory mode, no /proc) it does nothing.
