@@ -5,9 +5,10 @@ input gives the same sample) goes through the conversion's own per-image work, E
 read, decode and checks, perceptual hashes (unless --leakage=off), re-encoding as the options
 ask, Example encoding, framing and writing, into a temporary file that is then removed. The
 first WARM_UP images are converted untimed (codec and client set-up); the rest are timed in one
-worker: seconds of one worker per image, its CPU seconds per image, and the CPU seconds the whole
-machine used per image meanwhile (a local storage emulator's too), which bound what more
-workers can do.
+worker, in two halves, and the faster half gives the rate (a moment of load from elsewhere slows
+one half, not the run): seconds of one worker per image, its CPU seconds per image, and the CPU
+seconds the whole machine used per image meanwhile (a local storage emulator's too), which bound
+what more workers can do.
 """
 import contextlib
 import os
@@ -53,7 +54,7 @@ def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:
 
 def time_sample(refs: list[ExampleRef], label_map: LabelMap,
                 settings: ConversionSettings) -> dict:
-    """Converts `refs` as a chunk is converted, timing all but the first WARM_UP."""
+    """Converts `refs` as a chunk is converted, timing all but the first WARM_UP in two halves."""
     refs = sorted(read_grouped(refs), key=_sample_key)
     timed = refs[WARM_UP:] if len(refs) > 2 * WARM_UP else refs
     if not timed:
@@ -63,21 +64,27 @@ def time_sample(refs: list[ExampleRef], label_map: LabelMap,
     encoder.setup()
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-rate-', suffix='.tfrecord')
     os.close(handle)
+
+    def convert(chunk: list[ExampleRef]) -> tuple[float, float, float]:
+        busy, cpu, started = machine_busy_seconds(), time.process_time(), time.monotonic()
+        encoder.encode(chunk, ShardResult('', 0, path, 0), label_map, none, unused)
+        return (time.monotonic() - started, time.process_time() - cpu,
+                machine_busy_seconds() - busy)
+
     try:
         if timed is not refs:
-            encoder.encode(refs[:WARM_UP], ShardResult('', 0, path, 0), label_map, none, unused)
-        busy, cpu, started = machine_busy_seconds(), time.process_time(), time.monotonic()
-        encoder.encode(timed, ShardResult('', 0, path, 0), label_map, none, unused)
-        seconds, busy = time.monotonic() - started, machine_busy_seconds() - busy
-        cpu = time.process_time() - cpu
+            convert(refs[:WARM_UP])
+        halves = [timed[:len(timed) // 2], timed[len(timed) // 2:]]
+        timings = [(convert(half), len(half)) for half in halves if half]
     finally:
         encoder.teardown()
         for written in (path, *(entries.entry_path(path, kind) for kind in entries.KINDS)):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(written)
-    return {'images': len(timed), 'seconds': seconds, 'seconds_per_image': seconds / len(timed),
-            'worker_cpu_seconds_per_image': cpu / len(timed),
-            'machine_cpu_seconds_per_image': busy / len(timed) if busy > 0 else None}
+    (seconds, cpu, busy), count = min(timings, key=lambda t: t[0][0] / t[1])
+    return {'images': len(timed), 'seconds': sum(t[0][0] for t in timings),
+            'seconds_per_image': seconds / count, 'worker_cpu_seconds_per_image': cpu / count,
+            'machine_cpu_seconds_per_image': busy / count if busy > 0 else None}
 
 
 def machine_busy_seconds() -> float:
