@@ -10,13 +10,14 @@ TFRecord shard's DALI index from the sizes of the records the parts noted as the
 are reported, never fatal; a file that cannot be written (disk full, no permission) is a
 DatasetError naming it. Finished parts and shards are marked so that a rerun after a crash reuses them (resume.py).
 """
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 import threadpoolctl
@@ -217,10 +218,22 @@ class EncodeChunk(beam.DoFn):
         self._reused_chunks = Metrics.counter(NAMESPACE, 'chunks_reused')
         self._damaged = Metrics.counter(NAMESPACE, 'images_damaged')
         self._entry_writes = ThreadPoolExecutor(len(entries.KINDS))
+        self._finisher = ThreadPoolExecutor(1, thread_name_prefix='finish-parts')
+        self._finishing: Future | None = None
+
+    def finish_bundle(self) -> None:
+        self._wait_finishing()
 
     def teardown(self) -> None:
         self._reader.close()
+        self._finisher.shutdown()
         self._entry_writes.shutdown()
+
+    def _wait_finishing(self) -> None:
+        """Waits for the last chunk's parts to be finished, raising what failed them."""
+        finishing, self._finishing = self._finishing, None
+        if finishing is not None:
+            finishing.result()
 
     def process(self, element: tuple, label_map: LabelMap, plans: dict,
                 shard_fps: dict) -> Iterator[ShardResult]:
@@ -236,17 +249,18 @@ class EncodeChunk(beam.DoFn):
             return
         streamed = StreamedMembers([r for unique, _ in pieces.values() for r in unique],
                                    settings.max_input_bytes)
-        results = []
+        results, finishes = [], []
         for shard, (unique, duplicates) in pieces.items():
             result = ShardResult(split, shard, paths[shard], chunk)
             found = {'errors': [(r.source or r.key, 'duplicate: listed more than once')
                                 for r in duplicates], 'damaged': []}
-            results.append(self.encode(unique, result, label_map, streamed, found))
+            finishes.append(self._convert(unique, result, label_map, streamed, found))
             result.errors, result.damaged = len(found['errors']), len(found['damaged'])
             self._skipped.inc(result.errors)
             self._damaged.inc(result.damaged)
-            resume.save_done(paths[shard], result)
-        faults.crash_point('chunk', counted=True)
+            results.append(result)
+        self._wait_finishing()   # The chunk before: at most one is finished while one converts.
+        self._finishing = self._finisher.submit(_finish_chunk, finishes, results)
         self._converted_chunks.inc()
         yield from _with_tables(results, settings.hashed)
 
@@ -269,16 +283,25 @@ class EncodeChunk(beam.DoFn):
         return results
 
     def encode(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap,
-                streamed: 'StreamedMembers', found: dict) -> ShardResult:
+               streamed: 'StreamedMembers', found: dict) -> ShardResult:
+        """Converts `refs` (in order) into the part file `result.temp_path` and finishes it
+        (see _convert)."""
+        self._convert(refs, result, label_map, streamed, found)()
+        return result
+
+    def _convert(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap,
+                 streamed: 'StreamedMembers', found: dict) -> Callable[[], None]:
         """Converts `refs` (in order) into the part file `result.temp_path`, adding to
         `found` the (source, reason) of each input not converted ('errors') and the (source,
-        reason, action) of each damaged JPEG ('damaged'), and writes those into the part's
-        entry files, at the same time as the part's last write (on gs:// its upload)."""
+        reason, action) of each damaged JPEG ('damaged'). Returns what finishes the part: its
+        last write (on gs:// its upload, of the whole part when it is small), with its entry
+        files written meanwhile."""
         started = time.monotonic()
         reads = self._reader.read_in_order(
             (r.location if r.data is None and r.problem is None and not _is_streamed(r)
              else None, r.size) for r in refs)
-        with fileio.writing(result.temp_path) as out:
+        with contextlib.ExitStack() as writing:
+            out = writing.enter_context(fileio.writing(result.temp_path))
             for ref, read in zip(refs, reads):
                 ref = streamed.resolve(ref)
                 try:
@@ -311,15 +334,20 @@ class EncodeChunk(beam.DoFn):
                 result.passed_through += passed
                 label_id = label_map.id_of(ref.label)
                 result.label_counts[label_id] = result.label_counts.get(label_id, 0) + 1
-            written = [self._entry_writes.submit(entries.write, result.temp_path, kind, listed)
-                       for kind, listed in found.items()]
-        for write in written:
-            write.result()
+            close = writing.pop_all()
         result.seconds = time.monotonic() - started
         self._written.inc(result.records)
         self._reencoded.inc(result.records - result.passed_through)
         self._bytes.inc(result.bytes)
-        return result
+
+        def finish() -> None:
+            written = [self._entry_writes.submit(entries.write, result.temp_path, kind, listed)
+                       for kind, listed in found.items()]
+            with close:
+                pass
+            for write in written:
+                write.result()
+        return finish
 
     def _record(self, ref: ExampleRef, read: Future | None,
                 label_map: LabelMap) -> tuple[bytes, StoredImage, str]:
@@ -351,6 +379,14 @@ class EncodeChunk(beam.DoFn):
             features.update({records.PHASH: to_int64(stored.phash),
                              records.PHASH_MIRRORED: to_int64(stored.phash_mirrored)})
         return records.encode_example(features), stored, sha256
+
+
+def _finish_chunk(finishes: list[Callable[[], None]], results: list[ShardResult]) -> None:
+    """Finishes a chunk's parts, each then marked complete by its sidecar (resume.py)."""
+    for finish, result in zip(finishes, results):
+        finish()
+        resume.save_done(result.temp_path, result)
+    faults.crash_point('chunk', counted=True)
 
 
 STREAM_BUDGET = 256 << 20   # Bytes of gzip tar members a chunk's conversion holds at once.
