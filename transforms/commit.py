@@ -11,6 +11,7 @@ protocol (pipeline/output/output_folder.py), which carries them out and cleans u
 """
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 
@@ -25,6 +26,7 @@ from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
 
 LOG = logging.getLogger('image_tfrecords')
+STAGED_WRITES = 16   # Metadata files and reports written at once (round trips on gs://).
 
 
 class CommitDataset(beam.PTransform):
@@ -161,20 +163,22 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
                  settings.dataset_name, settings.version, settings.description,
                  settings.output_formats, splits_info))}
-    streamed = {}   # The reports, merged from the shards' entry files straight to disk.
-    for split, shard_results in by_split.items():
-        streamed[metadata.error_report_name(split)] = _write_report(
-            staged, settings.temp_dir, split, shard_results, 'errors', _error_line)
-        streamed[metadata.damaged_report_name(split)] = _write_report(
-            staged, settings.temp_dir, split, shard_results, 'damaged', damaged_line)
-    summary['digests'] = dict(sorted({
-        **metadata.digests({n: data for n, data in files.items() if data is not None}),
-        **streamed}.items()))
-    files = {metadata.SUMMARY: metadata.dumps(summary), **files}
-    for name, data in files.items():  # dataset_info.json last.
-        if data is not None:
-            fileio.write_bytes(fileio.join(staged, name), data)
-        moves.append((f'final/{name}', name))
+    # The reports, merged from the shards' entry files straight to the staged folder, and then
+    # the other files, each written at once: nothing staged is seen before the journal names it.
+    reports = [(name(split), kind, line, split, shard_results)
+               for split, shard_results in by_split.items()
+               for name, kind, line in ((metadata.error_report_name, 'errors', _error_line),
+                                        (metadata.damaged_report_name, 'damaged', damaged_line))]
+    with ThreadPoolExecutor(STAGED_WRITES) as pool:
+        streamed = dict(zip((r[0] for r in reports), pool.map(
+            lambda r: _write_report(staged, settings.temp_dir, r[3], r[4], r[1], r[2]), reports)))
+        summary['digests'] = dict(sorted({
+            **metadata.digests({n: data for n, data in files.items() if data is not None}),
+            **streamed}.items()))
+        files = {metadata.SUMMARY: metadata.dumps(summary), **files}
+        list(pool.map(lambda item: fileio.write_bytes(fileio.join(staged, item[0]), item[1]),
+                      [(name, data) for name, data in files.items() if data is not None]))
+    moves += [(f'final/{name}', name) for name in files]
     return moves, summary
 
 
