@@ -91,8 +91,11 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     output_dir = (opts.output_dir or '').rstrip('/')
     if output_dir:
         output_folder.check_output_dir(output_dir)
+    checked = set()   # Buckets: each is checked once.
     for path in [output_dir, *input_paths(opts)] if check_buckets else []:
-        fileio.check_bucket(path or '')
+        if path and fileio.is_gcs(path) and fileio.split_gcs(path)[0] not in checked:
+            checked.add(fileio.split_gcs(path)[0])
+            fileio.check_bucket(path)
     source = resolve_source(opts, config)
     if output_dir:
         _check_not_inside_input(output_dir, input_root(opts))
@@ -162,8 +165,8 @@ def _nothing_to_do(settings: ConversionSettings, options: PipelineOptions,
         LOG.warning('%s', line)
     if settings.run_id in finished:
         return True
-    summary = bounded_reads.read_metadata(out, metadata.SUMMARY) or {}
-    info = bounded_reads.read_metadata(out, metadata.DATASET_INFO) or {}
+    summary, info = (found or {} for found in bounded_reads.read_metadata_files(
+        out, metadata.SUMMARY, metadata.DATASET_INFO))
     ours = (summary.get('run_id') == settings.run_id
             and (info.get('description'), info.get('version')) == (settings.description,
                                                                   settings.version))
@@ -215,13 +218,14 @@ def _check_existing(settings: ConversionSettings) -> None:
     """Refuses a dataset that is not to be replaced, and files that a new dataset's metadata
     would overwrite but that belong to no dataset."""
     out = settings.output_dir
-    existing = output_folder.dataset_files(out)
-    if existing and not settings.overwrite:
-        raise DatasetError(f'{out} already holds a dataset ({len(existing)} files, e.g. '
-                           f'{existing[0]}); pass --overwrite to replace it or choose another '
-                           '--output_dir')
-    output_folder.refuse_foreign(out, output_folder.foreign_files(
-        out, output_folder.metadata_names(settings.splits), existing))
+    with fileio.listing_once():   # Both look at the output folder, which nothing changes here.
+        existing = output_folder.dataset_files(out)
+        if existing and not settings.overwrite:
+            raise DatasetError(f'{out} already holds a dataset ({len(existing)} files, e.g. '
+                               f'{existing[0]}); pass --overwrite to replace it or choose another '
+                               '--output_dir')
+        output_folder.refuse_foreign(out, output_folder.foreign_files(
+            out, output_folder.metadata_names(settings.splits), existing))
 
 
 def _check_not_inside_input(output_dir: str, input_dir: str | None) -> None:

@@ -18,6 +18,11 @@ from transforms.settings import LabelSettings
 
 def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | None = None) -> Source:
     """The partitions and label settings for the input the flags (or `config`) describe."""
+    with fileio.listing_once():
+        return _resolve_source(opts, config)
+
+
+def _resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | None) -> Source:
     kinds = registry.kinds()
     given = [kind for kind in kinds if kind.given(opts, config)]
     if not given or (len(given) > 1 and not all(kind.combines for kind in given)):
@@ -35,7 +40,8 @@ def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | N
 
 def input_given(opts: ConverterOptions, config: ImageClassificationConfig | None = None) -> bool:
     """Whether the flags (or `config`) give any input."""
-    return any(kind.given(opts, config) for kind in registry.kinds())
+    with fileio.listing_once():
+        return any(kind.given(opts, config) for kind in registry.kinds())
 
 
 def input_paths(opts: ConverterOptions) -> list[str | None]:

@@ -9,6 +9,7 @@ gcs.py, reads ahead in read_ahead.py, which failures are permanent in failures.p
 """
 
 import contextlib
+import contextvars
 import dataclasses
 import errno
 import io
@@ -504,8 +505,33 @@ def _local_entry(entry: os.DirEntry) -> Entry:
     return Entry(entry.path, entry.name, size=found.st_size, mtime=found.st_mtime)
 
 
+_LISTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar('listed', default=None)
+
+
+@contextlib.contextmanager
+def listing_once():
+    """Inside the block, a folder `list_dir` listed once is not listed again: its entries are
+    given again. For steps that look at the same folders several times while nothing changes
+    them (each input kind asks whether the input is its own)."""
+    token = _LISTED.set({})
+    try:
+        yield
+    finally:
+        _LISTED.reset(token)
+
+
 def list_dir(path: str) -> list[Entry]:
     """The entries directly in folder `path` (sub-folders and files, hidden ones included), sorted."""
+    listed = _LISTED.get()
+    if listed is None:
+        return _list_dir(path)
+    key = path.rstrip('/') or path
+    if key not in listed:
+        listed[key] = _list_dir(path)
+    return list(listed[key])
+
+
+def _list_dir(path: str) -> list[Entry]:
     if not is_gcs(path):
         try:
             with os.scandir(path) as entries:

@@ -55,7 +55,7 @@ from typing import Iterable
 from pipeline import faults
 from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
-from pipeline.output.bounded_reads import NotAFile, as_json, read_metadata, read_raw
+from pipeline.output.bounded_reads import NotAFile, as_json, read_metadata_files, read_raw
 from pipeline.io.gcs import list_prefix
 from pipeline.output import dali_index, metadata, shard_formats
 from pipeline.output.shard_formats import ShardFormat
@@ -328,8 +328,7 @@ def dataset_files(output_dir: str) -> list[str]:
     are not this tool's (see is_own_dataset); one of this tool's that it cannot read is a
     DatasetError."""
     path = fileio.join(output_dir, metadata.DATASET_INFO)
-    info, summary = (read_metadata(output_dir, name) for name in (metadata.DATASET_INFO,
-                                                                  metadata.SUMMARY))
+    info, summary = read_metadata_files(output_dir, metadata.DATASET_INFO, metadata.SUMMARY)
     if not is_own_dataset(info, summary):
         return []
     names = named_files(info, path)
