@@ -1,6 +1,7 @@
-"""Reading images ahead of their conversion (--reads_in_flight), and listing class folders
-several at once, when every Cloud Storage read takes a round trip: the output bytes do not
-change, and unreadable inputs are still reported."""
+"""Round trips to Cloud Storage overlapped: images read ahead of their conversion
+(--reads_in_flight), class folders listed several at once, a chunk's uploads made while the next
+converts, the commit's metadata written at once, the input folders listed once while the flags
+are read. The output bytes do not change, and unreadable inputs are still reported."""
 import json
 import os
 import subprocess
@@ -76,3 +77,39 @@ def test_one_worker_lists_many_class_folders_at_once_and_the_output_bytes_stay_t
 
     assert proxy.max_in_flight['list'] >= 8   # One at a time before: a round trip per folder.
     assert download('listed') == output_files(f'{tmp_path}/local')
+
+
+def test_a_chunk_converts_while_the_one_before_is_uploaded_and_the_output_bytes_stay_the_same(
+        gcs, tmp_path):
+    """Writes that take a round trip: one worker reads the next chunk's images while the last
+    chunk's part and sidecar are uploaded (it waited for each upload before), and the commit
+    uploads its metadata files at once."""
+    source = upload({f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
+                     for i in range(600)}, 'chunks')   # 5 chunks.
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, write_latency=0.3)
+    result = _run_through(proxy, f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/uploads')
+    assert result.returncode == 0, result.stderr[-3000:]
+    convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
+
+    assert proxy.overlaps[('read', 'upload')] >= 100   # 515 measured; 6 before.
+    assert proxy.max_in_flight['upload'] >= 5   # The commit's metadata files (3 before).
+    assert download('uploads') == output_files(f'{tmp_path}/local')
+
+
+def test_reading_the_flags_lists_each_input_folder_once(gcs):
+    """The folder layout and the parquet layouts each look at --input_dir and its split
+    folders (three listings of each before)."""
+    source = upload({f'{split}/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
+                     for split in ('train', 'validation', 'test') for i in range(4)}, 'flags')
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
+    script = ('import sys; from pipeline import options, sources; '
+              'print(sources.resolve_source(options.parse(sys.argv[1:]).converter).splits)')
+    env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
+    try:
+        result = subprocess.run([sys.executable, '-c', script, f'--input_dir={source}'],
+                                env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        proxy.stop()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "('train', 'validation', 'test')"
+    assert proxy.operations['list'] == 4   # --input_dir and its three split folders.

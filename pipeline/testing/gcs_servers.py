@@ -158,7 +158,8 @@ class FlakyProxy:
     before they are forwarded, requests that write (`WRITES`) `write_latency` seconds, as a
     round trip from a worker costs. Counts the operations it forwards, by kind (`operations`),
     and the most requests of each kind it held at once (`max_in_flight`; `max_reads_in_flight`
-    for object reads).
+    for object reads); `overlaps` counts, per (kind, other kind), the requests of a kind that
+    arrived while one of the other kind was held.
 
     Each connection has its own thread and a delay holds no lock, so the proxy is not what
     limits how many requests are in flight.
@@ -172,6 +173,7 @@ class FlakyProxy:
         self.failures = self.requests = 0
         self.operations = collections.Counter()
         self.max_in_flight, in_flight = collections.Counter(), collections.Counter()
+        self.overlaps = collections.Counter()
         lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -192,6 +194,8 @@ class FlakyProxy:
                     return
                 with lock:
                     proxy.operations.update(kinds)
+                    proxy.overlaps.update((kind, held) for kind in kinds
+                                          for held, count in in_flight.items() if count > 0)
                     in_flight.update(kinds)
                     for kind in kinds:
                         proxy.max_in_flight[kind] = max(proxy.max_in_flight[kind],
