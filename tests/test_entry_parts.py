@@ -5,6 +5,8 @@ import json
 import glob
 import os
 import signal
+import subprocess
+import sys
 import tracemalloc
 
 import pytest
@@ -139,3 +141,26 @@ def test_the_commit_merges_entry_files_a_line_at_a_time(tmp_path, monkeypatch):
     assert lines.splitlines()[:2] == [b'/data/img0000000.jpg reason 0',
                                       b'/data/img0000001.jpg reason 1']
     assert lines.splitlines() == sorted(lines.splitlines())
+
+
+@pytest.mark.slow
+def test_the_reports_of_many_shards_are_merged_under_a_low_open_file_limit(tmp_path):
+    """Each report merges up to entries.FAN_IN of its shards' entry files at once: the commit
+    merges one such report at a time, so a run under 256 open files (macOS's default) commits."""
+    files = {}
+    for split in ('train', 'validation', 'test'):
+        for i in range(256):   # A damaged JPEG (skipped) and a text in each shard.
+            jpeg = imagemaker.jpeg(192, 144, seed=i)
+            files[f'{split}/c{i % 2}/{i}.jpg'] = jpeg[:len(jpeg) // 2] + bytes(len(jpeg) // 2)
+            files[f'{split}/c{i % 2}/{i}.txt.jpg'] = b'not an image'
+            files[f'{split}/c{i % 2}/{i}.ok.jpg'] = imagemaker.jpeg(48, 32, seed=i)
+    root = write_tree(tmp_path / 'in', files)
+    command = (f'ulimit -n 256 && exec "{sys.executable}" -m pipeline.run --input_dir={root} '
+               f'--output_dir={tmp_path}/out --num_shards=128 --max_error_ratio=0.99 '
+               '--leakage=off')
+    result = subprocess.run(['sh', '-c', command], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for split in ('train', 'validation', 'test'):
+        report = output_files(f'{tmp_path}/out')
+        assert len(report[f'errors-{split}.jsonl'].splitlines()) == 512
+        assert len(report[f'damaged-{split}.jsonl'].splitlines()) == 256

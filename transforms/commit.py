@@ -9,8 +9,10 @@ name would overwrite belongs to anything but the dataset replaced. Then it write
 metadata into the temporary folder and hands the moves to the journal of the output-folder
 protocol (pipeline/output/output_folder.py), which carries them out and cleans up.
 """
+import contextlib
 import json
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
@@ -169,9 +171,11 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                for split, shard_results in by_split.items()
                for name, kind, line in ((metadata.error_report_name, 'errors', _error_line),
                                         (metadata.damaged_report_name, 'damaged', damaged_line))]
+    merging = threading.Lock()
     with ThreadPoolExecutor(STAGED_WRITES) as pool:
         streamed = dict(zip((r[0] for r in reports), pool.map(
-            lambda r: _write_report(staged, settings.temp_dir, r[3], r[4], r[1], r[2]), reports)))
+            lambda r: _write_report(staged, settings.temp_dir, r[3], r[4], r[1], r[2], merging),
+            reports)))
         summary['digests'] = dict(sorted({
             **metadata.digests({n: data for n, data in files.items() if data is not None}),
             **streamed}.items()))
@@ -183,15 +187,17 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
 
 
 def _write_report(folder: str, temp_dir: str, split: str, shard_results: list, kind: str,
-                  line) -> str:
+                  line, merging: 'threading.Lock | None' = None) -> str:
     """Writes the split's report of `kind` ('errors', 'damaged') into `folder`, merged from
-    its shards' entry files (entries.py); returns its SHA-256."""
+    its shards' entry files (entries.py); returns its SHA-256. A merge holds up to
+    entries.FAN_IN files open, so reports written at once merge one at a time (`merging`)."""
     name = (metadata.error_report_name if kind == 'errors' else metadata.damaged_report_name)(split)
     path = fileio.join(folder, name)
     holding = [r for r in shard_results if getattr(r, kind)]
-    merged = entries.merged([entries.entry_path(r.temp_path, kind) for r in holding],
-                            fileio.join(temp_dir, output_folder.MERGE, name))
-    found, digest = entries.write_report(path, merged, lambda e: line(split, e))
+    with merging if holding and merging else contextlib.nullcontext():
+        merged = entries.merged([entries.entry_path(r.temp_path, kind) for r in holding],
+                                fileio.join(temp_dir, output_folder.MERGE, name))
+        found, digest = entries.write_report(path, merged, lambda e: line(split, e))
     entries.check_count(path, found, sum(getattr(r, kind) for r in holding))
     return digest
 
