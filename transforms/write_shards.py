@@ -14,7 +14,6 @@ it. Finished parts and shards are marked so that a rerun after a crash reuses th
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import logging
 import re
 import time
@@ -24,7 +23,6 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 import threadpoolctl
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.inputs import gzip_pass
 from pipeline import faults
@@ -201,10 +199,7 @@ class EncodeChunk(beam.DoFn):
     part's records for the leakage check (leakage.part_table).
 
     Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
-    Up to `reads_in_flight` images are read ahead of the one being converted. A chunk is
-    converted when the next one arrives (the last at the end of the bundle), once that one's
-    first reads are started, so that a worker does not wait a round trip at each chunk; then a
-    background thread finishes its parts (uploads, sidecars) while the next chunk converts.
+    Up to `reads_in_flight` images are read ahead of the one being converted.
     """
 
     def __init__(self, settings: ConversionSettings):
@@ -226,15 +221,8 @@ class EncodeChunk(beam.DoFn):
         self._entry_writes = ThreadPoolExecutor(len(entries.KINDS))
         self._finisher = ThreadPoolExecutor(1, thread_name_prefix='finish-parts')
         self._finishing: Future | None = None
-        self._held: _TakenChunk | None = None   # Taken, converted when the next one is.
 
-    def finish_bundle(self) -> Iterator:
-        held, self._held = self._held, None
-        if held is not None:
-            for output in self._encode_chunk(held):
-                yield (beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(
-                    output.value)) if isinstance(output, beam.pvalue.TaggedOutput)
-                       else GlobalWindows.windowed_value(output))
+    def finish_bundle(self) -> None:
         self._wait_finishing()
 
     def teardown(self) -> None:
@@ -250,15 +238,6 @@ class EncodeChunk(beam.DoFn):
 
     def process(self, element: tuple, label_map: LabelMap, plans: dict,
                 shard_fps: dict) -> Iterator[ShardResult]:
-        taken = self._take(element, label_map, plans, shard_fps)
-        held, self._held = self._held, taken
-        if held is not None:
-            yield from self._encode_chunk(held)
-
-    def _take(self, element: tuple, label_map: LabelMap, plans: dict,
-              shard_fps: dict) -> '_TakenChunk':
-        """A chunk to convert: its parts, reused if an earlier attempt finished them, else
-        with the first reads of its first part started."""
         (split, chunk), chunk_fp, refs = element
         settings = self._settings
         pieces = split_chunk(refs, plans[split], chunk, settings.skip_duplicates)
@@ -266,25 +245,17 @@ class EncodeChunk(beam.DoFn):
                  for shard in pieces}
         reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
         if reused is not None:
-            return _TakenChunk(split, chunk, paths, pieces, label_map, reused)
-        first = next(iter(pieces.values()), ([], []))[0]
-        return _TakenChunk(split, chunk, paths, pieces, label_map, None,
-                           StreamedMembers([r for unique, _ in pieces.values() for r in unique],
-                                           settings.max_input_bytes), self._start_reads(first))
-
-    def _encode_chunk(self, taken: '_TakenChunk') -> Iterator:
-        if taken.reused is not None:
             self._reused_chunks.inc()
-            yield from _with_tables(taken.reused, self._settings.hashed)
+            yield from _with_tables(reused, settings.hashed)
             return
-        results, finishes, reads = [], [], taken.first_reads
-        for shard, (unique, duplicates) in taken.pieces.items():
-            result = ShardResult(taken.split, shard, taken.paths[shard], taken.chunk)
+        streamed = StreamedMembers([r for unique, _ in pieces.values() for r in unique],
+                                   settings.max_input_bytes)
+        results, finishes = [], []
+        for shard, (unique, duplicates) in pieces.items():
+            result = ShardResult(split, shard, paths[shard], chunk)
             found = {'errors': [(r.source or r.key, 'duplicate: listed more than once')
                                 for r in duplicates], 'damaged': []}
-            finishes.append(self._convert(unique, result, taken.label_map, taken.streamed, found,
-                                          reads))
-            reads = None   # The other parts' reads start as they convert.
+            finishes.append(self._convert(unique, result, label_map, streamed, found))
             result.errors, result.damaged = len(found['errors']), len(found['damaged'])
             self._skipped.inc(result.errors)
             self._damaged.inc(result.damaged)
@@ -292,16 +263,7 @@ class EncodeChunk(beam.DoFn):
         self._wait_finishing()   # The chunk before: at most one is finished while one converts.
         self._finishing = self._finisher.submit(_finish_chunk, finishes, results)
         self._converted_chunks.inc()
-        yield from _with_tables(results, self._settings.hashed)
-
-    def _start_reads(self, refs: list[ExampleRef]) -> Iterator:
-        """The reads of `refs` in order (ReadAhead.read_in_order), the first ones started."""
-        reads = self._reader.read_in_order(
-            (r.location if r.data is None and r.problem is None and not _is_streamed(r)
-             else None, r.size) for r in refs)
-        for first in reads:   # Taking the first read starts as many as may be in flight.
-            return itertools.chain([first], reads)
-        return iter(())
+        yield from _with_tables(results, settings.hashed)
 
     def _reused(self, split: str, chunk: int, paths: dict,
                 shard_fps: dict) -> list[ShardResult] | None:
@@ -329,15 +291,16 @@ class EncodeChunk(beam.DoFn):
         return result
 
     def _convert(self, refs: list[ExampleRef], result: ShardResult, label_map: LabelMap,
-                 streamed: 'StreamedMembers', found: dict,
-                 reads: Iterator | None = None) -> Callable[[], None]:
-        """Converts `refs` (in order; `reads`: their reads, if started) into the part file
-        `result.temp_path`, adding to `found` the (source, reason) of each input not converted
-        ('errors') and the (source, reason, action) of each damaged JPEG ('damaged'). Returns
-        what finishes the part: its last write (on gs:// its upload, of the whole part when it
-        is small), with its entry files written meanwhile."""
+                 streamed: 'StreamedMembers', found: dict) -> Callable[[], None]:
+        """Converts `refs` (in order) into the part file `result.temp_path`, adding to
+        `found` the (source, reason) of each input not converted ('errors') and the (source,
+        reason, action) of each damaged JPEG ('damaged'). Returns what finishes the part: its
+        last write (on gs:// its upload, of the whole part when it is small), with its entry
+        files written meanwhile."""
         started = time.monotonic()
-        reads = self._start_reads(refs) if reads is None else reads
+        reads = self._reader.read_in_order(
+            (r.location if r.data is None and r.problem is None and not _is_streamed(r)
+             else None, r.size) for r in refs)
         with contextlib.ExitStack() as writing:
             out = writing.enter_context(fileio.writing(result.temp_path))
             for ref, read in zip(refs, reads):
@@ -417,20 +380,6 @@ class EncodeChunk(beam.DoFn):
             features.update({records.PHASH: to_int64(stored.phash),
                              records.PHASH_MIRRORED: to_int64(stored.phash_mirrored)})
         return records.encode_example(features), stored, sha256
-
-
-@dataclasses.dataclass
-class _TakenChunk:
-    """A chunk EncodeChunk has taken: its parts' paths and refs (split_chunk's pieces), and
-    either the results an earlier attempt left (`reused`) or what converting it needs."""
-    split: str
-    chunk: int
-    paths: dict
-    pieces: dict
-    label_map: LabelMap
-    reused: list[ShardResult] | None
-    streamed: 'StreamedMembers | None' = None
-    first_reads: Iterator | None = None   # Of the first part, started.
 
 
 def _finish_chunk(finishes: list[Callable[[], None]], results: list[ShardResult]) -> None:
