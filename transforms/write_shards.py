@@ -2,14 +2,14 @@
 
 EncodeChunk takes one chunk's ExampleRefs (paths, not image bytes), converts the images one at a
 time in the chunk's order and streams the records into a part file (TFRecord); the next images
-are read meanwhile (--reads_in_flight, at most READ_AHEAD_BYTES held per chunk, for the chunk
-converting and the next), so a worker thread holds a bounded number of images whatever the
-dataset size, and waits on a round trip to Cloud Storage only when conversion outruns the reads.
-WriteShard makes a shard's part files, in chunk order, into the temporary shard file of each
-output format, and with --dali_index writes the TFRecord shard's DALI index from the sizes of
-the records the parts noted as they framed them. Inputs that cannot become records are reported,
-never fatal; a file that cannot be written (disk full, no permission) is a DatasetError naming
-it. Finished parts and shards are marked so that a rerun after a crash reuses them (resume.py).
+are read meanwhile (--reads_in_flight, at most READ_AHEAD_BYTES held), so a worker thread holds
+a bounded number of images whatever the dataset size, and waits on a round trip to Cloud Storage
+only when conversion outruns the reads. WriteShard makes a shard's part files, in chunk order,
+into the temporary shard file of each output format, and with --dali_index writes the TFRecord
+shard's DALI index from the sizes of the records the parts noted as they framed them. Inputs
+that cannot become records are reported, never fatal; a file that cannot be written (disk full,
+no permission) is a DatasetError naming it. Finished parts and shards are marked so that a rerun
+after a crash reuses them (resume.py).
 """
 import contextlib
 import dataclasses
@@ -44,7 +44,7 @@ LOG = logging.getLogger('image_tfrecords')
 # A joined shard's line; the first one means every chunk is converted (the join waits for all).
 SHARD_LINE = '%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s'
 SHARD_LINE_PATTERN = re.compile(r'\S+ shard \d+/\d+ (written|reused from an earlier attempt): ')
-READ_AHEAD_BYTES = 64 << 20   # Per chunk: images read, or being read, not yet converted.
+READ_AHEAD_BYTES = 64 << 20   # Per worker thread: images read, or being read, not yet converted.
 
 
 @dataclasses.dataclass
