@@ -167,15 +167,12 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                  settings.output_formats, splits_info))}
     # The reports, merged from the shards' entry files straight to the staged folder, and then
     # the other files, each written at once: nothing staged is seen before the journal names it.
-    reports = [(name(split), kind, line, split, shard_results)
-               for split, shard_results in by_split.items()
-               for name, kind, line in ((metadata.error_report_name, 'errors', _error_line),
-                                        (metadata.damaged_report_name, 'damaged', damaged_line))]
+    reports = [(split, shard_results, kind, line) for split, shard_results in by_split.items()
+               for kind, line in (('errors', _error_line), ('damaged', damaged_line))]
     merging = threading.Lock()
     with ThreadPoolExecutor(STAGED_WRITES) as pool:
-        streamed = dict(zip((r[0] for r in reports), pool.map(
-            lambda r: _write_report(staged, settings.temp_dir, r[3], r[4], r[1], r[2], merging),
-            reports)))
+        streamed = dict(pool.map(
+            lambda report: _write_report(staged, settings.temp_dir, *report, merging), reports))
         summary['digests'] = dict(sorted({
             **metadata.digests({n: data for n, data in files.items() if data is not None}),
             **streamed}.items()))
@@ -187,9 +184,9 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
 
 
 def _write_report(folder: str, temp_dir: str, split: str, shard_results: list, kind: str,
-                  line, merging: 'threading.Lock | None' = None) -> str:
+                  line, merging: 'threading.Lock | None' = None) -> tuple[str, str]:
     """Writes the split's report of `kind` ('errors', 'damaged') into `folder`, merged from
-    its shards' entry files (entries.py); returns its SHA-256. A merge holds up to
+    its shards' entry files (entries.py); returns its name and SHA-256. A merge holds up to
     entries.FAN_IN files open, so reports written at once merge one at a time (`merging`)."""
     name = (metadata.error_report_name if kind == 'errors' else metadata.damaged_report_name)(split)
     path = fileio.join(folder, name)
@@ -199,7 +196,7 @@ def _write_report(folder: str, temp_dir: str, split: str, shard_results: list, k
                                 fileio.join(temp_dir, output_folder.MERGE, name))
         found, digest = entries.write_report(path, merged, lambda e: line(split, e))
     entries.check_count(path, found, sum(getattr(r, kind) for r in holding))
-    return digest
+    return name, digest
 
 
 def _error_line(split: str, entry: tuple) -> bytes:
