@@ -91,11 +91,12 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
     output_dir = (opts.output_dir or '').rstrip('/')
     if output_dir:
         output_folder.check_output_dir(output_dir)
-    checked = set()   # Buckets: each is checked once.
+    buckets = {}   # Bucket -> a path in it: each bucket is checked once.
     for path in [output_dir, *input_paths(opts)] if check_buckets else []:
-        if path and fileio.is_gcs(path) and fileio.split_gcs(path)[0] not in checked:
-            checked.add(fileio.split_gcs(path)[0])
-            fileio.check_bucket(path)
+        if path and fileio.is_gcs(path):
+            buckets.setdefault(fileio.split_gcs(path)[0], path)
+    for path in buckets.values():
+        fileio.check_bucket(path)
     source = resolve_source(opts, config)
     if output_dir:
         _check_not_inside_input(output_dir, input_root(opts))
