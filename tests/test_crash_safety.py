@@ -98,8 +98,9 @@ def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
 
 
 def _first_source_of_a_part(out: str) -> str:
-    part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord'))[0]
-    return read_files([part])[0][records.SOURCE]
+    """An input of a finished chunk: a part with its sidecar (the next chunk's part may be open)."""
+    sidecar = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.json'))[0]
+    return read_files([sidecar.removesuffix('.json')])[0][records.SOURCE]
 
 
 @pytest.mark.slow

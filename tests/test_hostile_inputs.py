@@ -223,7 +223,7 @@ def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path):
     reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
     assert _run(inputs, reference).returncode == 0
     assert _run(inputs, out, kill_at='chunk:1').returncode == -9
-    part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord'))[0]
+    part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.json'))[0].removesuffix('.json')
     with open(f'{part}.json') as stream:
         sidecar = json.load(stream)
     os.remove(part)
