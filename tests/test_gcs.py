@@ -155,8 +155,11 @@ def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
     from pipeline.io import fileio
     parts = {f'parts/p{i:03d}': f'<{i}>'.encode() for i in range(70)}
     upload(parts, 'cat')
-    fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)], f'gs://{BUCKET}/cat/joined')
-    assert download('cat') == {'joined': b''.join(parts[k] for k in sorted(parts)), **parts}
+    joined = b''.join(parts[k] for k in sorted(parts))
+    size = fileio.concatenate([f'gs://{BUCKET}/cat/{k}' for k in sorted(parts)],
+                              f'gs://{BUCKET}/cat/joined')
+    assert size == len(joined) == fileio.size(f'gs://{BUCKET}/cat/joined')
+    assert download('cat') == {'joined': joined, **parts}
 
 
 def test_a_new_object_takes_one_request_up_to_8_mb_and_a_failed_write_leaves_none(gcs):

@@ -7,7 +7,7 @@ listed on a worker.
 """
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -18,7 +18,7 @@ from pipeline.io import fileio
 
 
 SIZE_SAMPLE = 64   # With measure_sizes, one in this many inputs of unknown size is measured.
-LISTED_AT_ONCE = 16   # Partitions listed together (Partition.listed_together) at a time.
+AT_ONCE = 16   # Partitions split or listed at a time, each in a thread.
 
 
 class ListExamples(beam.PTransform):
@@ -34,9 +34,9 @@ class ListExamples(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         refs = (pbegin
                 | 'Create Partitions' >> beam.Create(self._partitions)
-                | 'Split Partitions' >> beam.FlatMap(_split_further)
+                | 'Split Partitions' >> beam.ParDo(InThreads(_split_further, _always))
                 | 'Spread Partitions' >> beam.Reshuffle()
-                | 'List Partitions' >> beam.ParDo(ListPartitions()))
+                | 'List Partitions' >> beam.ParDo(InThreads(_examples, _listed_together)))
         if not self._measure_sizes:
             return refs
         return (refs
@@ -45,40 +45,58 @@ class ListExamples(beam.PTransform):
 
 
 def _split_further(partition: Partition) -> list[Partition]:
-    return partition.split_further()
+    return partition.split_further()   # A split folder's listing, a CSV's pass for its ranges.
 
 
-class ListPartitions(beam.DoFn):
-    """Partition -> its ExampleRefs. Those listed together (Partition.listed_together: class
-    folders, CSV byte ranges) are listed up to LISTED_AT_ONCE at a time, each in a thread, so
-    a worker waits on one round trip to storage for many folders, not on one per folder."""
+def _always(partition: Partition) -> bool:
+    return True
+
+
+def _examples(partition: Partition) -> Iterator[ExampleRef]:
+    return partition.examples()
+
+
+def _listed_together(partition: Partition) -> bool:
+    return partition.listed_together
+
+
+class InThreads(beam.DoFn):
+    """Partition -> the elements of `function(partition)`. Where `together(partition)` (split
+    folders, class folders, CSV byte ranges), up to AT_ONCE calls run at a time, each in a
+    thread, so a worker waits on one round trip to storage for many partitions, not on one per
+    partition; for others (a gzip tar read in one pass, say) the elements go on as they come."""
+
+    def __init__(self, function: Callable[[Partition], Iterable],
+                 together: Callable[[Partition], bool]):
+        super().__init__()
+        self._function, self._together = function, together
 
     def setup(self) -> None:
-        self._threads = ThreadPoolExecutor(LISTED_AT_ONCE)
+        self._threads = ThreadPoolExecutor(AT_ONCE)
 
     def start_bundle(self) -> None:
-        self._listing: list[Future] = []
+        self._running: list[Future] = []
 
-    def process(self, partition: Partition) -> Iterator[ExampleRef]:
-        if not partition.listed_together:
-            yield from partition.examples()
+    def process(self, partition: Partition) -> Iterator:
+        if not self._together(partition):
+            yield from self._function(partition)
             return
-        self._listing.append(self._threads.submit(_listed, partition))
-        while len(self._listing) > LISTED_AT_ONCE:
-            yield from self._listing.pop(0).result()
+        self._running.append(self._threads.submit(_all, self._function, partition))
+        while len(self._running) > AT_ONCE:
+            yield from self._running.pop(0).result()
 
     def finish_bundle(self) -> Iterator:
-        listing, self._listing = self._listing, []
-        for future in listing:
-            for ref in future.result():
-                yield GlobalWindows.windowed_value(ref)
+        running, self._running = self._running, []
+        for future in running:
+            for element in future.result():
+                yield GlobalWindows.windowed_value(element)
 
     def teardown(self) -> None:
         self._threads.shutdown(cancel_futures=True)
 
 
-def _listed(partition: Partition) -> list[ExampleRef]:
-    return list(partition.examples())
+def _all(function: Callable[[Partition], Iterable], partition: Partition) -> list:
+    return list(function(partition))
 
 
 def _measure_size(ref: ExampleRef) -> ExampleRef:

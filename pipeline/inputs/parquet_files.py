@@ -57,8 +57,9 @@ def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
         return _by_name_prefix(inside)
     if any(split_of(name) for name in folders):
         return _split_folders(folders)
-    configs = {name: found for name, e in folders.items()
-               if (found := _split_folders({f.name: f for f in _listed(e.path) if f.is_dir}))}
+    listed = fileio.at_once(_listed, [e.path for e in folders.values()])
+    configs = {name: found for name, entries in zip(folders, listed)
+               if (found := _split_folders({f.name: f for f in entries if f.is_dir}))}
     if len(configs) > 1:
         raise DatasetError(f'{root} holds the parquet files of configs {", ".join(sorted(configs))}'
                            f'; give one: --input_dir {root.rstrip("/")}/{min(configs)}')
@@ -86,8 +87,10 @@ def _by_name_prefix(files: list[fileio.Entry]) -> dict[str, list[fileio.Entry]]:
 
 def _split_folders(folders: dict[str, fileio.Entry]) -> dict[str, list[fileio.Entry]] | None:
     """`SPLIT/*.parquet` by SPLIT, for the folders named as splits that hold parquet files."""
-    found = {name: files for name, e in folders.items()
-             if split_of(name) and (files := _parquet_in(_listed(e.path)))}
+    splits = [(name, e.path) for name, e in folders.items() if split_of(name)]
+    listed = fileio.at_once(_listed, [path for _, path in splits])
+    found = {name: files for (name, _), entries in zip(splits, listed)
+             if (files := _parquet_in(entries))}
     return found or None
 
 

@@ -18,7 +18,8 @@ import posixpath
 import shutil
 import stat
 import uuid
-from typing import TYPE_CHECKING, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from pipeline.errors import DatasetError
 from pipeline.io.failures import MIB, DamagedInput, TooLarge, _permanent_write_error, _short
@@ -431,8 +432,9 @@ def rename(sources: list[str], destinations: list[str]) -> None:
         os.replace(source, destination)
 
 
-def concatenate(sources: list[str], destination: str) -> None:
-    """Joins files in order into `destination` (the sources are left in place).
+def concatenate(sources: list[str], destination: str) -> int:
+    """Joins files in order into `destination` (the sources are left in place); returns its
+    size in bytes (on Cloud Storage from the compose's answer: no request to ask it).
 
     On Cloud Storage this is a server-side compose, so no bytes pass through the worker. A
     compose takes at most 32 objects; longer lists are composed as a tree of intermediate
@@ -451,18 +453,20 @@ def concatenate(sources: list[str], destination: str) -> None:
                 target.compose(group, retry=DEFAULT_RETRY)
             intermediates += [f'gs://{bucket_name}/{p.name}' for p in parts]
             level += 1
-        bucket.blob(name).compose(parts, retry=DEFAULT_RETRY)
+        joined = bucket.blob(name)
+        joined.compose(parts, retry=DEFAULT_RETRY)
         delete(intermediates)
-    else:
-        with _create_local(destination) as out:
-            for source in sources:
-                with open(source, 'rb') as stream:
-                    remaining = os.fstat(stream.fileno()).st_size
-                    while remaining > 0:  # Copied inside the kernel.
-                        copied = os.copy_file_range(stream.fileno(), out.fileno(), remaining)
-                        if not copied:   # It shrank since: never loop on it.
-                            raise OSError(errno.EIO, f'{source} ended {remaining} bytes early')
-                        remaining -= copied
+        return joined.size
+    with _create_local(destination) as out:
+        for source in sources:
+            with open(source, 'rb') as stream:
+                remaining = os.fstat(stream.fileno()).st_size
+                while remaining > 0:  # Copied inside the kernel.
+                    copied = os.copy_file_range(stream.fileno(), out.fileno(), remaining)
+                    if not copied:   # It shrank since: never loop on it.
+                        raise OSError(errno.EIO, f'{source} ended {remaining} bytes early')
+                    remaining -= copied
+        return os.fstat(out.fileno()).st_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -518,6 +522,20 @@ def listing_once():
         yield
     finally:
         _LISTED.reset(token)
+
+
+_T, _R = TypeVar('_T'), TypeVar('_R')
+
+
+def at_once(function: Callable[[_T], _R], items: Sequence[_T], threads: int = 16) -> list[_R]:
+    """function(item) of each item, in order, up to `threads` calls at a time: for calls that
+    each wait on a round trip to Cloud Storage. Each call sees the caller's context (a
+    listing_once block holds in it); the first exception raised is raised."""
+    if len(items) < 2:
+        return [function(item) for item in items]
+    contexts = [contextvars.copy_context() for _ in items]   # One each: a context runs once.
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+        return list(pool.map(lambda context, item: context.run(function, item), contexts, items))
 
 
 def list_dir(path: str) -> list[Entry]:

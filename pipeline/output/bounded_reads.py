@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from pipeline.errors import DatasetError
@@ -108,8 +107,7 @@ def read_metadata(output_dir: str, name: str) -> dict | None:
 
 def read_metadata_files(output_dir: str, *names: str) -> list[dict | None]:
     """read_metadata of each of `names`, read at once (one round trip on gs://)."""
-    with ThreadPoolExecutor(len(names)) as pool:
-        return list(pool.map(lambda name: read_metadata(output_dir, name), names))
+    return fileio.at_once(lambda name: read_metadata(output_dir, name), names)
 
 
 LINE_LIMIT = 1 << 20   # Bytes of one line of a .jsonl report: this tool's lines are far shorter.

@@ -55,8 +55,7 @@ class ShardFormat:
         """Writes the records of the TFRecord files `parts`, in order, as the shard `target`
         (local or gs://); returns its size in bytes."""
         if self.joins_parts:
-            fileio.concatenate(parts, target)
-            return fileio.size(target)
+            return fileio.concatenate(parts, target)
         handle, local = tempfile.mkstemp(prefix='image-tfrecords-shard-', suffix=f'.{self.suffix}')
         os.close(handle)
         try:
