@@ -291,19 +291,18 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
     started = time.monotonic()
     job = prepare(flags, config, **values)
     settings = job.settings
-    counters = {}
+    counters, summary, lock = {}, None, None
     try:
         if job.pipeline is not None:
             with Progress(settings), console.own_worker_lines(), worker_watch.watching():
                 result = job.pipeline.run()
                 result.wait_until_finish()
             counters = _counters(result)
-        output_lock.check_lock(settings.output_dir, settings.lock_token)   # This run's summary.
-        summary = metadata.load_json(settings.output_dir, metadata.SUMMARY)
+        lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
     finally:
-        if job.pipeline is not None:
+        if job.pipeline is not None and summary is None:   # A commit removed its temp folder.
             output_folder.drop_if_unused(settings.output_dir, settings.run_id)
-        output_lock.release(settings.output_dir, settings.lock_token)
+        output_lock.release(settings.output_dir, settings.lock_token, seen=lock)
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,
@@ -314,6 +313,15 @@ def convert(flags: 'Sequence[str] | Options' = (), config: ImageClassificationCo
                            'inputs_converted': (counters.get('images_written', 0)
                                                 + counters.get('images_skipped', 0))})
     return summary
+
+
+def _summary_under_lock(output_dir: str, token: str) -> tuple[output_lock.LockState, dict]:
+    """The lock, checked to be still `token`'s (so the summary is this run's), and summary.json,
+    read at once."""
+    lock, summary = fileio.at_once(lambda step: step(), [
+        lambda: output_lock.check_lock(output_dir, token),
+        lambda: metadata.load_json(output_dir, metadata.SUMMARY)])
+    return lock, summary
 
 
 def plan(flags: 'Sequence[str] | Options' = (), config: ImageClassificationConfig | None = None,

@@ -69,6 +69,8 @@ class Progress:
         self._watching.__exit__(*exc)
         if self._previous_sigint is not None:
             signal.signal(signal.SIGINT, self._previous_sigint)
+        if exc[0] is None:   # The run committed, and took its temporary folder away.
+            return
         try:   # The note is for this attempt's launcher only.
             if fileio.exists(self._plan):
                 fileio.delete([self._plan])

@@ -1,7 +1,8 @@
-"""Round trips to Cloud Storage overlapped: images read ahead of their conversion
-(--reads_in_flight), class folders listed several at once, a chunk's uploads made while the next
-converts, the commit's metadata written at once, the input folders listed once while the flags
-are read. The output bytes do not change, and unreadable inputs are still reported."""
+"""Round trips to Cloud Storage overlapped or saved: images read ahead of their conversion
+(--reads_in_flight), split and class folders listed several at once, a chunk's uploads made
+while the next converts, the commit's metadata written at once, the input folders listed once
+while the flags are read, nothing asked twice at the end. The output bytes do not change, and
+unreadable inputs are still reported."""
 import json
 import os
 import subprocess
@@ -113,3 +114,23 @@ def test_reading_the_flags_lists_each_input_folder_once(gcs):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "('train', 'validation', 'test')"
     assert proxy.operations['list'] == 4   # --input_dir and its three split folders.
+
+
+def test_split_folders_are_listed_at_once_and_no_size_or_note_is_asked_for_again(gcs, tmp_path):
+    """Reads that take a round trip: the launcher and the worker each list the three split
+    folders at once (one after another before); a shard's size comes with its compose's answer;
+    a committed run neither looks for its progress note nor lists its temp folder again, and
+    releases the lock it has just checked without reading it again."""
+    source = upload({f'{split}/c0/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
+                     for split in ('train', 'validation', 'test') for i in range(4)}, 'splits')
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.1)
+    result = _run_through(proxy, f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/split-out')
+    assert result.returncode == 0, result.stderr[-3000:]
+    convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
+
+    assert proxy.overlaps[('list', 'list')] >= 6   # 2 before: the class folders only.
+    # 25 and 19 before: each shard's size after its compose, the progress note, the temp folder
+    # once more, and the lock read once more (the lock's release read it again).
+    assert proxy.operations['get metadata'] <= 20
+    assert proxy.operations['list'] <= 18
+    assert download('split-out') == output_files(f'{tmp_path}/local')

@@ -58,7 +58,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
                    settings: ConversionSettings, leakage: Leakage = Leakage()) -> dict:
     """Puts the new dataset in place (see the module docstring); returns the run summary."""
     out, temp = settings.output_dir, settings.temp_dir
-    output_lock.check_lock(out, settings.lock_token)
+    lock = output_lock.check_lock(out, settings.lock_token)
     by_split = {s: sorted((r for r in results if r.split == s), key=lambda r: r.shard)
                 for s in settings.splits}
     errors = {s: sum(r.errors for r in rs) for s, rs in by_split.items()}
@@ -90,7 +90,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     commit_journal.roll_forward(out, journal)
     LOG.info('dataset committed to %s', out)
     if settings.release_lock:
-        output_lock.release(out, settings.lock_token)
+        output_lock.release(out, settings.lock_token, seen=lock)
     return summary
 
 
