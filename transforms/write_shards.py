@@ -199,7 +199,9 @@ class EncodeChunk(beam.DoFn):
     part's records for the leakage check (leakage.part_table).
 
     Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
-    Up to `reads_in_flight` images are read ahead of the one being converted.
+    Up to `reads_in_flight` images are read ahead of the one being converted. A converted
+    chunk's parts are finished (closed or uploaded, with their entry files, then their sidecars)
+    on a background thread while the next chunk converts; a bundle ends once its last chunk is.
     """
 
     def __init__(self, settings: ConversionSettings):
