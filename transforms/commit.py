@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 
@@ -28,7 +27,6 @@ from transforms.settings import ConversionSettings
 from transforms.write_shards import ShardResult
 
 LOG = logging.getLogger('image_tfrecords')
-STAGED_WRITES = 16   # Metadata files and reports written at once (round trips on gs://).
 
 
 class CommitDataset(beam.PTransform):
@@ -170,15 +168,14 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     reports = [(split, shard_results, kind, line) for split, shard_results in by_split.items()
                for kind, line in (('errors', _error_line), ('damaged', damaged_line))]
     merging = threading.Lock()
-    with ThreadPoolExecutor(STAGED_WRITES) as pool:
-        streamed = dict(pool.map(
-            lambda report: _write_report(staged, settings.temp_dir, *report, merging), reports))
-        summary['digests'] = dict(sorted({
-            **metadata.digests({n: data for n, data in files.items() if data is not None}),
-            **streamed}.items()))
-        files = {metadata.SUMMARY: metadata.dumps(summary), **files}
-        list(pool.map(lambda item: fileio.write_bytes(fileio.join(staged, item[0]), item[1]),
-                      [(name, data) for name, data in files.items() if data is not None]))
+    streamed = dict(fileio.at_once(
+        lambda report: _write_report(staged, settings.temp_dir, *report, merging), reports))
+    summary['digests'] = dict(sorted({
+        **metadata.digests({n: data for n, data in files.items() if data is not None}),
+        **streamed}.items()))
+    files = {metadata.SUMMARY: metadata.dumps(summary), **files}
+    fileio.at_once(lambda item: fileio.write_bytes(fileio.join(staged, item[0]), item[1]),
+                   [(name, data) for name, data in files.items() if data is not None])
     moves += [(f'final/{name}', name) for name in files]
     return moves, summary
 
