@@ -32,7 +32,13 @@ def _dct_rows(n: int, size: int) -> np.ndarray:
 
 
 def _lanczos(x: np.ndarray) -> np.ndarray:
-    return np.where(np.abs(x) < 3, np.sinc(x) * np.sinc(x / 3), 0.0)
+    """The Lanczos-3 kernel at x, evaluated only inside its support (a band of the resampling
+    matrix): each weight is computed as it would be alone, so the values do not change."""
+    weights = np.zeros_like(x)
+    inside = np.abs(x) < 3
+    near = x[inside]
+    weights[inside] = np.sinc(near) * np.sinc(near / 3)
+    return weights
 
 
 def _resampling(n: int) -> np.ndarray:
