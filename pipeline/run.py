@@ -4,15 +4,21 @@ Without any input or output flag it generates a small sample dataset and convert
 ./sample_tfrecords, so the first run shows what the tool does. The work is done by the job API
 (pipeline/job.py), which the classic builder calls too.
 """
+import gc
+import os
+import sys
 import time
 
 STARTED = time.monotonic()   # The command's start, before the imports below (seconds of them).
+COMMAND = __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords'
+if COMMAND:
+    # The imports make ~200,000 objects that live as long as the process; full collections
+    # among them cost the command ~0.3 s. They are frozen once imported (at the end).
+    gc.disable()
 
 import logging  # noqa: E402
-import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 
 from apache_beam.options.pipeline_options import (  # noqa: E402
@@ -211,7 +217,11 @@ def _done() -> int:
     return 0
 
 
-if __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords':   # The command:
+if COMMAND:
+    # What is imported is never scanned by a collection again, here or in the workers forked
+    # next (a worker's full collection among them took ~0.12 s, in the middle of a run).
+    gc.freeze()
+    gc.enable()
     signal.signal(signal.SIGTERM, _terminate)
     try:
         worker_processes.prestart(sys.argv[1:])   # its workers, forked with every module imported.

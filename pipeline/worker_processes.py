@@ -17,6 +17,7 @@ them.
 import atexit
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -168,6 +169,7 @@ def _serve(channel: socket.socket, launcher: int) -> int:
         return 0
     from apache_beam.runners.worker import sdk_worker_main
     import pipeline.graph  # noqa: F401  (every DoFn a worker unpickles)
+    gc.freeze()   # As the command line does before it forks (pipeline/run.py).
     with channel:
         try:
             environment, fds = _receive(channel)
