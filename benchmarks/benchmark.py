@@ -1,10 +1,13 @@
 """Speed and memory of the converter against the baselines a user would pick instead.
 
-    python -m benchmarks.benchmark [--n 20000]
+    python -m benchmarks.benchmark [--n 20000] [--workload crops|distinct]
 
 Every variant runs as its own process tree, on the same generated workload (benchmarks/
-workload.py), in the same run: at n/50 and at n images, interleaved, so that the fixed start-up
-cost (imports, runner start) and the steady-state throughput can be told apart:
+workload.py: `crops`, overlapping crops of 16 photos, about one near-duplicate pair across
+splits per image, the leakage check's worst case; `distinct`, the same photos cut so that no two
+images are alike, the case of a dataset with little leakage), in the same run: at n/50 and at n
+images, interleaved, so that the fixed start-up cost (imports, runner start) and the
+steady-state throughput can be told apart:
 steady = (n - n/50) / (t(n) - t(n/50)), start-up = t(n/50) - (n/50) / steady. Each measurement is
 the fastest of --rounds interleaved rounds (shared machines are noisy; the fastest run is the one
 least disturbed). Peak RSS is sampled for the launcher process, for the largest worker process
@@ -106,14 +109,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=20000, help='Images in the workload (default 20000).')
     parser.add_argument('--rounds', type=int, default=2, help='Runs of each measurement (default 2).')
+    parser.add_argument('--workload', choices=('crops', 'distinct'), default='crops',
+                        help='crops: about one near-duplicate pair across splits per image (the '
+                             'default); distinct: no two images alike (benchmarks/workload.py).')
     parser.add_argument('--workdir', default=os.path.join(tempfile.gettempdir(), 'image_tfrecords_bench'))
     args = parser.parse_args()
     n, n_small = args.n, max(100, args.n // 50)
-    print(f'Workload: {n} images in {args.workdir} ({os.cpu_count()} cores, {platform.processor() or platform.machine()}, '
+    print(f'Workload: {n} images ({args.workload}) in {args.workdir} ({os.cpu_count()} cores, {platform.processor() or platform.machine()}, '
           f'{psutil.virtual_memory().total / 2**30:.0f} GiB)', flush=True)
-    full = make_workload(os.path.join(args.workdir, f'images-{n}'), n)
-    small = linked_workload(full, os.path.join(args.workdir, f'images-{n}-small'), every=n // n_small)
-    double = linked_workload(full, os.path.join(args.workdir, f'images-{n}-doubled'), copies=2)
+    distinct = args.workload == 'distinct'
+    name = f'images-{n}{"-distinct" if distinct else ""}'
+    full = make_workload(os.path.join(args.workdir, name), n, distinct=distinct)
+    small = linked_workload(full, os.path.join(args.workdir, f'{name}-small'), every=n // n_small)
+    double = linked_workload(full, os.path.join(args.workdir, f'{name}-doubled'), copies=2)
     out = os.path.join(args.workdir, 'out')
     # One core: the whole process tree pinned to CPU 0, one worker process.
     commands = dict(variants(out), **{'ours, 1 core': lambda w: [
