@@ -1,10 +1,12 @@
 """The command line's worker processes (pipeline/worker_processes.py): forked from the launcher
 before the run, as many as the run uses, none left behind; one that dies before it is given
 work stops the run as any dead worker does; Ctrl-C or SIGTERM while they are forked ends the
-command at once; a launcher killed takes its workers with it; the Python API starts its workers itself."""
+command at once; a launcher killed takes its workers with it; the Python API starts its workers
+itself; the command freezes what its imports made before it forks them."""
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -179,3 +181,16 @@ def test_workers_end_with_a_launcher_killed_as_it_hands_them_work(tmp_path, inpu
     _ended(process, 10)   # Returns once no worker holds the pipes any longer.
     time.sleep(0.2)
     assert not _alive(claimed)
+
+
+@pytest.mark.parametrize('argv0,command', [('image-tfrecords', True), ('my_script.py', False)])
+def test_the_command_freezes_its_imports_and_a_library_import_leaves_the_collector_alone(
+        argv0, command):
+    """The command line freezes what its imports made before it forks its workers (so no full
+    collection scans it again); importing the module as a library changes nothing."""
+    probe = ('import gc, sys; sys.argv = [sys.argv[1], "--help"]; import pipeline.run; '
+             'print(gc.isenabled(), gc.get_freeze_count() > 100_000)')
+    result = subprocess.run([sys.executable, '-c', probe, argv0], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['True', str(command)]
