@@ -6,6 +6,7 @@ all ExampleRefs before any image is read; `resolve_labels` then fixes the ids: t
 splits (plus `--label_offset`). Integer labels are ids already.
 """
 import dataclasses
+import functools
 import unicodedata
 from typing import Iterable
 
@@ -120,7 +121,12 @@ class LabelMap:
     ids: tuple[tuple[str, int], ...]
 
     def id_of(self, label: str | int) -> int:
-        return label if isinstance(label, int) else dict(self.ids)[label]
+        return label if isinstance(label, int) else self._id_by_name[label]
+
+    @functools.cached_property
+    def _id_by_name(self) -> dict[str, int]:
+        """`ids` as a dict, made once per map (not per record: ImageNet has 1,000 classes)."""
+        return dict(self.ids)
 
     def text_of(self, label: str | int) -> str:
         return self.names[label] if isinstance(label, int) else label
