@@ -48,9 +48,12 @@ def image_features(hashed: bool = True) -> dict[str, str]:
 FeatureValue = bytes | str | int | float | bool | Sequence
 
 
+_ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))   # The varint of each value < 128.
+
+
 def _varint(value: int) -> bytes:
     if 0 <= value < 0x80:
-        return bytes((value,))
+        return _ONE_BYTE[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -91,13 +94,7 @@ def _scalar_kind(value) -> str:
 
 
 def _feature(value: FeatureValue) -> bytes:
-    # Fast paths for the scalars every record has; lists and floats take the general path.
-    if type(value) is bytes:
-        return _delimited(0x0A, _delimited(0x0A, value))
-    if type(value) is str:
-        return _delimited(0x0A, _delimited(0x0A, value.encode()))
-    if type(value) is int:
-        return _delimited(0x1A, _delimited(0x0A, _varint(value)))
+    """A Feature message of any value (_feature_parts takes the scalars every record has)."""
     items = _as_list(value)
     kind = value_kind(value)
     if kind in ('bytes', 'text'):
@@ -121,10 +118,16 @@ def _name(name: str) -> bytes:
 
 
 def _feature_parts(value: FeatureValue) -> tuple[bytes, bytes]:
-    """A Feature message as (head, tail): a bytes value is its tail, so it is not copied."""
+    """A Feature message as (head, tail): a bytes or text value is its tail, so it is copied
+    once, into the record. Scalar bytes, text and int values are encoded here, without calls."""
+    if type(value) is str:
+        value = value.encode()
     if type(value) is bytes:
         value_head = b'\x0a' + _varint(len(value))
         return b'\x0a' + _varint(len(value_head) + len(value)) + value_head, value
+    if type(value) is int:   # Feature.int64_list of one value: at most 10 bytes, packed.
+        packed = _varint(value)
+        return b'\x1a' + _ONE_BYTE[len(packed) + 2] + b'\x0a' + _ONE_BYTE[len(packed)] + packed, b''
     return _feature(value), b''
 
 
