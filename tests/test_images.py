@@ -4,11 +4,13 @@ import zlib
 
 import numpy as np
 import pytest
+import simplejpeg
 from PIL import Image, ImageOps
 
 from pipeline.testing import imagemaker
 from transforms import images
-from transforms.png_chunks import png_stream
+from pipeline.quality.phash import perceptual_hashes
+from transforms.png_chunks import plain_png, png_stream
 from transforms.images import (DamagedImageError, ImageError, ImageOptions, convert_image,
                               target_size)
 
@@ -204,3 +206,57 @@ def test_a_png_private_chunk_is_skipped_and_the_pixels_are_the_same():
     assert opened.private_chunks == []
     assert np.array_equal(np.asarray(opened), np.asarray(Image.open(io.BytesIO(png))))
     assert convert_image(padded, ImageOptions()) == convert_image(png, ImageOptions())
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, 'big') + kind + body + zlib.crc32(kind + body).to_bytes(4, 'big')
+
+
+def _with_chunk(png: bytes, kind: bytes, body: bytes, after_pixels: bool = False) -> bytes:
+    """`png` with a chunk added after IHDR, or just before IEND."""
+    at = len(png) - 12 if after_pixels else 33
+    return png[:at] + _png_chunk(kind, body) + png[at:]
+
+
+_RGB = Image.fromarray(imagemaker.gradient(40, 30))
+
+
+@pytest.mark.parametrize('name,data,plain', [
+    ('RGB', imagemaker.encode(_RGB, 'PNG'), True),
+    ('grey', imagemaker.encode(_RGB.convert('L'), 'PNG'), True),
+    ('text after the pixels', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'tEXt',
+                                          b'Software\0gimp', after_pixels=True), True),
+    ('EXIF after the pixels', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'eXIf',
+                                          b'MM\0*\0\0\0\x08\0\0', after_pixels=True), False),
+    ('raw EXIF profile', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'zTXt',
+                                     b'Raw profile type exif\0\0' + zlib.compress(b'x')), False),
+    ('XMP', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'iTXt',
+                        b'XML:com.adobe.xmp\0\0\0\0\0<x/>', after_pixels=True), False),
+    ('transparency', imagemaker.encode(_RGB.convert('L'), 'PNG', transparency=7), False),
+    ('palette', imagemaker.encode(_RGB.convert('P'), 'PNG'), False),
+    ('alpha', imagemaker.encode(_RGB.convert('RGBA'), 'PNG'), False),
+    ('16-bit', imagemaker.encode(_RGB.convert('I;16'), 'PNG'), False),
+    ('animated', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'acTL', bytes(8)), False),
+    ('no IEND', imagemaker.encode(_RGB, 'PNG')[:-12], False),
+])
+def test_a_png_goes_to_libspng_only_when_pillow_would_apply_nothing_to_its_samples(
+        name, data, plain):
+    """Plain PNGs (8-bit grey or RGB, nothing to composite, turn or look up) are decoded by
+    libspng, the rest by Pillow; either way the record holds the pixels Pillow decodes."""
+    assert plain_png(data) is plain
+    expected = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert('RGB') if plain \
+        else None
+    stored = convert_image(data, ImageOptions())
+    if expected is not None:
+        pixels = np.asarray(expected)
+        assert stored.encoded == simplejpeg.encode_jpeg(
+            pixels, quality=95, colorspace='RGB', colorsubsampling='420', fastdct=False)
+        assert (stored.phash, stored.phash_mirrored) == perceptual_hashes(pixels)
+
+
+def test_a_png_oriented_by_xmp_alone_is_turned_upright():
+    xmp = b'<x:xmpmeta><rdf:Description tiff:Orientation="6"/></x:xmpmeta>'
+    data = _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'iTXt',
+                       b'XML:com.adobe.xmp\0\0\0\0\0' + xmp, after_pixels=True)
+    stored = convert_image(data, ImageOptions())
+    assert (stored.width, stored.height) == (30, 40)

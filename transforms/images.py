@@ -6,7 +6,9 @@ work. Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-
 scaled down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
 
 Pillow reads headers and every format; libjpeg-turbo through simplejpeg decodes clean RGB and
-grayscale JPEGs and encodes all output, being faster at both. Every JPEG gets a verdict from
+grayscale JPEGs and encodes all output, being faster at both, and libspng through pyspng decodes
+plain 8-bit grey and RGB PNGs (png_chunks.plain_png) in about half Pillow's time, to the same
+pixels. Every JPEG gets a verdict from
 strict libjpeg-turbo (jpeg_check.py): a damaged one (it decodes only with libjpeg warnings) is
 skipped, kept or re-encoded from Pillow's decode as --damaged_images says; one libjpeg-turbo
 cannot decode at all is judged by Pillow, as is every other format. Every stored image gets a
@@ -27,12 +29,13 @@ import math
 import struct
 
 import numpy as np
+import pyspng
 import simplejpeg
 from PIL import Image
 
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
 from pipeline.quality.phash import perceptual_hashes
-from transforms.png_chunks import png_stream
+from transforms.png_chunks import plain_png, png_stream
 
 # Size limits are enforced by `convert_image` with a message that names the flag to change.
 Image.MAX_IMAGE_PIXELS = None
@@ -101,8 +104,9 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
                 f'{options.max_image_pixels} (raise the flag if such images are expected)')
         if image is not None:
             _check_decode_memory(image, len(data), options.max_image_pixels)
+        plain = image is not None and image.format == 'PNG' and plain_png(data)
         orientation = 1
-        if options.apply_exif_orientation:
+        if options.apply_exif_orientation and not plain:   # A plain PNG has none to apply.
             orientation = header.orientation if header else image.getexif().get(_ORIENTATION_TAG, 1)
         rgb_jpeg = header.components == 3 if header else (image.format == 'JPEG'
                                                           and image.mode == 'RGB')
@@ -121,8 +125,10 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
             if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
                 luma = _pillow_draft(data, width, height, image)
             return StoredImage(data, height, width, True, damage, *_hashes(luma, hashed))
-        pixels = _decode_rgb(image or Image.open(png_stream(data)), data, size, bool(damage),
-                             orientation)
+        pixels = _plain_png_rgb(data) if plain else None
+        if pixels is None:
+            pixels = _decode_rgb(image or Image.open(png_stream(data)), data, size, bool(damage),
+                                 orientation)
         image = None   # Pillow's decode (4 bytes a pixel) goes; the pixels are all there is.
         final = (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
         if (pixels.shape[1], pixels.shape[0]) != final:
@@ -297,6 +303,16 @@ def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int], damaged:
         except ValueError:
             pass
     return _pillow_rgb(image, size, orientation)
+
+
+def _plain_png_rgb(data: bytes) -> np.ndarray | None:
+    """A plain PNG's pixels (png_chunks.plain_png) as 8-bit RGB, decoded by libspng; None
+    when it cannot decode them (Pillow then has the last word)."""
+    try:
+        pixels = pyspng.load(data)
+    except RuntimeError:
+        return None
+    return pixels if pixels.ndim == 3 else np.repeat(pixels[:, :, None], 3, axis=2)
 
 
 def _pillow_rgb(image: Image.Image, size: tuple[int, int], orientation: int) -> np.ndarray:

@@ -1,7 +1,14 @@
-"""PNG input without the chunks Pillow would only keep: Pillow reads every chunk it has no
-handler for whole and holds the private ones with the image (a 250 MiB padding chunk cost
+"""PNG input, read chunk by chunk.
+
+`png_stream`: the input without the chunks Pillow would only keep. Pillow reads every chunk it
+has no handler for whole and holds the private ones with the image (a 250 MiB padding chunk cost
 twice that while the image decoded), so such chunks of SKIPPED_BYTES or more are skipped before
-Pillow sees them (smaller ones are left to it, so that the ranges kept stay few)."""
+Pillow sees them (smaller ones are left to it, so that the ranges kept stay few).
+
+`plain_png`: whether a PNG's pixels are exactly what libspng decodes, with nothing for Pillow
+to apply (transparency, an orientation, a palette, 16-bit samples), so the faster decoder can
+take it (transforms/images.py).
+"""
 import io
 import struct
 
@@ -31,6 +38,34 @@ def png_stream(data: bytes) -> io.BufferedReader | io.BytesIO:
         return io.BytesIO(data)
     kept.append((start, len(data)))
     return io.BufferedReader(_Spliced(memoryview(data), kept))
+
+
+# Text chunks Pillow reads an EXIF orientation from (Image.getexif: EXIF or XMP).
+_ORIENTING_TEXT = frozenset((b'exif', b'xmp', b'Raw profile type exif', b'XML:com.adobe.xmp'))
+_UNPLAIN = frozenset((b'tRNS', b'acTL', b'eXIf'))   # Transparency, animation, EXIF.
+
+
+def plain_png(data: bytes) -> bool:
+    """Whether `data` is a PNG of 8-bit grey or RGB samples whose chunks are all whole up to
+    IEND, with no transparency, no animation and no chunk Pillow takes an orientation from
+    (eXIf; a tEXt, zTXt or iTXt named exif, xmp, 'Raw profile type exif' or XML:com.adobe.xmp).
+    Its pixels are then the samples as stored, whichever decoder reads them."""
+    if not data.startswith(_SIGNATURE) or len(data) < 33:
+        return False
+    if struct.unpack_from('>I4s', data, 8) != (13, b'IHDR') or data[24] != 8 or data[25] not in (0, 2):
+        return False
+    pos = len(_SIGNATURE)
+    while pos + 12 <= len(data):
+        length, kind = struct.unpack_from('>I4s', data, pos)
+        if pos + 12 + length > len(data) or kind in _UNPLAIN:
+            return False
+        if kind == b'IEND':
+            return True
+        if kind in (b'tEXt', b'zTXt', b'iTXt') and data[pos + 8:pos + 8 + min(length, 80)].split(
+                b'\0', 1)[0] in _ORIENTING_TEXT:
+            return False
+        pos += 12 + length
+    return False
 
 
 class _Spliced(io.RawIOBase):
