@@ -138,3 +138,23 @@ def test_reencode_stores_what_pillow_decodes_and_verify_finds_it_sound(planted, 
         assert np.abs(pixels(stored[path]).astype(int) - expected.astype(int)).mean() < 2, path
     assert {e['action'] for e in _lines(f'{out}/damaged-train.jsonl')} == {'reencode'}
     assert verify(out, processes=1) == []
+
+
+def test_without_the_hashes_each_jpeg_gets_the_same_verdict_and_reason(planted, tmp_path):
+    """--leakage=off judges a JPEG from a 1/8-scale decode rather than the one the hashes read:
+    the same files are found damaged, for libjpeg's same reasons, and verify (which judges at
+    1/8 scale) reports each of them."""
+    root, files, rejected = planted
+    found = {}
+    for name, flags in (('default', ()), ('off', ('--leakage=off',))):
+        out = f'{tmp_path}/{name}'
+        result = _convert(root, out, '--damaged_images=keep', *flags)
+        assert result.returncode == 0, result.stderr
+        found[name] = sorted((os.path.relpath(e['source'], root), e['reason'])
+                             for e in _lines(f'{out}/damaged-train.jsonl'))
+        problems = verify(out, processes=1)
+        assert len(problems) == len(rejected), problems
+        assert all(any(reason.removeprefix('damaged JPEG: ') in p for p in problems)
+                   for _, reason in found[name]), problems
+    assert {path for path, _ in found['off']} == rejected
+    assert found['off'] == found['default']

@@ -1,8 +1,8 @@
 """Decode, validate and normalise one image into the JPEG bytes a record stores.
 
-Every image is decoded once in full. JPEGs kept as they are are decoded at 1/8 scale, which
-still entropy-decodes the whole stream and so catches truncation, at a fraction of the IDCT
-work. Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-bit samples are
+Every image is decoded once in full. JPEGs kept as they are are decoded at a reduced scale (the
+one the perceptual hash reads; 1/8 with --leakage=off), which still entropy-decodes the whole
+stream and so catches truncation, at a fraction of the IDCT work. Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-bit samples are
 scaled down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
 
 Pillow reads headers and every format; libjpeg-turbo through simplejpeg decodes clean RGB and
@@ -111,7 +111,7 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
         rgb_jpeg = header.components == 3 if header else (image.format == 'JPEG'
                                                           and image.mode == 'RGB')
         is_jpeg = header is not None or image.format == 'JPEG'
-        check = check_jpeg(data, width, height) if is_jpeg else None
+        check = check_jpeg(data, width, height, hashed) if is_jpeg else None
         damage = check.reason if check is not None and check.verdict == DAMAGED else ''
         if damage and options.damaged_images == 'skip':
             raise DamagedImageError(f'damaged JPEG: {damage} (strict libjpeg-turbo; '

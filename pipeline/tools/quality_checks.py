@@ -14,7 +14,7 @@ HASH_FEATURES = records.HASH_FEATURES
 
 def damage(encoded: bytes, width: int, height: int) -> str | None:
     """The problem of a stored JPEG that strict libjpeg-turbo finds damaged, else None."""
-    verdict = check_jpeg(encoded, width, height)
+    verdict = check_jpeg(encoded, width, height, hashed=False)
     if verdict is not None and verdict.verdict == DAMAGED:
         return f'damaged JPEG (strict libjpeg-turbo): {verdict.reason}'
     return None
