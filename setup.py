@@ -15,7 +15,7 @@ setuptools.setup(
         f'apache-beam[gcp]=={BEAM_VERSION}',
         'pillow>=10',
         'simplejpeg>=1.7',
-        'pyspng>=0.1.4',          # Plain PNGs, decoded faster than by Pillow (transforms/images.py).
+        'imagecodecs>=2024.1.1',  # libspng for plain PNGs (transforms/images.py).
         'google-cloud-storage>=2.14',
         'google-crc32c>=1.5',
         'array-record>=0.8.6',   # --output_format=array_record; 0.8.6 reads gs:// itself.

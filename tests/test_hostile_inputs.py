@@ -372,3 +372,25 @@ def test_a_webp_of_88_megapixels_stays_within_bounded_memory(tmp_path):
     [reason] = [r for s, r in errors.items() if s.endswith('big.webp')]
     assert reason.startswith('image is 9400x9400 WEBP, which takes about 16'), reason
     assert '--max_image_pixels 89478485' in reason
+
+
+def _png_with_chunk_after_pixels(mode: str, kind: bytes, body: bytes) -> bytes:
+    png = imagemaker.encode(Image.fromarray(imagemaker.gradient(24, 16)).convert(mode), 'PNG')
+    chunk = len(body).to_bytes(4, 'big') + kind + body + zlib.crc32(kind + body).to_bytes(4, 'big')
+    return png[:-12] + chunk + png[-12:]
+
+
+def test_pngs_with_a_chunk_cut_short_after_their_pixels_are_reported_not_fatal(tmp_path):
+    """Pillow fails on such chunks with an IndexError or a struct.error, not its usual errors:
+    each is one input that cannot be converted, listed with the reason, and the run goes on."""
+    files = _images(12)
+    files['train/c0/short_gama.png'] = _png_with_chunk_after_pixels('RGBA', b'gAMA', b'\0')
+    files['train/c1/empty_iccp.png'] = _png_with_chunk_after_pixels('RGB', b'iCCP', b'')
+    inputs = write_tree(tmp_path / 'in', files)
+    result = _run(inputs, f'{tmp_path}/out', '--max_error_ratio=0.5')
+    assert result.returncode == 0, result.stderr
+    errors = {os.path.relpath(source, inputs): reason
+              for source, reason in _errors(f'{tmp_path}/out').items()}
+    assert sorted(errors) == ['train/c0/short_gama.png', 'train/c1/empty_iccp.png'], errors
+    assert all(reason.startswith('cannot decode image: ') for reason in errors.values()), errors
+    assert len(read_split(f'{tmp_path}/out', 'train')) == 12

@@ -2,34 +2,36 @@
 
 Every image is decoded once in full. JPEGs kept as they are are decoded at a reduced scale (the
 one the perceptual hash reads; 1/8 with --leakage=off), which still entropy-decodes the whole
-stream and so catches truncation, at a fraction of the IDCT work. Output is always an RGB, 3-channel JPEG: alpha is composited on white, 16-bit samples are
-scaled down, palettes, grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
+stream and so catches truncation, at a fraction of the IDCT work. Output is always an RGB,
+3-channel JPEG: alpha is composited on white, 16-bit samples are scaled down, palettes,
+grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
 
 Pillow reads headers and every format; libjpeg-turbo through simplejpeg decodes clean RGB and
-grayscale JPEGs and encodes all output, being faster at both, and libspng through pyspng decodes
-plain 8-bit grey and RGB PNGs (png_chunks.plain_png) in about half Pillow's time, to the same
-pixels. Every JPEG gets a verdict from
-strict libjpeg-turbo (jpeg_check.py): a damaged one (it decodes only with libjpeg warnings) is
-skipped, kept or re-encoded from Pillow's decode as --damaged_images says; one libjpeg-turbo
-cannot decode at all is judged by Pillow, as is every other format. Every stored image gets a
-perceptual hash and a mirror hash (phash.py), from the same reduced-scale decode for JPEGs and
-from the final pixels otherwise (none with --leakage=off). The header of a plain JPEG (size, components, EXIF orientation) is read here
-without Pillow, which costs a tenth as much; any header this reading does not fully vouch for
-is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
+grayscale JPEGs and encodes all output, being faster at both; libspng through imagecodecs
+(which checks the zlib stream's checksum, as Pillow does) decodes plain 8-bit grey and RGB PNGs
+(png_chunks.plain_png) to the same pixels in about 0.6 of Pillow's time, and where it fails
+Pillow decodes and judges. Every JPEG gets a verdict from strict libjpeg-turbo (jpeg_check.py):
+a damaged one (it decodes only with libjpeg warnings) is skipped, kept or re-encoded from
+Pillow's decode as --damaged_images says; one libjpeg-turbo cannot decode at all is judged by
+Pillow, as is every other format. Every stored image gets a perceptual hash and a mirror hash
+(phash.py), from the same reduced-scale decode for JPEGs and from the final pixels otherwise
+(none with --leakage=off). The header of a plain JPEG (size, components, EXIF orientation) is
+read here without Pillow, which costs a tenth as much; any header this reading does not fully
+vouch for is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
 Memory: an image Pillow decodes is converted to upright RGB pixels a strip at a time and then
 let go, and its hash reads the pixels a block at a time, so a 9400x9400 PNG (just under the
 default --max_image_pixels) takes about 0.65 GB: Pillow's decode (4 bytes a pixel) and the
-pixels (3). The input bytes are held meanwhile, and WebP decodes with copies, so an image whose
-file and decode (DECODE_BYTES_PER_PIXEL) would hold more than BUDGET_BYTES_PER_PIXEL of
---max_image_pixels is refused as too large.
+pixels (3); libspng holds only the pixels. The input bytes are held meanwhile, and WebP decodes
+with copies, so an image whose file and decode (DECODE_BYTES_PER_PIXEL) would hold more than
+BUDGET_BYTES_PER_PIXEL of --max_image_pixels is refused as too large.
 """
 import dataclasses
 import io
 import math
 import struct
 
+import imagecodecs
 import numpy as np
-import pyspng
 import simplejpeg
 from PIL import Image
 
@@ -141,10 +143,13 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
         raise
     except Image.DecompressionBombError as exc:
         raise ImageError(str(exc)) from None
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+    except _DECODE_ERRORS as exc:
         raise ImageError(_describe(exc)) from None
 
 
+# What Pillow's readers raise on a malformed file: besides the usual, a chunk cut short after a
+# PNG's pixels (a 1-byte gAMA, an empty iCCP) fails as an index or struct error.
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError, struct.error)
 DECODE_BYTES_PER_PIXEL = {'WEBP': 19}   # Measured peaks; libwebp cannot decode by strips.
 PILLOW_BYTES_PER_PIXEL = 8   # Pillow's decode (up to 4 bytes a pixel) and the RGB pixels (3).
 BUDGET_BYTES_PER_PIXEL = 9   # Of --max_image_pixels: what one conversion may hold at once.
@@ -290,7 +295,7 @@ def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int], damaged:
     if damaged:
         try:
             return _pillow_rgb(image, size, orientation)
-        except (OSError, SyntaxError, ValueError, EOFError):
+        except _DECODE_ERRORS:
             return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB', strict=False),
                            orientation)
     if image.format == 'JPEG' and image.mode in ('RGB', 'L'):
@@ -309,8 +314,8 @@ def _plain_png_rgb(data: bytes) -> np.ndarray | None:
     """A plain PNG's pixels (png_chunks.plain_png) as 8-bit RGB, decoded by libspng; None
     when it cannot decode them (Pillow then has the last word)."""
     try:
-        pixels = pyspng.load(data)
-    except RuntimeError:
+        pixels = imagecodecs.spng_decode(data)
+    except imagecodecs.SpngError:
         return None
     return pixels if pixels.ndim == 3 else np.repeat(pixels[:, :, None], 3, axis=2)
 

@@ -42,26 +42,34 @@ def png_stream(data: bytes) -> io.BufferedReader | io.BytesIO:
 
 # Text chunks Pillow reads an EXIF orientation from (Image.getexif: EXIF or XMP).
 _ORIENTING_TEXT = frozenset((b'exif', b'xmp', b'Raw profile type exif', b'XML:com.adobe.xmp'))
-_UNPLAIN = frozenset((b'tRNS', b'acTL', b'eXIf'))   # Transparency, animation, EXIF.
+# A second header, transparency, animation (APNG's control and frame chunks), EXIF.
+_UNPLAIN = frozenset((b'IHDR', b'tRNS', b'acTL', b'fcTL', b'fdAT', b'eXIf'))
 
 
 def plain_png(data: bytes) -> bool:
-    """Whether `data` is a PNG of 8-bit grey or RGB samples whose chunks are all whole up to
-    IEND, with no transparency, no animation and no chunk Pillow takes an orientation from
-    (eXIf; a tEXt, zTXt or iTXt named exif, xmp, 'Raw profile type exif' or XML:com.adobe.xmp).
-    Its pixels are then the samples as stored, whichever decoder reads them."""
+    """Whether `data` is a PNG of 8-bit grey or RGB samples whose chunks are all whole, one
+    header, then the pixels (IDAT) and nothing but IEND after them, with no transparency, no
+    animation and no chunk Pillow takes an orientation from (eXIf; a tEXt, zTXt or iTXt named
+    exif, xmp, 'Raw profile type exif' or XML:com.adobe.xmp). Its pixels are then the samples
+    as stored, whichever decoder reads them; Pillow would read no chunk after them (which it
+    may refuse) and Image.open has read every one before them."""
     if not data.startswith(_SIGNATURE) or len(data) < 33:
         return False
-    if struct.unpack_from('>I4s', data, 8) != (13, b'IHDR') or data[24] != 8 or data[25] not in (0, 2):
+    header = struct.unpack_from('>I4s', data, 8)
+    if header != (13, b'IHDR') or data[24] != 8 or data[25] not in (0, 2):
         return False
-    pos = len(_SIGNATURE)
+    pos, pixels = 33, False
     while pos + 12 <= len(data):
         length, kind = struct.unpack_from('>I4s', data, pos)
         if pos + 12 + length > len(data) or kind in _UNPLAIN:
             return False
         if kind == b'IEND':
-            return True
-        if kind in (b'tEXt', b'zTXt', b'iTXt') and data[pos + 8:pos + 8 + min(length, 80)].split(
+            return pixels
+        if kind == b'IDAT':
+            pixels = True
+        elif pixels:
+            return False
+        elif kind in (b'tEXt', b'zTXt', b'iTXt') and data[pos + 8:pos + 8 + min(length, 80)].split(
                 b'\0', 1)[0] in _ORIENTING_TEXT:
             return False
         pos += 12 + length
