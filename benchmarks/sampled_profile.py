@@ -5,7 +5,9 @@
 Converts the benchmark workload (benchmarks/workload.py) with `python -m pipeline.run` (its
 default runner: a worker process per core) under py-spy, which samples the stacks of every
 process of the tree `--rate` times a second without slowing Python calls (benchmarks/profile.py
-traces one in-process worker under cProfile instead, which inflates Python-heavy steps). Samples
+traces one in-process worker under cProfile instead, which inflates Python-heavy steps). Each
+sample pauses the process for its stack: sampled while it runs (py-spy's --nonblocking), a
+stack is read while it changes, and steps were found under functions that never call them. Samples
 of the worker processes inside chunk conversion (EncodeChunk.process) are split into the steps
 an image goes through, by the first step whose function is on the stack; the table gives CPU
 microseconds per image and the share of the conversion stage.
@@ -90,7 +92,7 @@ def main() -> None:
     workload = make_workload(os.path.join(args.workdir, f'images-{args.n}'), args.n)
     output = os.path.join(args.workdir, 'sampled-profile-out')
     raw = os.path.join(args.workdir, 'sampled-profile.txt')
-    subprocess.run([py_spy, 'record', '--subprocesses', '--nonblocking', '--rate', str(args.rate),
+    subprocess.run([py_spy, 'record', '--subprocesses', '--rate', str(args.rate),
                     '--format', 'raw', '--output', raw, '--', sys.executable, '-m', 'pipeline.run',
                     f'--input_dir={workload}', f'--output_dir={output}', '--overwrite'],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
