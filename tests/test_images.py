@@ -245,6 +245,10 @@ _RGB = Image.fromarray(imagemaker.gradient(40, 30))
     ('16-bit', imagemaker.encode(_RGB.convert('I;16'), 'PNG'), False),
     ('animated', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'acTL', bytes(8)), False),
     ('no IEND', imagemaker.encode(_RGB, 'PNG')[:-12], False),
+    ('a small suggested palette', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'sPLT',
+                                              b'p\0\x08' + bytes(6 * 10)), True),
+    ('a suggested palette of 120 KB', _with_chunk(imagemaker.encode(_RGB, 'PNG'), b'sPLT',
+                                                  b'p\0\x08' + bytes(6 * 20_000)), False),
 ])
 def test_a_png_goes_to_libspng_only_when_pillow_would_apply_nothing_to_its_samples(
         name, data, plain):

@@ -50,15 +50,17 @@ def plain_png(data: bytes) -> bool:
     """Whether `data` is a PNG of 8-bit grey or RGB samples whose chunks are all whole, one
     header, then the pixels (IDAT) and nothing but IEND after them, with no transparency, no
     animation and no chunk Pillow takes an orientation from (eXIf; a tEXt, zTXt or iTXt named
-    exif, xmp, 'Raw profile type exif' or XML:com.adobe.xmp). Its pixels are then the samples
-    as stored, whichever decoder reads them; Pillow would read no chunk after them (which it
-    may refuse) and Image.open has read every one before them."""
+    exif, xmp, 'Raw profile type exif' or XML:com.adobe.xmp), and less than SKIPPED_BYTES in
+    all of its other chunks. Its pixels are then the samples as stored, whichever decoder reads
+    them; Pillow would read no chunk after them (which it may refuse) and Image.open has read
+    every one before them. libspng keeps what it parses of the other chunks (an sPLT took 2.5
+    times its size), so those must stay small."""
     if not data.startswith(_SIGNATURE) or len(data) < 33:
         return False
     header = struct.unpack_from('>I4s', data, 8)
     if header != (13, b'IHDR') or data[24] != 8 or data[25] not in (0, 2):
         return False
-    pos, pixels = 33, False
+    pos, pixels, other = 33, False, 0
     while pos + 12 <= len(data):
         length, kind = struct.unpack_from('>I4s', data, pos)
         if pos + 12 + length > len(data) or kind in _UNPLAIN:
@@ -67,9 +69,11 @@ def plain_png(data: bytes) -> bool:
             return pixels
         if kind == b'IDAT':
             pixels = True
-        elif pixels:
+        elif pixels or other + length >= SKIPPED_BYTES:
             return False
-        elif kind in (b'tEXt', b'zTXt', b'iTXt') and data[pos + 8:pos + 8 + min(length, 80)].split(
+        else:
+            other += length
+        if kind in (b'tEXt', b'zTXt', b'iTXt') and data[pos + 8:pos + 8 + min(length, 80)].split(
                 b'\0', 1)[0] in _ORIENTING_TEXT:
             return False
         pos += 12 + length
