@@ -12,7 +12,6 @@ import socket
 import sys
 import tarfile
 import zipfile
-import zlib
 
 import numpy as np
 import pytest
@@ -320,10 +319,8 @@ def _padded_rgba_png(path, pad: int) -> None:
     image.save(stream, 'PNG', compress_level=1, exif=exif)
     del image
     png, padding = stream.getvalue(), bytes(pad)
-    chunk = (len(padding).to_bytes(4, 'big') + b'zzZz' + padding
-             + zlib.crc32(b'zzZz' + padding).to_bytes(4, 'big'))
     with open(path, 'wb') as out:
-        out.write(png[:33] + chunk + png[33:])
+        out.write(png[:33] + imagemaker.png_chunk(b'zzZz', padding) + png[33:])
 
 
 def _hostile_run(tmp_path, name: str, write) -> tuple:
@@ -376,8 +373,7 @@ def test_a_webp_of_88_megapixels_stays_within_bounded_memory(tmp_path):
 
 def _png_with_chunk_after_pixels(mode: str, kind: bytes, body: bytes) -> bytes:
     png = imagemaker.encode(Image.fromarray(imagemaker.gradient(24, 16)).convert(mode), 'PNG')
-    chunk = len(body).to_bytes(4, 'big') + kind + body + zlib.crc32(kind + body).to_bytes(4, 'big')
-    return png[:-12] + chunk + png[-12:]
+    return png[:-12] + imagemaker.png_chunk(kind, body) + png[-12:]
 
 
 def test_pngs_with_a_chunk_cut_short_after_their_pixels_are_reported_not_fatal(tmp_path):

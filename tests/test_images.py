@@ -199,23 +199,17 @@ def test_a_png_private_chunk_is_skipped_and_the_pixels_are_the_same():
     plain = io.BytesIO()
     Image.fromarray(np.arange(48 * 32 * 3, dtype=np.uint8).reshape(32, 48, 3)).save(plain, 'PNG')
     png, padding = plain.getvalue(), bytes(1 << 20)
-    chunk = (len(padding).to_bytes(4, 'big') + b'zzZz' + padding
-             + zlib.crc32(b'zzZz' + padding).to_bytes(4, 'big'))
-    padded = png[:33] + chunk + png[33:]
+    padded = png[:33] + imagemaker.png_chunk(b'zzZz', padding) + png[33:]
     opened = Image.open(png_stream(padded))
     assert opened.private_chunks == []
     assert np.array_equal(np.asarray(opened), np.asarray(Image.open(io.BytesIO(png))))
     assert convert_image(padded, ImageOptions()) == convert_image(png, ImageOptions())
 
 
-def _png_chunk(kind: bytes, body: bytes) -> bytes:
-    return len(body).to_bytes(4, 'big') + kind + body + zlib.crc32(kind + body).to_bytes(4, 'big')
-
-
 def _with_chunk(png: bytes, kind: bytes, body: bytes, after_pixels: bool = False) -> bytes:
     """`png` with a chunk added after IHDR, or just before IEND."""
     at = len(png) - 12 if after_pixels else 33
-    return png[:at] + _png_chunk(kind, body) + png[at:]
+    return png[:at] + imagemaker.png_chunk(kind, body) + png[at:]
 
 
 _RGB = Image.fromarray(imagemaker.gradient(40, 30))
@@ -276,7 +270,7 @@ def test_a_plain_png_whose_pixel_stream_fails_its_checksum_is_refused_as_pillow_
     at = png.index(b'IDAT')
     length = int.from_bytes(png[at - 4:at], 'big')
     stream = png[at + 4:at + 4 + length - 4] + bytes(4)   # The zlib stream's Adler-32 zeroed.
-    broken = png[:at - 4] + _png_chunk(b'IDAT', stream) + png[at + 8 + length:]
+    broken = png[:at - 4] + imagemaker.png_chunk(b'IDAT', stream) + png[at + 8 + length:]
     assert plain_png(broken)
     with pytest.raises(ImageError, match='broken data stream'):
         convert_image(broken, ImageOptions())

@@ -150,6 +150,7 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
 # What Pillow's readers raise on a malformed file: besides the usual, a chunk cut short after a
 # PNG's pixels (a 1-byte gAMA, an empty iCCP) fails as an index or struct error.
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError, struct.error)
+
 DECODE_BYTES_PER_PIXEL = {'WEBP': 19}   # Measured peaks; libwebp cannot decode by strips.
 PILLOW_BYTES_PER_PIXEL = 8   # Pillow's decode (up to 4 bytes a pixel) and the RGB pixels (3).
 BUDGET_BYTES_PER_PIXEL = 9   # Of --max_image_pixels: what one conversion may hold at once.

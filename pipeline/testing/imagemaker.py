@@ -1,5 +1,6 @@
 """Test images of every kind the converter must handle, as bytes."""
 import io
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -29,6 +30,11 @@ def jpeg(width: int = 320, height: int = 240, seed: int = 0, **kwargs) -> bytes:
 
 def png(width: int = 64, height: int = 48, seed: int = 0) -> bytes:
     return encode(Image.fromarray(gradient(width, height, seed)), 'PNG')
+
+
+def png_chunk(kind: bytes, body: bytes) -> bytes:
+    """A PNG chunk: length, type, data and the CRC of type and data."""
+    return len(body).to_bytes(4, 'big') + kind + body + zlib.crc32(kind + body).to_bytes(4, 'big')
 
 
 def exif_rotated_jpeg(width: int, height: int, orientation: int) -> bytes:
