@@ -54,6 +54,12 @@ def start_until_converting(output_dir: str, *argv, poll: float = 0.02) -> subpro
     return process
 
 
+def cli(*argv, cwd=None) -> subprocess.CompletedProcess:
+    """The command line `python -m pipeline.run ARGV` run to its end, for tests about what it
+    answers (exit code, stdout, stderr, files written), not about its process."""
+    return run_cli(*argv, cwd=cwd)
+
+
 def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None,
             timeout: float = 300) -> subprocess.CompletedProcess:
     """Runs the command line to its end; `kill_at` names a crash point (pipeline/faults.py)."""
