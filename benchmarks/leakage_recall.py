@@ -22,7 +22,8 @@ from PIL import Image, ImageEnhance
 
 from benchmarks.workload import _photos
 from pipeline.quality import pairing
-from transforms.images import ImageOptions, convert_image
+from pipeline.base.settings import ImageOptions
+from transforms.images import convert_image
 from pipeline.quality.phash import FLAT, distance, to_int64
 
 KINDS = {

@@ -34,8 +34,8 @@ from pipeline.output import records
 from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
 from transforms.listing import ListExamples
-from pipeline.inputs.refs import ExampleRef
-from transforms.settings import LabelSettings
+from pipeline.base.refs import ExampleRef
+from pipeline.base.settings import LabelSettings
 from transforms.sharding import (
     AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)
 

@@ -22,7 +22,7 @@ from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
 from transforms.listing import ListExamples, is_input
 from transforms.local_rate import MeasureLocalRate
-from transforms.settings import ConversionSettings
+from pipeline.base.settings import ConversionSettings
 from transforms.sharding import PlanShards
 from transforms.write_shards import WriteShards
 

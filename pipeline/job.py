@@ -33,8 +33,9 @@ from pipeline.plan import Here, estimate
 from pipeline.progress import Progress
 from pipeline.sources import input_given, input_paths, input_root, resolve_source
 from transforms import resume
-from pipeline.output.metadata import SPLITS
-from transforms.settings import ConversionSettings
+from pipeline.base.choices import LeakageAction
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import ConversionSettings
 from transforms.leakage import NAMESPACE
 
 LOG = logging.getLogger('image_tfrecords')
@@ -108,7 +109,8 @@ def _prepare(options: PipelineOptions, given: set[str], config, waits: bool,
         output_dir=output_dir, dataset_name=name, splits=source.splits, source=source.identity,
         image=opts.image_options(), labels=source.labels, num_shards=opts.num_shards,
         target_shard_mb=opts.target_shard_mb, skip_duplicates=opts.skip_duplicates,
-        output_formats=opts.output_formats(), version=source.version, leakage=opts.leakage,
+        output_formats=tuple(f.name for f in opts.output_formats()), version=source.version,
+        leakage=LeakageAction(opts.leakage),
         dali_index=opts.dali_index,
         description=opts.description or source.description,
         max_error_ratio=opts.max_error_ratio, reads_in_flight=opts.reads_in_flight,

@@ -18,10 +18,9 @@ from pipeline.errors import DatasetError
 from pipeline.inputs import registry
 from pipeline.output import dali_index, shard_formats
 from pipeline.output.shard_formats import ShardFormat
-from transforms.images import DAMAGED_ACTIONS, ImageOptions
-from transforms.leakage import ACTIONS as LEAKAGE_ACTIONS
+from pipeline.base.choices import DamagedAction, LeakageAction, values
+from pipeline.base.settings import ConversionSettings, ImageOptions
 from pipeline.quality.pairing import RADIUS
-from transforms.settings import ConversionSettings
 
 DEFAULT_TARGET_SHARD_MB = 128
 DEFAULT_MAX_ERROR_RATIO = 0.01
@@ -105,12 +104,12 @@ class ConverterOptions(PipelineOptions):
              help='Skip (and report) images larger than this: decompression-bomb guard; it also '
              "bounds one image's memory (its file plus 8 bytes a pixel, 19 for WebP, at most 9 "
              f'bytes a pixel of this) (default {defaults.max_image_pixels}).')
-        flag('damaged_images', choices=DAMAGED_ACTIONS, default=defaults.damaged_images,
+        flag('damaged_images', choices=values(DamagedAction), default=defaults.damaged_images.value,
              help='JPEGs that decode only with libjpeg warnings (corrupt data, premature end): '
              'skip them (reported in errors-SPLIT.jsonl, counted against --max_error_ratio), keep '
              'them as they are, or reencode what Pillow decodes; each is listed in '
              f'damaged-SPLIT.jsonl (default {defaults.damaged_images}).')
-        flag('leakage', choices=LEAKAGE_ACTIONS, default='report',
+        flag('leakage', choices=values(LeakageAction), default=LeakageAction.REPORT.value,
              help=f'Images whose perceptual hashes differ in at most {RADIUS} of 64 bits are '
              'near-duplicates (copies, also resized, re-encoded, brightened, greyscale or '
              'mirrored); each cluster of them that spans splits is a line of leakage.jsonl; drop '
@@ -150,7 +149,7 @@ class ConverterOptions(PipelineOptions):
                             apply_exif_orientation=self.apply_exif_orientation,
                             max_pixels=self.max_pixels, max_side=self.max_side,
                             max_image_pixels=self.max_image_pixels,
-                            damaged_images=self.damaged_images)
+                            damaged_images=DamagedAction(self.damaged_images))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ import json
 import math
 
 from pipeline.io import fileio
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 
 # Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
 # Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,

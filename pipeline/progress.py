@@ -19,7 +19,7 @@ from pipeline import console
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, output_folder
 from pipeline.errors import DatasetError
-from transforms.settings import ConversionSettings
+from pipeline.base.settings import ConversionSettings
 from transforms.write_shards import SHARD_LINE_PATTERN
 
 LOG = logging.getLogger('image_tfrecords')

@@ -34,7 +34,7 @@ from pipeline.errors import DatasetError, printable  # noqa: E402
 from pipeline.options import Options, help_text, parse  # noqa: E402
 from pipeline.sources import input_paths  # noqa: E402
 from transforms.findings import quality_lines  # noqa: E402
-from pipeline.output.metadata import SPLITS  # noqa: E402
+from pipeline.base.splits import SPLITS  # noqa: E402
 from pipeline import worker_processes  # noqa: E402
 
 LOG = logging.getLogger('image_tfrecords')

@@ -5,7 +5,7 @@ import random
 import numpy as np
 from PIL import Image, ImageDraw
 
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 
 
 def write_sample_dataset(root: str, num_classes: int = 5, per_class: tuple[int, int] = (10, 20),

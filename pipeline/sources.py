@@ -12,8 +12,8 @@ from pipeline.inputs import registry
 from pipeline.inputs.kinds import InputKind, Source, check_regular
 from pipeline.io import fileio
 from pipeline.options import ConverterOptions
-from pipeline.output.metadata import SPLITS
-from transforms.settings import LabelSettings
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import LabelSettings
 
 
 def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | None = None) -> Source:

@@ -11,7 +11,8 @@ from pipeline.testing import imagemaker
 from transforms import images
 from pipeline.quality.phash import perceptual_hashes
 from transforms.png_chunks import plain_png, png_stream
-from transforms.images import (DamagedImageError, ImageError, ImageOptions, convert_image,
+from pipeline.base.settings import ImageOptions
+from transforms.images import (DamagedImageError, ImageError, convert_image,
                               target_size)
 
 DEFAULT = ImageOptions()

@@ -8,7 +8,8 @@ import pytest
 from PIL import Image
 
 from pipeline.testing import imagemaker
-from transforms.images import ImageOptions, convert_image, jpeg_header
+from pipeline.base.settings import ImageOptions
+from transforms.images import convert_image, jpeg_header
 
 
 def _jpeg(mode: str = 'RGB', size=(64, 48), **save) -> bytes:

@@ -16,7 +16,7 @@ from PIL import Image, ImageEnhance
 
 from pipeline.output import records
 from pipeline.errors import DatasetError
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker

@@ -2,7 +2,7 @@
 independent of listing order and of how the listing is split among workers, and changed by an
 input added, removed, resized or relabelled."""
 from transforms.labels import DatasetFacts
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 
 
 def _refs(sizes: dict) -> list[ExampleRef]:

@@ -17,8 +17,8 @@ from transforms import entries
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples
-from pipeline.inputs.refs import ExampleRef
-from transforms.settings import ConversionSettings, LabelSettings
+from pipeline.base.refs import ExampleRef
+from pipeline.base.settings import ConversionSettings, LabelSettings
 from transforms.sharding import (
     CHUNK_EXAMPLES, AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)
 from transforms.write_shards import WriteShards

@@ -17,13 +17,15 @@ import threading
 import apache_beam as beam
 
 from pipeline import faults
+from pipeline.base.choices import DamagedAction, LeakageAction
 from pipeline.io import fileio
-from pipeline.output import commit_journal, dali_index, metadata, output_folder, output_lock
+from pipeline.output import (commit_journal, dali_index, metadata, output_folder, output_lock,
+                             shard_formats)
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries
 from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_line
-from transforms.settings import ConversionSettings
+from pipeline.base.settings import ConversionSettings
 from transforms.write_shards import ShardResult
 
 LOG = logging.getLogger('image_tfrecords')
@@ -98,7 +100,7 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
         expected = {fileio.basename(output_folder.in_format(result.temp_path, f)):
-                    result.format_bytes.get(f.name) for f in settings.output_formats}
+                    result.format_bytes.get(f.name) for f in shard_formats.named(settings.output_formats)}
         if settings.dali_index:
             expected[fileio.basename(output_folder.index_file(result.temp_path))] = \
                 result.index_bytes
@@ -115,12 +117,12 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     name) moves and the summary."""
     moves, splits_info = [], {}
     summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
-               'file_formats': [f.name for f in settings.output_formats],
+               'file_formats': list(settings.output_formats),
                'dali_index': settings.dali_index, 'splits': {}}
     for split, shard_results in by_split.items():
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
-            for shard_format in settings.output_formats:
+            for shard_format in shard_formats.named(settings.output_formats):
                 source = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
                 target = metadata.shard_name(settings.dataset_name, split, index, len(kept),
                                              shard_format)
@@ -149,8 +151,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'classes': dict(sorted(class_counts.items())),
             'empty_classes': sorted(name for name, n in class_counts.items() if not n),
         }
-    summary['damaged_images'] = settings.image.damaged_images
-    summary['leakage'] = leakage.summary(settings.leakage)
+    summary['damaged_images'] = DamagedAction(settings.image.damaged_images).value
+    summary['leakage'] = leakage.summary(LeakageAction(settings.leakage))
     if settings.hashed:
         leakage.write(fileio.join(staged, metadata.LEAKAGE))
         moves.append((f'final/{metadata.LEAKAGE}', metadata.LEAKAGE))
@@ -162,7 +164,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
              **{metadata.damaged_report_name(split): None for split in by_split},
              metadata.DATASET_INFO: metadata.dumps(metadata.dataset_info_json(
                  settings.dataset_name, settings.version, settings.description,
-                 settings.output_formats, splits_info))}
+                 shard_formats.named(settings.output_formats), splits_info))}
     # The reports, merged from the shards' entry files straight to the staged folder, and then
     # the other files, each written at once: nothing staged is seen before the journal names it.
     reports = [(split, shard_results, kind, line) for split, shard_results in by_split.items()

@@ -18,9 +18,10 @@ import apache_beam as beam
 from pipeline.io import fileio
 from pipeline.output import metadata, output_folder
 from pipeline.errors import DatasetError
-from pipeline.output.metadata import SPLITS
+from pipeline.base.choices import LeakageAction
+from pipeline.base.splits import SPLITS
 from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster
-from transforms.settings import ConversionSettings
+from pipeline.base.settings import ConversionSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,15 +90,15 @@ class Leakage:
         else:
             fileio.write_bytes(path, b'')
 
-    def summary(self, action: str) -> dict:
-        if action == 'off':
-            return {'action': action}
+    def summary(self, action: LeakageAction) -> dict:
+        if action == LeakageAction.OFF:
+            return {'action': action.value}
         between: collections.Counter = collections.Counter()
         by_split: collections.Counter = collections.Counter()
         for part in self.parts:
             between.update(dict(part.between))
             by_split.update(dict(part.by_split))
-        return {'action': action, 'radius': RADIUS, 'window': WINDOW, 'clusters': self.count,
+        return {'action': action.value, 'radius': RADIUS, 'window': WINDOW, 'clusters': self.count,
                 'images': sum(p.images for p in self.parts),
                 'largest': self.largest[0] if self.parts else 0,
                 'exact': sum(p.exact for p in self.parts),
@@ -141,7 +142,7 @@ def _counts(sizes: tuple[tuple[str, int], ...]) -> str:
 def check_leakage(leakage: Leakage, settings: ConversionSettings) -> None:
     """With --leakage=fail, fails (committing nothing) when any cluster spans splits, naming the
     largest; the clusters are then in the run's temporary folder."""
-    if settings.leakage != 'fail' or not leakage.count:
+    if settings.leakage != LeakageAction.FAIL or not leakage.count:
         return
     report = fileio.join(settings.temp_dir, metadata.LEAKAGE)
     leakage.write(report)

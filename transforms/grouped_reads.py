@@ -21,10 +21,10 @@ import apache_beam as beam
 
 from pipeline import faults
 from pipeline.inputs import archives
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.io import image_blobs
 from pipeline.output import output_folder
-from transforms.resume import fingerprint
+from pipeline.base.fingerprints import fingerprint
 
 
 class ReadGroupedInputs(beam.PTransform):

@@ -35,6 +35,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from pipeline.base.choices import DamagedAction
+from pipeline.base.settings import ImageOptions
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
 from pipeline.quality.phash import perceptual_hashes
 from transforms.png_chunks import plain_png, png_stream
@@ -44,21 +46,6 @@ Image.MAX_IMAGE_PIXELS = None
 
 _ORIENTATION_TAG = 0x0112
 _SIXTEEN_BIT_MODES = ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I')
-DAMAGED_ACTIONS = ('skip', 'keep', 'reencode')
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageOptions:
-    """How images are normalised; every field is a pipeline flag of the same name."""
-    jpeg_quality: int = 95
-    reencode: bool = False
-    apply_exif_orientation: bool = True
-    max_pixels: int = 0
-    max_side: int = 0
-    max_image_pixels: int = 89_478_485
-    damaged_images: str = 'skip'   # DAMAGED_ACTIONS
-
-
 @dataclasses.dataclass(frozen=True)
 class StoredImage:
     """The JPEG bytes a record stores, with the size of the image they hold."""
@@ -115,14 +102,15 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
         is_jpeg = header is not None or image.format == 'JPEG'
         check = check_jpeg(data, width, height, hashed) if is_jpeg else None
         damage = check.reason if check is not None and check.verdict == DAMAGED else ''
-        if damage and options.damaged_images == 'skip':
+        if damage and options.damaged_images == DamagedAction.SKIP:
             raise DamagedImageError(f'damaged JPEG: {damage} (strict libjpeg-turbo; '
                                     '--damaged_images=keep or reencode converts such files)')
         cmyk = (header.components if header else len(image.getbands())) == 4
         luma = _orient(check.pixels, orientation) if check is not None and not cmyk else None
         size = target_size(width, height, options)
         keep = (rgb_jpeg and orientation in (1, None) and size == (width, height)
-                and not options.reencode and not (damage and options.damaged_images == 'reencode'))
+                and not options.reencode
+                and not (damage and options.damaged_images == DamagedAction.REENCODE))
         if keep:
             if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
                 luma = _pillow_draft(data, width, height, image)

@@ -31,7 +31,7 @@ from apache_beam.metrics import Metrics
 from pipeline import faults
 from pipeline.io import fileio
 from pipeline.output import records
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 from pipeline.quality.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster, Table, band_values,
                                 clusters, filed, filings, leaking, link_band, record_ids,
                                 reduce_links, sha_digest)
@@ -39,7 +39,6 @@ from transforms import linked_groups
 from pipeline.quality.phash import FLAT
 
 NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
-ACTIONS = ('report', 'drop', 'fail', 'off')   # off: no hashes, no check.
 
 
 GROUP_SIZE = 1 << 16   # Members a shuffle group expects: a few MB, whatever the dataset's size.

@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.inputs.kinds import Partition
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
 
 

@@ -20,8 +20,8 @@ import apache_beam as beam
 from transforms import entries
 from transforms.grouped_reads import read_grouped
 from transforms.labels import LabelMap
-from pipeline.inputs.refs import ExampleRef
-from transforms.settings import ConversionSettings
+from pipeline.base.refs import ExampleRef
+from pipeline.base.settings import ConversionSettings
 from transforms.write_shards import EncodeChunk, ShardResult, StreamedMembers
 
 SAMPLE_SIZE = 300

@@ -25,22 +25,14 @@ reused only under an identical fingerprint, so a changed input or option redoes 
 chunks and shards it affects, and a resumed run writes the same bytes as an uninterrupted one.
 """
 import dataclasses
-import hashlib
 import json
 import os
 from typing import Iterable
 
+from pipeline.base.fingerprints import fingerprint
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, output_folder
-from pipeline.inputs.refs import ExampleRef
-
-LAYOUT_VERSION = 4   # Raise when the bytes a run writes for the same options change.
-
-
-def fingerprint(*parts) -> str:
-    """A stable hex fingerprint of values with a deterministic repr."""
-    return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
-
+from pipeline.base.refs import ExampleRef
 
 def input_identity(ref: ExampleRef) -> tuple:
     """What identifies an input's content without reading it: key, size, modification time;

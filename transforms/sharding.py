@@ -23,7 +23,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.output.metadata import MAX_SHARDS
 
 LOG = logging.getLogger('image_tfrecords')

@@ -26,8 +26,10 @@ from apache_beam.metrics import Metrics
 
 from pipeline.inputs import gzip_pass
 from pipeline import faults
+from pipeline.base.choices import LeakageAction
+from pipeline.base.fingerprints import fingerprint
 from pipeline.io import failures, fileio, read_ahead
-from pipeline.output import dali_index, output_folder, records
+from pipeline.output import dali_index, output_folder, records, shard_formats
 from pipeline.errors import DatasetError
 from transforms import entries, resume
 from transforms.grouped_reads import ReadGroupedInputs
@@ -36,8 +38,8 @@ from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part
                                part_table)
 from pipeline.quality.phash import to_int64
 from transforms.labels import LabelMap
-from pipeline.inputs.refs import ExampleRef
-from transforms.settings import ConversionSettings
+from pipeline.base.refs import ExampleRef
+from pipeline.base.settings import ConversionSettings
 from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
@@ -150,7 +152,7 @@ class WriteShards(beam.PTransform):
             plans, self._settings.temp_dir, self._settings.resuming)
                    if self._settings.hashed else {})
         drops = {}
-        if self._settings.leakage == 'drop':
+        if self._settings.leakage == LeakageAction.DROP:
             drops['dropped'] = beam.pvalue.AsMultiMap(
                 leakage['clusters']
                 | 'Later-Split Members' >> beam.FlatMap(dropped_copies)
@@ -275,7 +277,7 @@ class EncodeChunk(beam.DoFn):
         for shard, path in paths.items():
             shard_file = output_folder.shard_path(self._settings.temp_dir, split, shard,
                                                   shard_fps[(split, shard)],
-                                                  self._settings.output_formats[0])
+                                                  shard_formats.named(self._settings.output_formats)[0])
             joined = _complete_shard(shard_file, split, shard, self._settings) is not None
             # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
@@ -460,7 +462,7 @@ def _complete_shard(path: str, split: str, shard: int,
     if result is None:
         return None
     files = {output_folder.in_format(path, f): result.format_bytes.get(f.name)
-             for f in settings.output_formats}
+             for f in shard_formats.named(settings.output_formats)}
     if settings.dali_index:
         files[output_folder.index_file(path)] = result.index_bytes
     try:
@@ -497,9 +499,9 @@ class WriteShard(beam.DoFn):
         shard_fp = shard_fps[(split, shard)]
         drops = sorted(dropped[(split, shard)]) if dropped is not None else []
         if drops:   # They depend on other splits' images too, so they name the shard's files.
-            shard_fp = resume.fingerprint(shard_fp, drops)
+            shard_fp = fingerprint(shard_fp, drops)
         path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
-                                 settings.output_formats[0])
+                                 shard_formats.named(settings.output_formats)[0])
         result = _complete_shard(path, split, shard, settings) if settings.resuming else None
         reused = result is not None
         if result is None:
@@ -515,11 +517,11 @@ class WriteShard(beam.DoFn):
             result.content, result.marks = records.content_digest(result.marks), ''
             sources = [p.temp_path for p in parts]
             sizes = {}
-            for shard_format in settings.output_formats:
+            for shard_format in shard_formats.named(settings.output_formats):
                 target = output_folder.in_format(path, shard_format)
                 with fileio.output_errors(target):
                     sizes[shard_format.name] = shard_format.write_shard(sources, target)
-            result.bytes, result.format_bytes = sizes[settings.output_formats[0].name], sizes
+            result.bytes, result.format_bytes = sizes[settings.output_formats[0]], sizes
             if settings.dali_index:
                 result.index_bytes = _write_index(path, result.sizes)
             result.sizes = []

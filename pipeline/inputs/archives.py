@@ -33,7 +33,7 @@ import io
 import zipfile
 from typing import Any, Callable, Iterator
 
-from pipeline import pickling
+from pipeline.base import pickling
 from pipeline.io import fileio
 
 SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')

@@ -9,11 +9,11 @@ from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
 from pipeline.inputs.kinds import InputKind, Partition, Source, check_regular, path_ref
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
 from pipeline.output import records
-from pipeline.output.metadata import SPLITS
-from transforms.settings import LabelSettings
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import LabelSettings
 
 CSV_CHUNK_BYTES = 8 << 20
 _HEADER_URIS = {'uri', 'path', 'image', 'image_path', 'file', 'filename', 'url'}

@@ -12,10 +12,10 @@ from typing import Callable, Iterator
 from pipeline.errors import DatasetError
 from pipeline.inputs import folders, parquet_files
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
-from pipeline.output.metadata import SPLITS
-from transforms.settings import LabelSettings
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import LabelSettings
 
 
 def _is_hidden(relative: str) -> bool:

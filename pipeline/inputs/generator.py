@@ -12,10 +12,10 @@ import cloudpickle
 from pipeline.classic.config import ImageClassificationConfig
 from pipeline.errors import DatasetError
 from pipeline.inputs.kinds import InputKind, Partition, Source, path_ref
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.output import records
-from pipeline.output.metadata import SPLITS
-from transforms.settings import LabelSettings
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import LabelSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,9 +9,9 @@ from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
 from pipeline.inputs import archives, folders
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
-from transforms.settings import LabelSettings
+from pipeline.base.settings import LabelSettings
 
 
 class Partition:

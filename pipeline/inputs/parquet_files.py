@@ -32,12 +32,12 @@ import pyarrow.parquet as pq
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.refs import ExampleRef
-from pipeline.inputs.split_names import split_of
+from pipeline.base.refs import ExampleRef
+from pipeline.base.splits import split_of
 from pipeline.io import fileio
 from pipeline.io.ranged_file import RangedFile
-from pipeline.output.metadata import SPLITS
-from transforms.settings import LabelSettings
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import LabelSettings
 
 PARQUET = '.parquet'
 BATCH_ROWS = 16            # Rows decoded at once: a row group is never held whole.

@@ -30,10 +30,10 @@ from pipeline.inputs import archives, brace_patterns
 from pipeline.inputs.archives import Archive, Member
 from pipeline.inputs.folder_layout import NOT_UTF8, _escaped, _not_utf8
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.refs import ExampleRef
+from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
-from pipeline.output.metadata import SPLITS
-from transforms.settings import LabelSettings
+from pipeline.base.splits import SPLITS
+from pipeline.base.settings import LabelSettings
 
 IMAGES = ('jpg', 'jpeg', 'png', 'webp')
 LABELS = ('cls', 'json', 'txt')          # In order of priority.

@@ -22,7 +22,6 @@ CLASS_NAMES = 'image.class.label.labels.txt'   # Where TFDS looks for the ClassL
 OLD_CLASS_NAMES = 'image-class-label.labels.txt'   # The same, from versions with nested features.
 SUMMARY = 'summary.json'
 LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
-SPLITS = ('train', 'validation', 'test')
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 MAX_SHARDS = 1_000_000   # Per split (transforms/sharding.py).
 MODULE = 'image_tfrecords'   # dataset_info.json's moduleName: this tool wrote the dataset.

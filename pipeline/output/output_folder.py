@@ -54,6 +54,8 @@ from typing import Iterable
 
 from pipeline import faults
 from pipeline.errors import DatasetError, printable
+from pipeline.base.settings import TEMP_PREFIX
+from pipeline.base.splits import SPLITS
 from pipeline.io import fileio
 from pipeline.output.bounded_reads import NotAFile, as_json, read_metadata_files, read_raw
 from pipeline.io.gcs import list_prefix
@@ -61,7 +63,6 @@ from pipeline.output import dali_index, metadata, shard_formats
 from pipeline.output.shard_formats import ShardFormat
 
 LOG = logging.getLogger('image_tfrecords')
-TEMP_PREFIX = '.tmp-'
 MARKER = '.image-tfrecords-run.json'
 RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
@@ -71,7 +72,7 @@ REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's
 # inputs read together (transforms/grouped_reads.py).
 PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS = 'parts', 'shards', 'pairs', 'links', 'merge', 'groups'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
-_SPLIT = '(?:' + '|'.join(metadata.SPLITS) + ')'
+_SPLIT = '(?:' + '|'.join(SPLITS) + ')'
 
 
 def metadata_names(splits: Iterable[str]) -> tuple[str, ...]:
@@ -81,7 +82,7 @@ def metadata_names(splits: Iterable[str]) -> tuple[str, ...]:
             *(metadata.damaged_report_name(s) for s in splits))
 
 
-METADATA_NAMES = (*metadata_names(metadata.SPLITS), metadata.OLD_CLASS_NAMES)
+METADATA_NAMES = (*metadata_names(SPLITS), metadata.OLD_CLASS_NAMES)
 _GLOB = re.compile(r'[*?\[]')
 
 
@@ -379,7 +380,7 @@ def _named_files(info: dict) -> list[str]:
         if split.get('filepathTemplate', metadata.SHARD_TEMPLATE) != metadata.SHARD_TEMPLATE:
             raise ValueError('shard names other than this tool\'s')
         split_name, lengths = split['name'], split['shardLengths']
-        if split_name not in metadata.SPLITS or not isinstance(lengths, list):
+        if split_name not in SPLITS or not isinstance(lengths, list):
             raise ValueError(f'split {split_name!r}')
         if len(lengths) > metadata.MAX_SHARDS:
             raise ValueError(f'split {split_name} lists {len(lengths)} shards, more than the '

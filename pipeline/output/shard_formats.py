@@ -15,7 +15,7 @@ import dataclasses
 import difflib
 import os
 import tempfile
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from pipeline.output import array_records, records
 from pipeline.io import fileio
@@ -104,7 +104,11 @@ def suffixes() -> list[str]:
 def parse(text: str) -> tuple[ShardFormat, ...]:
     """--output_format (names, comma-separated; the first is the primary format) as formats;
     an unknown or repeated name is a DatasetError."""
-    wanted = [name.strip() for name in str(text).split(',')]
+    return named([name.strip() for name in str(text).split(',')])
+
+
+def named(wanted: Sequence[str]) -> tuple[ShardFormat, ...]:
+    """The formats of these names, in their order (see `parse`)."""
     for name in wanted:
         if name not in _REGISTRY:
             near = difflib.get_close_matches(name, names(), 1)
@@ -112,7 +116,7 @@ def parse(text: str) -> tuple[ShardFormat, ...]:
                                f'{", ".join(names())}'
                                + (f' (did you mean {near[0]}?)' if near else ''))
     if len(set(wanted)) < len(wanted):
-        raise DatasetError(f'--output_format names a format twice: {text}')
+        raise DatasetError(f'--output_format names a format twice: {",".join(wanted)}')
     return tuple(_REGISTRY[name] for name in wanted)
 
 

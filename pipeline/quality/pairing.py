@@ -42,7 +42,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 from pipeline.quality.phash import FLAT
 
 RADIUS = 8

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from pipeline import pickling
+from pipeline.base import pickling
 
 
 @pickling.values_only

@@ -1,7 +1,6 @@
-"""Split names as datasets spell them (`val`, `valid`), mapped to the splits a dataset here has
-(pipeline/output/metadata.py SPLITS)."""
-from pipeline.output.metadata import SPLITS
+"""The splits a dataset has, in their order, and the names datasets give them (`val`)."""
 
+SPLITS = ('train', 'validation', 'test')
 ALIASES = {'val': 'validation', 'valid': 'validation'}
 
 

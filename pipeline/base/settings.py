@@ -1,17 +1,31 @@
-"""ConversionSettings: what the workers need to know about a run, resolved once from the flags."""
+"""The settings of a run, resolved once from its flags (pipeline/run_options.py) and handed to
+every stage: how images are normalised, where label ids come from, and the run as a whole."""
 import dataclasses
+import enum
 import functools
 
-from pipeline.io.fileio import DEFAULT_MAX_INPUT
-from pipeline.output.output_folder import temp_dir
-from pipeline.output.shard_formats import TFRECORD, ShardFormat
-from transforms.images import ImageOptions
-from transforms.resume import LAYOUT_VERSION, fingerprint
+from pipeline.base.choices import DamagedAction, LeakageAction
+from pipeline.base.fingerprints import LAYOUT_VERSION, fingerprint
+from pipeline.io.fileio import DEFAULT_MAX_INPUT, join
+
+TEMP_PREFIX = '.tmp-'   # A run's temporary folder in its output: TEMP_PREFIX + run id.
 
 
 def _per_run(default):
     """A setting that does not shape the bytes a run writes, so not part of its run id."""
     return dataclasses.field(default=default, metadata={'per_run': True})
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How images are normalised; every field is a flag of the same name."""
+    jpeg_quality: int = 95
+    reencode: bool = False
+    apply_exif_orientation: bool = True
+    max_pixels: int = 0
+    max_side: int = 0
+    max_image_pixels: int = 89_478_485
+    damaged_images: DamagedAction = DamagedAction.SKIP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +50,8 @@ class ConversionSettings:
     num_shards: int = 0
     target_shard_mb: float = 128.0
     skip_duplicates: bool = False
-    output_formats: tuple[ShardFormat, ...] = (TFRECORD,)   # The first is the primary one.
-    leakage: str = 'report'       # leakage.ACTIONS: what near-duplicates across splits do
+    output_formats: tuple[str, ...] = ('tfrecord',)   # Shard format names; the first is primary.
+    leakage: LeakageAction = LeakageAction.REPORT
     dali_index: bool = False      # A DALI index beside each TFRecord shard (dali_index.py).
     # Per run: where the dataset goes, the text of its metadata, and how this run goes about it.
     output_dir: str = _per_run('')
@@ -62,7 +76,7 @@ class ConversionSettings:
     @property
     def hashed(self) -> bool:
         """Whether images get perceptual hashes and are checked for leakage (not --leakage=off)."""
-        return self.leakage != 'off'
+        return self.leakage != LeakageAction.OFF
 
     @property
     def work_id(self) -> str:
@@ -72,15 +86,16 @@ class ConversionSettings:
 
     @property
     def temp_dir(self) -> str:
-        return temp_dir(self.output_dir, self.run_id)
+        """This run's own folder in the output (its protocol: pipeline/output/output_folder.py)."""
+        return join(self.output_dir.rstrip('/'), TEMP_PREFIX + self.run_id)
 
 
 def _shaping(value):
-    """What of a setting's value shapes the output: formats by name, nested settings without
-    their per-run fields."""
+    """What of a setting's value shapes the output: nested settings without their per-run fields,
+    choices by their text."""
     if dataclasses.is_dataclass(value):
         return tuple((f.name, _shaping(getattr(value, f.name))) for f in dataclasses.fields(value)
                      if not f.metadata.get('per_run'))
-    if isinstance(value, tuple) and value and isinstance(value[0], ShardFormat):
-        return tuple(f.name for f in value)
+    if isinstance(value, enum.Enum):
+        return value.value
     return value
