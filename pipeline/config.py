@@ -2,9 +2,10 @@
 
     from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
 
-(defined in pipeline/classic/).
+(the config class in pipeline/inputs/classic_config.py, read by the generator input kind; the
+builder in pipeline/classic/).
 """
 from pipeline.classic.builder import ImageClassificationBuilder
-from pipeline.classic.config import ImageClassificationConfig
+from pipeline.inputs.classic_config import ImageClassificationConfig
 
 __all__ = ['ImageClassificationBuilder', 'ImageClassificationConfig']

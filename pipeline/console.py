@@ -1,33 +1,28 @@
-"""Console output of local runs: our progress lines, without the runner's worker chatter.
+"""What a run shows: our own lines, without the runner's worker chatter.
 
-DirectRunner worker processes send their log records to the launcher, which prints them as raw
-protobuf text ('Worker: severity: ... message: "..."'). The console shows the message of our own
-records as a plain line and hides the rest, including the runner's tracebacks of a failed step:
-the launcher reports the failure in one line. Every record, unfiltered, goes to a log file,
-and so does what worker processes print; `--verbose` shows it all on the console instead.
+Local worker processes send their log records to the launcher, which logs each as raw protobuf
+text ('Worker: severity: ... message: "..."'). While a job runs (`relay_worker_lines`), those
+from our own modules are logged again as plain lines of the 'image_tfrecords' logger, and the
+rest stay as they are. The command line shows them (`showing`): our lines, warnings of any
+logger, and the runner's records only with --verbose; the launcher reports a failure itself in
+one line, so the runner's tracebacks are not shown. On a terminal a status line stays below the
+lines, redrawn in place (`show_status`).
 """
 import contextlib
 import logging
 import os
-import re
-import sys
 import threading
-from typing import Callable, Iterator
+from typing import Iterator, TextIO
 
-from google.protobuf import text_encoding
+from pipeline import beam_internals
 
-import pipeline
-import transforms
-
-_WORKER_LOGGER = 'apache_beam.runners.portability.local_job_service'
-_ENTRY = re.compile(r'message: "(?P<message>(?:[^"\\]|\\.)*)".*?log_location: "(?P<where>[^"]*)"',
-                    re.S)
+OURS = 'image_tfrecords'          # Our lines' logger.
+TRACE = 'image_tfrecords.trace'   # Tracebacks and details, for the log file; --verbose shows it.
 # Where our modules are, sub-packages included: a worker record logged from there is ours.
-_OURS = tuple(os.path.dirname(os.path.abspath(package.__file__)) + os.sep
-              for package in (pipeline, transforms))
-TRACE = 'image_tfrecords.trace'   # For the log file; the console shows it with --verbose only.
-_watchers: list[Callable[[str], None]] = []   # Called with each line before it is shown.
-_output_lock = threading.RLock()   # Without the command line's console: orders our output.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OURS = tuple(os.path.join(_ROOT, package) + os.sep for package in ('pipeline', 'transforms'))
+_output_lock = threading.RLock()   # Without a console: orders what is written.
+_console: '_ConsoleHandler | None' = None
 
 
 class _ConsoleFilter(logging.Filter):
@@ -36,68 +31,57 @@ class _ConsoleFilter(logging.Filter):
         self._verbose = verbose
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name == _WORKER_LOGGER and record.msg == 'Worker: %s' and record.args:
-            found = _worker_message(record)
-            if found is None:
-                return self._verbose
-            record.msg, record.args = found[0], ()
-            return found[1] or self._verbose
-        if record.name == 'image_tfrecords':
+        if record.name == OURS or self._verbose:
             return True
-        if record.name.startswith('apache_beam.runners'):
-            return self._verbose
-        return record.levelno >= logging.WARNING or self._verbose
+        if record.name.startswith('apache_beam.runners') or record.name == TRACE:
+            return False
+        return record.levelno >= logging.WARNING
 
 
 def _worker_message(record: logging.LogRecord) -> tuple[str, bool] | None:
-    """(message, whether it is one of our own lines) of a worker's log record, if it has one."""
-    match = _ENTRY.search(str(record.args[0]))
-    if match is None:
+    """(message, whether it is one of our own lines) of a worker's log record, if it is one."""
+    found = beam_internals.worker_line(record)
+    if found is None:
         return None
-    message = text_encoding.CUnescape(match['message']).decode('utf-8', 'replace')
-    ours = match['where'].startswith(_OURS) and 'Traceback (most recent' not in message
-    return message, ours
+    message, where = found
+    return message, where.startswith(_OURS) and 'Traceback (most recent' not in message
 
 
-class _OwnWorkerLines(logging.Filter):
-    """Without the command line's console (the Python API): our own lines from worker processes
-    go to the 'image_tfrecords' logger as plain messages, the runner's worker chatter nowhere."""
+class _RelayOwnLines(logging.Filter):
+    """Our own lines from worker processes go to the OURS logger as plain messages; the other
+    worker records go on as they are where a console shows what a run logs (it hides them,
+    the log keeps them), and nowhere otherwise (the Python API)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg == 'Worker: %s' and record.args:
-            found = _worker_message(record)
-            if found is not None and found[1]:
-                _tell_watchers(found[0])
-                logging.getLogger('image_tfrecords').log(record.levelno, '%s', found[0])
-            return False
-        return True
+        found = _worker_message(record)
+        if found is None:
+            return True
+        if not found[1]:
+            return _console is not None
+        logging.getLogger(OURS).log(record.levelno, '%s', found[0])
+        return False
 
 
 @contextlib.contextmanager
-def own_worker_lines() -> Iterator[None]:
-    """While a job runs: worker log records as `_OwnWorkerLines` says, unless the command line's
-    console shows them."""
-    if _console is not None:
-        yield
-        return
-    worker_logs, only_ours = logging.getLogger(_WORKER_LOGGER), _OwnWorkerLines()
-    worker_logs.addFilter(only_ours)
+def relay_worker_lines() -> Iterator[None]:
+    """While a job runs: worker records as `_RelayOwnLines` says."""
+    worker_logs, relay = logging.getLogger(beam_internals.WORKER_LOGGER), _RelayOwnLines()
+    worker_logs.addFilter(relay)
     try:
         yield
     finally:
-        worker_logs.removeFilter(only_ours)
+        worker_logs.removeFilter(relay)
 
 
 class _ConsoleHandler(logging.StreamHandler):
-    """Log records as lines on stderr; on a terminal, also a status line below them, redrawn in
-    place."""
+    """Log records as lines on a stream; on a terminal, also a status line below them, redrawn
+    in place."""
 
-    def __init__(self, status_line: bool):
-        super().__init__()
+    def __init__(self, stream: TextIO, status_line: bool):
+        super().__init__(stream)
         self.status_line, self.status = status_line, ''
 
     def emit(self, record: logging.LogRecord) -> None:
-        _tell_watchers(record.getMessage())
         if self.status:
             self.stream.write('\r\x1b[K')
         super().emit(record)
@@ -112,24 +96,31 @@ class _ConsoleHandler(logging.StreamHandler):
             self.flush()
 
 
-_console: _ConsoleHandler | None = None
-
-
 @contextlib.contextmanager
-def watching_lines(callback: Callable[[str], None]) -> Iterator[None]:
-    """While in the block, `callback(message)` runs before each of our lines is shown (on the
-    command line's console, or relayed from a worker with the Python API), under output_lock."""
-    _watchers.append(callback)
+def showing(stream: TextIO, verbose: bool = False) -> Iterator[None]:
+    """While in the block, records are shown on `stream` as the command line shows them (see
+    the module docstring): every record with `verbose`; a status line where `stream` is a
+    terminal and not `verbose`."""
+    global _console
+    console = _ConsoleHandler(stream, stream.isatty() and not verbose)
+    console.setFormatter(logging.Formatter('%(message)s'))
+    console.addFilter(_ConsoleFilter(verbose))
+    levels = {name: logging.getLogger(name).level
+              for name in (OURS, beam_internals.WORKER_LOGGER)}
+    for name in levels:
+        logging.getLogger(name).setLevel(logging.INFO)
+    root = logging.getLogger()
+    root.addHandler(console)
+    previous, _console = _console, console
     try:
         yield
     finally:
-        _watchers.remove(callback)
-
-
-def _tell_watchers(message: str) -> None:
-    with output_lock():
-        for callback in list(_watchers):
-            callback(message)
+        _console = previous
+        root.removeHandler(console)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        if console.status:
+            console.show('')
 
 
 def output_lock() -> threading.RLock:
@@ -145,39 +136,3 @@ def show_status(text: str) -> bool:
     if text or _console.status:
         _console.show(text)
     return True
-
-
-def send_stderr_to(log_fd: int) -> None:
-    """Points file descriptor 2 of this process, and so of the runner's worker processes it
-    starts, at the log open as `log_fd`; `sys.stderr` (the console) stays on the terminal."""
-    console = os.fdopen(os.dup(2), 'w', buffering=1)
-    os.dup2(log_fd, 2)
-    sys.stderr = console
-
-
-def setup_console_logging(verbose: bool = False, log_file: str | None = None) -> None:
-    """Plain progress lines on stderr, and every record in `log_file` if given."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        handler.close()
-    root.setLevel(logging.INFO)
-    global _console
-    console = _console = _ConsoleHandler(sys.stderr.isatty() and not verbose)
-    console.setFormatter(logging.Formatter('%(message)s'))
-    console.addFilter(_ConsoleFilter(verbose))
-    if log_file:  # Added first: it sees each record before the console filter rewrites it.
-        to_file = logging.FileHandler(log_file)
-        to_file.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s'))
-        root.addHandler(to_file)
-    root.addHandler(console)
-    threading.excepthook = _log_thread_error
-
-
-def _log_thread_error(args: threading.ExceptHookArgs) -> None:
-    """An uncaught exception in a background thread (the runner's, when a job fails or is
-    interrupted) goes to the log file; the console shows it with --verbose only, as the
-    launcher reports the failure itself."""
-    logging.getLogger(TRACE).info(
-        'uncaught exception in thread %s', args.thread.name if args.thread else '?',
-        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))

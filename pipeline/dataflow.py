@@ -9,8 +9,7 @@ import tarfile
 import tempfile
 
 from apache_beam.options.pipeline_options import (
-    DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions,
-    WorkerOptions)
+    DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, WorkerOptions)
 
 from pipeline.errors import DatasetError
 
@@ -23,11 +22,7 @@ WORKER_DEFAULTS = {  # flag: (options view, value)
 SETUP_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'setup.py')
 
 
-def is_dataflow(options: PipelineOptions) -> bool:
-    return 'dataflow' in str(options.view_as(StandardOptions).runner or '').lower()
-
-
-def apply_dataflow_defaults(options: PipelineOptions, given: set[str]) -> None:
+def apply_worker_defaults(options: PipelineOptions, given: set[str]) -> None:
     """Fills in worker settings the user did not give (`given`: the flags set), and ships this
     package to workers."""
     for name, (view, value) in WORKER_DEFAULTS.items():

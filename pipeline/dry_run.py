@@ -9,29 +9,26 @@ from apache_beam.options.pipeline_options import (
     DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, WorkerOptions)
 
 from pipeline import job, plan
-from pipeline.dataflow import build_worker_package, is_dataflow
-from pipeline.io import fileio
+from pipeline.dataflow import build_worker_package
 from pipeline.errors import DatasetError
-from pipeline.options import Options, parse
+from pipeline.io import fileio
+from pipeline.launch import Launch
 from pipeline.sources import input_paths
 
 
-def dry_run(options: Options, signed_in: bool) -> str:
-    """Builds the Dataflow job of `options` without submitting it; returns what would be
+def describe(launch: Launch, signed_in: bool) -> str:
+    """Builds the Dataflow job of `launch` without submitting it; returns what would be
     submitted. `signed_in`: there are credentials for the gs:// paths (else none is touched)."""
-    if not is_dataflow(options.beam):
-        raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
-                           'use --plan_only to see what it would write')
-    flags = options.converter
+    flags = launch.converter
     remote = next((p for p in input_paths(flags) if p and fileio.is_gcs(p)), None)
     if not signed_in and remote:
         raise DatasetError(f'{remote} is read to build the job (its splits, labels and listing): '
                            'a dry run without Google Cloud credentials needs the input on local '
                            'disk; or sign in (gcloud auth application-default login)')
-    planned = _plan_here(options)
+    planned = _plan_here(launch)
     if not signed_in:   # Else Beam looks for credentials, retrying for a minute, before going on.
-        options.beam.view_as(GoogleCloudOptions).no_auth = True
-    prepared = job.prepare(options, check_buckets=signed_in)   # No lock; nothing written.
+        launch = launch.replaced(no_auth=True)
+    prepared = job.prepare(launch, check_buckets=signed_in)   # No lock; nothing written.
     try:
         graph = prepared.pipeline.run().job.proto_pipeline
     except ValueError as exc:   # Beam's checks of the Dataflow options.
@@ -39,7 +36,7 @@ def dry_run(options: Options, signed_in: bool) -> str:
             raise
         raise DatasetError('Dataflow would refuse these options: '
                            + '; '.join(str(exc).splitlines()[1:]).strip()) from None
-    cloud = prepared.options.view_as(GoogleCloudOptions)
+    cloud = prepared.launch.beam.view_as(GoogleCloudOptions)
     lines = ['Dry run: nothing submitted.',
              f'Checked: the buckets of the input and of {prepared.settings.output_dir}, with your '
              'credentials' if signed_in else
@@ -49,10 +46,10 @@ def dry_run(options: Options, signed_in: bool) -> str:
              f'{cloud.temp_location}, staging {cloud.staging_location or cloud.temp_location}',
              f'Job graph: {len(graph.components.transforms)} steps in these stages: '
              + ', '.join(_stages(graph)),
-             f'Workers: {_workers(prepared.options)}',
+             f'Workers: {_workers(prepared.launch.beam)}',
              'Staged for the workers: ' + ', '.join(
                  f'{name} ({size / 1e3:.0f} KB)' for name, size in build_worker_package(
-                     prepared.options)),
+                     prepared.launch.beam)),
              '', 'Plan (listed here, with the Dataflow estimate):', plan.format_plan(planned)]
     return '\n'.join(lines)
 
@@ -77,10 +74,9 @@ def _workers(options: PipelineOptions) -> str:
             f'disk; code: {code}')
 
 
-def _plan_here(options: Options) -> dict:
+def _plan_here(launch: Launch) -> dict:
     """The plan of the input, listed by a local runner (the Dataflow job would list the same),
     with the Dataflow estimate only."""
-    values = dict(options.beam.get_all_options(drop_default=True), runner='DirectRunner',
-                  plan_only=True, dry_run=False, output_dir=None)
-    document = job.plan(parse([], **values))
+    local = launch.replaced(runner='DirectRunner', plan_only=True, dry_run=False, output_dir=None)
+    document = job.plan(local)
     return plan.estimate({k: v for k, v in document.items() if k != 'estimate'})

@@ -1,5 +1,7 @@
-"""The one exception type a user sees: what went wrong, where, and how to fix it."""
+"""The one exception type a user sees (what went wrong, where, and how to fix it), and how a
+command that was stopped ends."""
 import re
+import signal
 import unicodedata
 
 _RUNNER_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
@@ -41,3 +43,26 @@ class DatasetError(Exception):
                 return _RUNNER_SUFFIX.sub('', line)
             exc = exc.__cause__ or exc.__context__
         return None
+
+
+class Terminated(KeyboardInterrupt):
+    """A signal that ends the command as Ctrl-C does (workers stopped, the output lock released,
+    one line): SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 (STOPPING_SIGNALS)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def line(self) -> str:
+        return f'terminated ({signal.Signals(self.signum).name})'
+
+
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def stop_line(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """The line and exit code of a command ended by Ctrl-C or a stopping signal."""
+    if isinstance(stop, Terminated):
+        return f'{stop.line}; rerun the same command to resume', 128 + stop.signum
+    return 'interrupted; rerun the same command to resume', 130

@@ -13,10 +13,10 @@ local runner, with the conversion rate of a sample of the inputs: transforms/loc
 """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineRunner
 
-from pipeline.local_runner import runner_for
 from pipeline.plan import write_plan
-from pipeline.progress import plan_path
+from pipeline.output import output_folder
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
@@ -27,14 +27,16 @@ from transforms.sharding import PlanShards
 from transforms.write_shards import WriteShards
 
 
-def build_pipeline(options: PipelineOptions, partitions: list[Partition],
-                   settings: ConversionSettings) -> beam.Pipeline:
-    """The conversion of `partitions` into a committed dataset under settings.output_dir."""
-    p = beam.Pipeline(runner=runner_for(options), options=options)
+def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
+                   partitions: list[Partition], settings: ConversionSettings) -> beam.Pipeline:
+    """The conversion of `partitions` into a committed dataset under settings.output_dir, to
+    run on `runner` (None: the one --runner names)."""
+    p = beam.Pipeline(runner=runner, options=options)
     measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
     facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
     if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
-        plans = _note_plan(facts, label_map, plans, plan_path(settings))
+        plans = _note_plan(facts, label_map, plans,
+                           output_folder.plan_note(settings.temp_dir, settings.lock_token))
     written = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
     _ = written['shards'] | 'Commit Dataset' >> CommitDataset(settings, label_map, facts, written)
     return p
@@ -49,12 +51,12 @@ def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam
     return plans | 'Plan Noted' >> beam.Map(lambda plan, _: plan, beam.pvalue.AsSingleton(noted))
 
 
-def build_plan_pipeline(options: PipelineOptions, partitions: list[Partition],
-                        settings: ConversionSettings, plan_path: str,
-                        measure_rate: bool = False) -> beam.Pipeline:
+def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
+                        partitions: list[Partition], settings: ConversionSettings,
+                        plan_path: str, measure_rate: bool = False) -> beam.Pipeline:
     """Lists and plans without converting: the plan document goes to `plan_path`, with this
     machine's conversion rate for a sample of the inputs if `measure_rate`."""
-    p = beam.Pipeline(runner=runner_for(options), options=options)
+    p = beam.Pipeline(runner=runner, options=options)
     measure_sizes = not all(x.sizes_known for x in partitions)
     facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
     rate = ([inputs | 'Measure Local Rate' >> MeasureLocalRate(settings, label_map)]

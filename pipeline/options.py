@@ -1,25 +1,17 @@
-"""The product's flags, defined once as a Beam PipelineOptions subclass, and parsed once.
+"""The product's flags, defined once as a Beam PipelineOptions subclass.
 
 Beam, Dataflow and Flex Templates all read this definition; every other flag goes to Beam.
 Booleans take `--flag`, `--flag=true` or `--flag=false`, as a template launcher passes them.
-`parse` reads the flags of a run (the command line, the Python API's keywords, the classic
-builder's options, a Flex Template's parameters) into an Options object and checks every value
-in one place; the job then resolves them into ConversionSettings.
+A run's flags are read once, resolved and checked by pipeline/launch.py.
 """
 import argparse
-import dataclasses
-import difflib
-from typing import Sequence
 
-from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.errors import DatasetError
-from pipeline.inputs import registry
-from pipeline.output import dali_index, shard_formats
-from pipeline.output.shard_formats import ShardFormat
 from pipeline.base.choices import DamagedAction, LeakageAction, values
 from pipeline.base.settings import ConversionSettings, ImageOptions
+from pipeline.inputs import registry
+from pipeline.output import shard_formats
 from pipeline.quality.pairing import RADIUS
 
 DEFAULT_TARGET_SHARD_MB = 128
@@ -140,56 +132,12 @@ class ConverterOptions(PipelineOptions):
         switch('verbose', False, 'Print the runner\'s full log and tracebacks (they go to a log '
                'file otherwise)')
 
-    def output_formats(self) -> tuple[ShardFormat, ...]:
-        """--output_format as formats, checked."""
-        return shard_formats.parse(self.output_format)
-
     def image_options(self) -> ImageOptions:
         return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,
                             apply_exif_orientation=self.apply_exif_orientation,
                             max_pixels=self.max_pixels, max_side=self.max_side,
                             max_image_pixels=self.max_image_pixels,
                             damaged_images=DamagedAction(self.damaged_images))
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """The flags of one run, parsed and checked: every option (ours, Beam's, the runners') and
-    the names the caller set explicitly, also where set to their default."""
-    beam: PipelineOptions
-    given: frozenset[str]
-
-    @property
-    def converter(self) -> ConverterOptions:
-        return self.beam.view_as(ConverterOptions)
-
-
-def parse(flags: Sequence[str] = (), **values) -> Options:
-    """Command-line `flags` and keyword `values` by option name (which take precedence), checked:
-    an unknown name, a bad value or a number out of range is a DatasetError naming the flag."""
-    flags = list(flags)
-    given = _given_flags(flags)
-    check_names(values)
-    beam = PipelineOptions(flags, **values)
-    _check_values(beam.view_as(ConverterOptions))
-    return Options(beam, frozenset(given | set(values)))
-
-
-def _check_values(opts: ConverterOptions) -> None:
-    checks = [(1 <= opts.jpeg_quality <= 100, '--jpeg_quality must be 1..100'),
-              (opts.num_shards >= 0, '--num_shards must be >= 0 (0: automatic)'),
-              (opts.target_shard_mb > 0, '--target_shard_mb must be > 0'),
-              (0 <= opts.max_error_ratio <= 1, '--max_error_ratio must be in 0..1'),
-              (opts.label_offset >= 0, '--label_offset must be >= 0'),
-              (opts.max_pixels >= 0 and opts.max_side >= 0, '--max_pixels/--max_side must be >= 0')]
-    for ok, message in checks:
-        if not ok:
-            raise DatasetError(message)
-    formats = opts.output_formats()   # Raises on an unknown or repeated format.
-    if opts.dali_index and dali_index.FORMAT not in formats:
-        raise DatasetError(f'--dali_index indexes TFRecord shards and --output_format='
-                           f'{opts.output_format} writes none; add tfrecord to --output_format '
-                           'or leave --dali_index out')
 
 
 def converter_parser() -> argparse.ArgumentParser:
@@ -205,52 +153,6 @@ def converter_parser() -> argparse.ArgumentParser:
         '--direct_num_workers=N for a local run (default: one worker process per core).')
     ConverterOptions._add_argparse_args(parser)
     return parser
-
-
-class _RaisingParser(pipeline_options._BeamArgumentParser):
-    """Beam's parser of all options, reporting a bad value as a DatasetError, not a usage page."""
-
-    def error(self, message: str):
-        raise DatasetError(f'{message.replace("argument ", "flag ", 1)}; python -m pipeline.run '
-                           '--help lists every flag')
-
-
-def _all_options_parser() -> argparse.ArgumentParser:
-    """A parser of every flag any Beam options class (ours, Beam's, the runners') defines."""
-    parser = _RaisingParser(allow_abbrev=False)
-    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
-    for cls in classes.values():
-        cls._add_argparse_args(parser)
-    return parser
-
-
-def _given_flags(argv: list[str]) -> set[str]:
-    """The option names `argv` sets, also where it sets them to their default value; an unknown
-    flag or a bad value is a DatasetError naming it, with the nearest valid flag."""
-    parser = _all_options_parser()
-    for action in parser._actions:
-        action.default = argparse.SUPPRESS
-    given, unknown = parser.parse_known_args(argv)
-    for arg in unknown:
-        name = arg.split('=', 1)[0]
-        if not name.startswith('-'):
-            raise DatasetError(f'unexpected argument {arg!r}: flags look like --name=value')
-        known = [option for action in parser._actions for option in action.option_strings]
-        near = difflib.get_close_matches(name.replace('-', '_').replace('__', '--', 1), known, 1)
-        hint = f'; did you mean {near[0]}?' if near else ''
-        raise DatasetError(f'unknown flag {name}{hint} (python -m pipeline.run --help lists the '
-                           'flags; Beam and runner flags are accepted as well)')
-    return set(vars(given))
-
-
-def check_names(values: dict) -> None:
-    """Raises a DatasetError naming the first option name (a keyword of the job API) that no
-    options class defines, with the nearest valid one."""
-    known = {action.dest for action in _all_options_parser()._actions}
-    for name in values:
-        if name not in known:
-            near = difflib.get_close_matches(name, known, 1)
-            raise DatasetError(f'unknown option {name!r}' + (f'; did you mean {near[0]!r}?' if near else ''))
 
 
 def help_text() -> str:

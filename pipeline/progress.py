@@ -1,75 +1,74 @@
-"""Live progress of a conversion the launcher waits for, read from the run's temporary folder.
+"""What a conversion the launcher waits for shows while it runs, read from the files its steps
+leave in the run's temporary folder: nothing is parsed from a log line.
 
-Once planning is done the pipeline writes the plan (inputs per split) to `plan-<lock token>.json`
-in the run's temporary folder, and every converted chunk leaves a sidecar per part file
-(`parts/*.tfrecord.json`, a ShardResult with its records and errors; see transforms/resume.py).
-A thread in the launcher polls them and shows inputs done of the total, the rate and the time
-left: in place on a terminal (pipeline/console.py), else as a log line per tenth of the work
-seen (at most a minute apart). When the shards are joined every input is done: a last line
-says so, at 100%, before the first shard line. Parts an earlier attempt left are reused work,
-not counted as done.
+Once planning is done the pipeline writes the plan (inputs per split) to
+`plan-<lock token>.json`; every converted chunk leaves a sidecar per part file
+(`parts/*.tfrecord.json`) and every joined shard one beside it (`shards/*.json`), each a
+ShardResult (transforms/shard_results.py, transforms/resume.py). A thread polls them and shows
+inputs done of the total, the rate and the time left: in place on a terminal
+(pipeline/console.py), else as a line per tenth of the work seen (at most a minute apart). The
+joins start once every chunk is converted, and a shard's sidecar is written before its line is
+logged: so the display looks again before any other line of ours is shown, and ends at 100%
+once a shard is joined, before that shard's line. Work an earlier attempt left is reused, not
+counted as done.
 """
 import json
 import logging
-import signal
 import threading
 import time
 
 from pipeline import console
-from pipeline.io import fileio
-from pipeline.output import bounded_reads, output_folder
 from pipeline.errors import DatasetError
+from pipeline.io import fileio
 from pipeline.base.settings import ConversionSettings
-from transforms.write_shards import SHARD_LINE_PATTERN
+from pipeline.output import bounded_reads, output_folder
 
-LOG = logging.getLogger('image_tfrecords')
+LOG = logging.getLogger(console.OURS)
 LINE_EVERY_SECONDS = 60
-
-
-def plan_path(settings: ConversionSettings) -> str:
-    """Where the pipeline notes its plan for the launcher of this attempt."""
-    return fileio.join(settings.temp_dir, f'plan-{settings.lock_token}.json')
+_OWN = {'progress': True}   # Marks the display's own records.
 
 
 class Progress:
-    """Shows the progress of a conversion while it runs: `with Progress(settings): run()`.
-
-    The display ends, at 100%, before the first line of the shard join is shown (the join starts
-    once every chunk is converted), and at once on Ctrl-C: nothing is redrawn after it."""
+    """Shows the progress of a conversion while it runs: `with Progress(settings): run()`."""
 
     def __init__(self, settings: ConversionSettings):
-        self._plan = plan_path(settings)
+        self._plan = output_folder.plan_note(settings.temp_dir, settings.lock_token)
         self._parts = fileio.join(settings.temp_dir, output_folder.PARTS)
+        self._shards = fileio.join(settings.temp_dir, output_folder.SHARDS)
         self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name='progress', daemon=True)
-        self._seen: dict[str, int] = {}   # Sidecar path -> inputs it accounts for.
-        self._total = self._started = None
-        self._ended = False
+        self._lock = threading.RLock()   # One reader of the folder at a time.
+        self._seen: set[str] = set()     # Part sidecars read.
+        self._done = 0                   # Inputs of the parts converted by this attempt.
+        self._earlier: set[str] = set()  # Shard sidecars an earlier attempt left.
+        self._plan_data: dict | None = None
+        self._converting = True
         self._all_done_at = None   # When the polls saw every input done (for the last rate).
-        self._watching = console.watching_lines(self._before_line)
-        self._previous_sigint = None
+        self._before_lines = _BeforeLines(self)
 
     def __enter__(self) -> 'Progress':
         try:
-            self._reused = sum(self._inputs_of_new_parts())   # Left by an earlier attempt.
-        except Exception:  # Progress is never worth failing a run for.
+            self._reused = sum(self._new_parts())
+            self._earlier = set(self._shard_sidecars())
+        except Exception:   # Progress is never worth failing a run for.
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
             self._reused = 0
-        self._watching.__enter__()
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._previous_sigint = signal.signal(signal.SIGINT, self._interrupted)
+        LOG.addFilter(self._before_lines)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._end(finished=False)
+        self._stop.set()
         self._thread.join()
-        self._watching.__exit__(*exc)
-        if self._previous_sigint is not None:
-            signal.signal(signal.SIGINT, self._previous_sigint)
-        if exc[0] is None:   # The run committed, and took its temporary folder away.
+        LOG.removeFilter(self._before_lines)
+        with self._lock:
+            if exc[0] is None and self._converting and self._plan_data is not None:
+                self._end_converting()   # Every shard an earlier attempt's: none was joined now.
+            self._converting = False
+        with console.output_lock():
+            console.show_status('')
+        if exc[0] is None:   # Committed: the temporary folder is gone.
             return
         try:   # The note is for this attempt's launcher only.
             if fileio.exists(self._plan):
@@ -77,84 +76,107 @@ class Progress:
         except Exception:
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
 
-    def _interrupted(self, signum, frame) -> None:
-        self._end(finished=False)
-        raise KeyboardInterrupt
-
-    def _before_line(self, message: str) -> None:
-        if SHARD_LINE_PATTERN.match(message):
-            self._end(finished=True)
-
-    def _end(self, finished: bool) -> None:
-        """Stops the display; `finished`: the conversion stage ended, so its last line says
-        every input is done."""
-        with console.output_lock():
-            if self._ended:
-                return
-            self._ended = True
-            self._stop.set()
-            console.show_status('')
-            if finished and self._read_plan():
-                todo = self._total - self._reused
-                if todo > 0:
-                    end = self._all_done_at or time.time()
-                    LOG.info('%s', status_text(todo, todo, self._reused, end - self._started))
-
-    def _read_plan(self) -> bool:
-        """Whether the plan (the total and the conversion's start) is known, reading it once."""
-        if self._total is None:
-            noted = fileio.modified(self._plan)
-            if noted is None:
-                return False
-            plan = json.loads(fileio.read_bytes(self._plan))
-            self._total = sum(s['inputs'] for s in plan['splits'].values())
-            self._started = noted   # Conversion starts.
-        return True
-
     def _watch(self) -> None:
-        done, last_line, next_step, shown = 0, time.monotonic(), 1, None
+        last_line, next_step, shown = time.monotonic(), 1, None
         while not self._stop.wait(self._poll):
-            try:
-                if not self._read_plan():
-                    continue
-                done += sum(self._inputs_of_new_parts())
-            except Exception:  # Progress is never worth failing a run for.
-                logging.getLogger(console.TRACE).info('progress', exc_info=True)
-                continue
-            todo = self._total - self._reused
-            if done >= todo and self._all_done_at is None:
-                self._all_done_at = time.time()
-            text = status_text(min(done, todo), todo, self._reused,
-                               (self._all_done_at or time.time()) - self._started)
-            if text == shown:
+            text = self._catch_up()
+            if text is None or text == shown:
                 continue
             with console.output_lock():
-                if self._ended:
+                if self._stop.is_set():
                     return
                 if console.show_status(text):
                     shown = text
                     continue
-                step = int(10 * done / max(1, todo))
-                if 0 < done < todo and (step >= next_step
-                                        or time.monotonic() - last_line > LINE_EVERY_SECONDS):
-                    LOG.info('%s', text)
+                todo = self._todo()
+                step = int(10 * self._done / max(1, todo))
+                if 0 < self._done < todo and (step >= next_step
+                                              or time.monotonic() - last_line > LINE_EVERY_SECONDS):
+                    LOG.info('%s', text, extra=_OWN)
                     last_line, next_step = time.monotonic(), step + 1
 
-    def _inputs_of_new_parts(self) -> list[int]:
-        found = []   # Listed by name: a poll costs no look at the files it has seen.
+    def _catch_up(self) -> str | None:
+        """Reads what is new in the temporary folder; ends the display once a shard is joined;
+        returns the status while converting (None when there is none to show)."""
+        with self._lock:
+            if not self._converting:
+                return None
+            try:
+                if not self._read_plan():
+                    return None
+                self._done += sum(self._new_parts())
+                if self._done >= self._todo() and self._all_done_at is None:
+                    self._all_done_at = time.time()
+                joined = set(self._shard_sidecars()) - self._earlier
+            except Exception:   # Progress is never worth failing a run for.
+                logging.getLogger(console.TRACE).info('progress', exc_info=True)
+                return None
+            if joined:
+                self._end_converting()
+                return None
+            return self._status()
+
+    def _end_converting(self) -> None:
+        """The conversion stage ended: its last line says every input is done."""
+        self._converting = False
+        with console.output_lock():
+            console.show_status('')
+            todo = self._todo()
+            if todo > 0:
+                end = self._all_done_at or time.time()
+                LOG.info('%s', status_text(todo, todo, self._reused, end - self._started),
+                         extra=_OWN)
+
+    def _status(self) -> str:
+        todo = self._todo()
+        return status_text(min(self._done, todo), todo, self._reused,
+                           (self._all_done_at or time.time()) - self._started)
+
+    def _todo(self) -> int:
+        return sum(s['inputs'] for s in self._plan_data['splits'].values()) - self._reused
+
+    def _read_plan(self) -> bool:
+        """Whether the plan (the totals and the conversion's start) is known, reading it once."""
+        if self._plan_data is None:
+            noted = fileio.modified(self._plan)
+            if noted is None:
+                return False
+            self._plan_data = json.loads(fileio.read_bytes(self._plan))
+            self._started = noted   # Conversion starts.
+        return True
+
+    def _shard_sidecars(self) -> list[str]:
+        return [p for p in fileio.file_names(self._shards) if p.endswith('.json')]
+
+    def _new_parts(self) -> list[int]:
+        """The inputs each part sidecar not read before accounts for. Listed by name: a poll
+        looks at no file it has seen."""
+        found = []
         for path in fileio.file_names(self._parts):
             if path.endswith('.tfrecord.json') and path not in self._seen:
+                self._seen.add(path)
                 try:
                     data = bounded_reads.read_file(path)
                     if data is None:   # The run ended and its temporary folder went.
                         continue
                     result = json.loads(data)
-                    count = int(result['records']) + int(result['errors'])
+                    found.append(int(result['records']) + int(result['errors']))
                 except (DatasetError, ValueError, TypeError, KeyError):
-                    count = 0          # Not a sidecar of this run: the run itself says so.
-                self._seen[path] = count
-                found.append(count)
+                    continue   # Not a sidecar of this run: the run itself says so.
         return found
+
+
+class _BeforeLines(logging.Filter):
+    """Before any other record of ours is shown, the display looks at the folder again."""
+
+    def __init__(self, progress: Progress):
+        super().__init__()
+        self._progress = progress
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, 'progress', False):
+            self._progress._catch_up()
+        return True
 
 
 def status_text(done: int, todo: int, reused: int, seconds: float) -> str:

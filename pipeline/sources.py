@@ -6,7 +6,7 @@ config's partitions. Everything large is listed on the workers (transforms/listi
 """
 import dataclasses
 
-from pipeline.classic.config import ImageClassificationConfig
+from pipeline.inputs.classic_config import ImageClassificationConfig
 from pipeline.errors import DatasetError
 from pipeline.inputs import registry
 from pipeline.inputs.kinds import InputKind, Source, check_regular

@@ -27,9 +27,11 @@ import subprocess
 import sys
 import traceback
 
+from pipeline.errors import STOPPING_SIGNALS
+
 NAME = 'tfrecord-worker'   # At most 15 bytes: the kernel's limit for a process name.
 _LENGTH = struct.Struct('>I')
-_STOPS = {signal.SIGINT, signal.SIGTERM}
+_STOPS = {signal.SIGINT, *STOPPING_SIGNALS}
 _PR_SET_PDEATHSIG = 1
 _waiting: list['Worker'] = []
 
@@ -90,45 +92,17 @@ class _Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
-def local_workers(argv: list[str]) -> int:
-    """How many worker processes the command line `argv` runs locally: DirectRunner (the
-    default) in multi-process mode, which is the default unless --direct_num_workers or
-    --direct_running_mode says otherwise (--plan_only too: it times a sample on them); 0 for
-    anything else (another runner, --dry_run, --help)."""
-    flags = {}
-    for i, arg in enumerate(argv):
-        if arg.startswith('--'):
-            name, given, value = arg[2:].partition('=')
-            if not given:
-                following = argv[i + 1] if i + 1 < len(argv) else ''
-                value = '' if following.startswith('--') else following
-            flags[name] = value
-    if {'h', 'help'} & flags.keys() or '-h' in argv:
-        return 0
-    if 'dry_run' in flags and flags['dry_run'].lower() not in ('false', 'no', '0', 'off'):
-        return 0
-    if flags.get('runner', 'DirectRunner').lower() not in ('directrunner', 'direct'):
-        return 0
-    if 'direct_running_mode' not in flags:
-        return 0 if 'direct_num_workers' in flags else os.cpu_count() or 1
-    if flags['direct_running_mode'] != 'multi_processing':
-        return 0
-    try:
-        return int(flags.get('direct_num_workers') or 0) or os.cpu_count() or 1
-    except ValueError:
-        return 0
-
-
-def prestart(argv: list[str]) -> None:
-    """Forks the worker processes the command line `argv` will run in, if any. Only before this
-    process starts threads, with the modules workers need imported. A SIGINT or SIGTERM that
-    comes meanwhile is held back until the last fork (inside one, Python would lose it)."""
+def prestart(count: int) -> None:
+    """Forks `count` worker processes for the run to come (pipeline/launch.py says how many).
+    Only before this process starts threads, with the modules workers need imported. A SIGINT
+    or stopping signal that comes meanwhile is held back until the last fork (inside one,
+    Python would lose it)."""
     if not os.path.isdir('/proc/self') or _waiting:
         return
     atexit.register(_kill_waiting)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
-        for _ in range(local_workers(argv)):
+        for _ in range(count):
             _waiting.append(Worker(forked=True))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -16,20 +16,20 @@ runners, in-memory mode, no /proc) it does nothing.
 """
 import contextlib
 import os
-import re
 import signal
 import threading
 import time
 from typing import Iterator
 
+from pipeline import beam_internals
+from pipeline.errors import STOPPING_SIGNALS, DatasetError, Terminated
 from pipeline.worker_processes import NAME as WORKER_NAME
-from pipeline.errors import DatasetError
 
 GRACE_SECONDS = 3.0        # For the runner to fail on its own once a worker died.
 SCAN_SECONDS = 0.5         # How often the worker processes are listed (to kill them later).
-_REPORT = re.compile(r'Worker subprocess exited with return code (-?\d+)')
 _INTERRUPT = signal.SIGUSR1
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP_SIGNALS = (signal.SIGINT, *(s for s in STOPPING_SIGNALS if s != _INTERRUPT))
+_BEAM_WORKER = b'apache_beam.runners.worker.sdk_worker_main'   # Beam's own (its fallback).
 
 
 class WorkerDied(DatasetError):
@@ -78,9 +78,14 @@ def start_time(pid: int) -> str | None:
 
 
 def _is_worker(pid: int) -> bool:
+    """Whether a process is a worker of a local run: one of pipeline/worker_processes.py, or one
+    Beam started itself."""
     try:
         with open(f'/proc/{pid}/comm') as stream:
-            return stream.read().rstrip('\n') == WORKER_NAME
+            if stream.read().rstrip('\n') == WORKER_NAME:
+                return True
+        with open(f'/proc/{pid}/cmdline', 'rb') as stream:
+            return _BEAM_WORKER in stream.read().split(b'\0')
     except OSError:
         return False
 
@@ -110,9 +115,9 @@ class _Watch:
 
     def hook(self, args: threading.ExceptHookArgs) -> None:
         """Takes the runner's report of a worker's non-zero exit (see the module docstring)."""
-        found = _REPORT.search(str(args.exc_value)) if args.exc_type is RuntimeError else None
-        if found and self.died is None:
-            self.died = _how(int(found[1]))
+        code = beam_internals.worker_exit_code(args.exc_value)
+        if code is not None and self.died is None:
+            self.died = _how(code)
             self._wake.set()
 
     def _run(self) -> None:
@@ -170,7 +175,8 @@ def watching() -> Iterator[None]:
     watch = _Watch()
     previous_hook = threading.excepthook
     threading.excepthook = _chained(watch, previous_hook)
-    previous_handler = signal.signal(_INTERRUPT, _raiser(watch)) if watch.in_main else None
+    previous_handler = (signal.signal(_INTERRUPT, _raiser(watch, signal.getsignal(_INTERRUPT)))
+                        if watch.in_main else None)
     stop_handlers = ({s: signal.signal(s, _stopper(watch, signal.getsignal(s)))
                       for s in _STOP_SIGNALS} if watch.in_main else {})
     watch.start()
@@ -222,9 +228,15 @@ def _stopper(watch: _Watch, previous):
     return handler
 
 
-def _raiser(watch: _Watch):
+def _raiser(watch: _Watch, previous):
+    """SIGUSR1's handler: the watch's own (a worker died, or the run was stopped, and the runner
+    waits on), or a stopping signal from outside, handled as the other stopping signals are."""
+    stop = _stopper(watch, previous)
+
     def handler(signum, frame):
-        if watch.armed:   # The run was stopped, or a worker died, and the runner waits on.
+        if watch.died is None and watch.interrupted is None:
+            return stop(signum, frame)
+        if watch.armed:
             watch.armed = False
             raise watch.interrupted or WorkerDied(watch.died)
     return handler

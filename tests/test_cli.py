@@ -101,13 +101,13 @@ def test_worker_lines_of_any_module_of_ours_show_and_the_runners_do_not():
     module in a sub-package (pipeline/output/) counts as ours like one at the top."""
     import logging
 
-    from pipeline import console
+    from pipeline import beam_internals, console
     from pipeline.output import output_folder
 
     def record(where: str) -> logging.LogRecord:
         entry = (f'severity: INFO\nmessage: "dataset committed to /tmp/caf\\303\\251"\n'
                  f'log_location: "{where}:76"\n')
-        return logging.LogRecord(console._WORKER_LOGGER, logging.INFO, '', 0, 'Worker: %s',
+        return logging.LogRecord(beam_internals.WORKER_LOGGER, logging.INFO, '', 0, 'Worker: %s',
                                  (entry,), None)
 
     assert console._worker_message(record(output_folder.__file__)) == (

@@ -151,7 +151,7 @@ def test_job_api_takes_flags_and_options_by_name_and_rejects_unknown_names(tmp_p
                           num_shards=2, direct_running_mode='in_memory', direct_num_workers=1)
     assert (summary['splits']['train']['records'], summary['splits']['train']['shards']) == (6, 2)
     with pytest.raises(DatasetError) as info:
-        job.prepare([f'--input_dir={root}'], output_dir=str(tmp_path / 'x'), num_shard=2)
+        job.convert([f'--input_dir={root}'], output_dir=str(tmp_path / 'x'), num_shard=2)
     assert str(info.value) == "unknown option 'num_shard'; did you mean 'num_shards'?"
 
 

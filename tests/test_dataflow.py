@@ -86,11 +86,8 @@ def test_job_json_has_worker_defaults_and_overrides(tmp_path, raw):
 
 def test_default_worker_settings_pass_beams_validator(gcs):
     argv = [*CLOUD, f'--temp_location=gs://{BUCKET}/tmp']
-    from pipeline.dataflow import apply_dataflow_defaults
-    from pipeline.options import parse
-    options = parse(argv)
-    apply_dataflow_defaults(options.beam, options.given)
-    assert PipelineOptionsValidator(options.beam, DataflowRunner()).validate() == []
+    from pipeline.launch import resolve
+    assert PipelineOptionsValidator(resolve(argv).beam, DataflowRunner()).validate() == []
     bad = PipelineOptions([*argv, '--max_num_workers=-2'])
     assert PipelineOptionsValidator(bad, DataflowRunner()).validate() == [
         'Invalid value (-2) for option: max_num_workers. Value needs to be positive.']

@@ -76,7 +76,7 @@ def test_csv_on_gcs_with_gcs_and_relative_uris(gcs, tmp_path):
 @pytest.mark.slow
 def test_config_yielding_gfile_objects_for_gcs_paths(gcs, tmp_path):
     import tensorflow as tf
-    from pipeline.classic.config import ImageClassificationConfig
+    from pipeline.inputs.classic_config import ImageClassificationConfig
     upload({'p/1.jpg': IMAGES['train/c0/train1.jpg'], 'p/2.jpg': IMAGES['train/c1/train1.jpg']}, 'cfg')
 
     class GcsConfig(ImageClassificationConfig):

@@ -22,7 +22,7 @@ from transforms.leakage import GROUP_SIZE, FindLeakage, dropped_copies, group_bi
 from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster, Pair, find_clusters
 from pipeline.quality.phash import FLAT, to_int64
 from transforms.sharding import ShardPlan
-from transforms.write_shards import ShardResult
+from transforms.shard_results import ShardResult
 
 RNG = random.Random(5)
 

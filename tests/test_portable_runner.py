@@ -7,6 +7,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import job
+from pipeline.launch import resolve
 from pipeline.testing import imagemaker
 from tests.helpers import output_files, read_split, run_cli, write_tree
 
@@ -59,4 +60,4 @@ def test_command_line_runs_an_in_process_portable_job_to_the_end(tmp_path, input
     (['--runner=DataflowRunner', '--project=p', '--region=us-central1'], True),
 ])
 def test_only_jobs_handed_to_a_remote_service_are_left_running(flags, remote):
-    assert job.is_remote(PipelineOptions(flags)) is remote
+    assert resolve(flags).remote is remote

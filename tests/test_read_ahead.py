@@ -103,8 +103,8 @@ def test_reading_the_flags_lists_each_input_folder_once(gcs):
     source = upload({f'{split}/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                      for split in ('train', 'validation', 'test') for i in range(4)}, 'flags')
     proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
-    script = ('import sys; from pipeline import options, sources; '
-              'print(sources.resolve_source(options.parse(sys.argv[1:]).converter).splits)')
+    script = ('import sys; from pipeline import launch, sources; '
+              'print(sources.resolve_source(launch.resolve(sys.argv[1:]).converter).splits)')
     env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
     try:
         result = subprocess.run([sys.executable, '-c', script, f'--input_dir={source}'],

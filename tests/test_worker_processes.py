@@ -12,6 +12,7 @@ import time
 import pytest
 
 from pipeline import job, worker_processes
+from pipeline.launch import resolve
 from pipeline.testing import imagemaker
 from pipeline.worker_watch import start_time, worker_processes as workers_below
 from tests.helpers import output_files, read_split, run_cli, start_cli, write_tree
@@ -23,15 +24,16 @@ CORES = os.cpu_count()
     ([], CORES), (['--input_dir', 'in', '--output_dir=out'], CORES),
     (['--runner=DirectRunner'], CORES), (['--runner', 'direct'], CORES),
     (['--direct_running_mode=multi_processing', '--direct_num_workers=3'], 3),
-    (['--direct_running_mode', 'multi_processing'], CORES),
+    (['--direct_running_mode', 'multi_processing'], 1),   # Beam's default: one worker.
     (['--direct_num_workers=3'], 0),   # Beam's in-memory mode: no worker process.
     (['--direct_running_mode=multi_threading'], 0), (['--direct_running_mode=in_memory'], 0),
     (['--runner=DataflowRunner'], 0), (['--runner=PrismRunner'], 0),
     (['--plan_only'], CORES),   # It times a sample on the workers.
-    (['--dry_run'], 0), (['--dry_run=true'], 0), (['--dry_run=false'], CORES),
+    (['--runner=DataflowRunner', '--dry_run=true'], 0), (['--dry_run=false'], CORES),
+    (['--dry_run=no', '--plan_only'], CORES),
     (['--help'], 0), (['-h'], 0)])
 def test_the_workers_forked_are_those_the_run_starts(argv, workers):
-    assert worker_processes.local_workers(argv) == workers
+    assert resolve(argv).workers == workers
 
 
 def _ended(process, timeout: float) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries
 from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_line
 from pipeline.base.settings import ConversionSettings
-from transforms.write_shards import ShardResult
+from transforms.shard_results import ShardResult
 
 LOG = logging.getLogger('image_tfrecords')
 
@@ -100,7 +100,8 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
         expected = {fileio.basename(output_folder.in_format(result.temp_path, f)):
-                    result.format_bytes.get(f.name) for f in shard_formats.named(settings.output_formats)}
+                    result.format_bytes.get(f.name)
+                    for f in shard_formats.named(settings.output_formats)}
         if settings.dali_index:
             expected[fileio.basename(output_folder.index_file(result.temp_path))] = \
                 result.index_bytes

@@ -19,8 +19,7 @@ from pipeline.io import fileio
 from pipeline.output import metadata, output_folder
 from pipeline.errors import DatasetError
 from pipeline.base.choices import LeakageAction
-from pipeline.base.splits import SPLITS
-from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster
+from pipeline.quality.pairing import RADIUS, WINDOW, Cluster
 from pipeline.base.settings import ConversionSettings
 
 
@@ -131,10 +130,6 @@ class CollectLeakage(beam.PTransform):
                                                       beam.pvalue.AsList(self._crowded)))
 
 
-def _in_split_order(counts: dict) -> tuple[tuple[str, int], ...]:
-    return tuple(sorted(counts.items(), key=lambda item: SPLITS.index(item[0])))
-
-
 def _counts(sizes: tuple[tuple[str, int], ...]) -> str:
     return ', '.join(f'{split} {n}' for split, n in sizes)
 
@@ -161,43 +156,3 @@ def damaged_line(split: str, entry: tuple) -> bytes:
     source, reason, action = entry
     return (json.dumps({'split': split, 'source': source, 'reason': reason,
                         'action': action}) + '\n').encode()
-
-
-def quality_lines(summary: dict) -> list[str]:
-    """The end-of-run table's lines on damaged JPEGs and leakage (none for older summaries)."""
-    lines = []
-    damaged = {split: s['damaged'] for split, s in summary['splits'].items() if s.get('damaged')}
-    if damaged:
-        action = {'skip': 'skipped', 'keep': 'kept as they are',
-                  'reencode': 'stored as Pillow decodes them'}[summary['damaged_images']]
-        lines.append(f'damaged JPEGs (strict libjpeg-turbo): {sum(damaged.values())}, {action} ('
-                     + ', '.join(f'{split} {n}' for split, n in damaged.items())
-                     + '; see damaged-SPLIT.jsonl)')
-    leakage = summary.get('leakage')
-    if leakage is None:
-        return lines
-    if leakage['action'] == 'off':
-        return lines + ['leakage: not checked (--leakage=off: no perceptual hashes, no '
-                        'leakage.jsonl)']
-    if leakage['clusters']:
-        dropped = sum(s.get('dropped_copies', 0) for s in summary['splits'].values())
-        lines.append(f'leakage: {leakage["clusters"]} cluster(s) of near-duplicates span splits '
-                     f'within {leakage["radius"]} of 64 bits ({leakage["images"]} images: '
-                     f'{_counts(_in_split_order(leakage["by_split"]))}; the largest '
-                     f'{leakage["largest"]}; closest pair exact in {leakage["exact"]}, mirrored '
-                     f'in {leakage["mirrored"]}): '
-                     + _counts(tuple(leakage['between'].items()))
-                     + (f'; {dropped} later-split copies dropped' if dropped else '')
-                     + '; see leakage.jsonl')
-    else:
-        lines.append(f'leakage: no near-duplicates across splits (within {leakage["radius"]} of '
-                     '64 bits)')
-    flat = sum(leakage['flat_images'].values())
-    if flat:
-        lines.append(f'leakage: {flat} flat image(s) (blank or constant) were not compared')
-    if leakage['crowded_buckets']:
-        images = sum(b['images'] for b in leakage['crowded_buckets'])
-        lines.append(f'leakage: {len(leakage["crowded_buckets"])} hash bucket(s) shared by more '
-                     f'than {MAX_BUCKET} images ({images} in all: a degenerate look, e.g. '
-                     f'{leakage["crowded_buckets"][0]["examples"][0]}) were not paired')
-    return lines

@@ -15,10 +15,9 @@ import apache_beam as beam
 from pipeline.output import records
 from pipeline.errors import DatasetError
 from pipeline.base.refs import ExampleRef, listing_hash
-from pipeline.base.settings import LabelSettings
+from pipeline.base.settings import MAX_LABEL_ID, LabelSettings
 
 _SHOW = 5
-MAX_LABEL_ID = 1_000_000   # Integer labels are ids 0..N-1: a name is made for each id below the largest.
 
 
 @dataclasses.dataclass

@@ -22,7 +22,8 @@ from transforms.grouped_reads import read_grouped
 from transforms.labels import LabelMap
 from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings
-from transforms.write_shards import EncodeChunk, ShardResult, StreamedMembers
+from transforms.shard_results import ShardResult
+from transforms.write_shards import EncodeChunk, StreamedMembers
 
 SAMPLE_SIZE = 300
 WARM_UP = 20

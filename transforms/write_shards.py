@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
@@ -38,58 +37,13 @@ from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part
                                part_table)
 from pipeline.quality.phash import to_int64
 from transforms.labels import LabelMap
+from transforms.shard_results import ShardKey, ShardResult, shard_line, shows_shard
 from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings
 from transforms.sharding import AssignChunks, ShardPlan
 
 LOG = logging.getLogger('image_tfrecords')
-# A joined shard's line; the first one means every chunk is converted (the join waits for all).
-SHARD_LINE = '%s shard %d/%d %s: %d images, %.1f MB, %d skipped%s'
-SHARD_LINE_PATTERN = re.compile(r'\S+ shard \d+/\d+ (written|reused from an earlier attempt): ')
 READ_AHEAD_BYTES = 64 << 20   # Per worker thread: images read, or being read, not yet converted.
-
-
-@dataclasses.dataclass
-class ShardResult:
-    """What was written to one part file (chunk) or shard file."""
-    split: str
-    shard: int
-    temp_path: str
-    chunk: int | None = None
-    records: int = 0
-    bytes: int = 0
-    label_counts: dict = dataclasses.field(default_factory=dict)   # label id -> records
-    errors: int = 0          # Inputs not converted; the entries are on disk (entries.py).
-    passed_through: int = 0
-    seconds: float = 0.0                                           # Converting, summed.
-    format_bytes: dict = dataclasses.field(default_factory=dict)   # Shard file size per format.
-    damaged: int = 0         # Damaged JPEGs; the entries are on disk (entries.py).
-    dropped: list = dataclasses.field(default_factory=list)   # (source, reason): --leakage=drop
-    # Per record of a part, in order: (source, sha256, phash and mirror phash as stored (int64),
-    # label id, passed through). Kept in the part's sidecar; sent on to the leakage check as a
-    # table (leakage.part_table), never to the shard join.
-    hashes: list = dataclasses.field(default_factory=list)
-    first_record: str = ''   # records.record_digest of the first record ('' when none).
-    marks: str = ''          # A part's records.content_mark of each record, in order.
-    content: str = ''        # A shard's records.content_digest of its parts' marks.
-    # With --dali_index, a part's records' sizes on disk (framing included), in order; a shard's
-    # are its index (dali_index.py), written beside it, then dropped: `index_bytes` is its size.
-    sizes: list = dataclasses.field(default_factory=list)
-    index_bytes: int = 0
-
-    def add(self, other: 'ShardResult') -> None:
-        self.first_record = self.first_record or other.first_record
-        self.marks += other.marks
-        self.sizes += other.sizes
-        self.records += other.records
-        self.bytes += other.bytes
-        self.errors += other.errors
-        self.passed_through += other.passed_through
-        self.seconds += other.seconds
-        self.damaged += other.damaged
-        self.dropped += other.dropped
-        for label, n in other.label_counts.items():
-            self.label_counts[label] = self.label_counts.get(label, 0) + n
 
 
 def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
@@ -164,9 +118,6 @@ class WriteShards(beam.PTransform):
                   | 'Write Shards' >> beam.ParDo(WriteShard(self._settings),
                                                  plans=plans, shard_fps=shard_fps, **drops))
         return {'shards': shards, **leakage}
-
-
-ShardKey = tuple[str, int]   # (split, shard)
 
 
 def _fingerprint_chunk(chunk: tuple, work_id: str, label_map: LabelMap,
@@ -275,9 +226,9 @@ class EncodeChunk(beam.DoFn):
         part either joined into its finished shard already, or complete on its own."""
         results = []
         for shard, path in paths.items():
-            shard_file = output_folder.shard_path(self._settings.temp_dir, split, shard,
-                                                  shard_fps[(split, shard)],
-                                                  shard_formats.named(self._settings.output_formats)[0])
+            shard_file = output_folder.shard_path(
+                self._settings.temp_dir, split, shard, shard_fps[(split, shard)],
+                shard_formats.named(self._settings.output_formats)[0])
             joined = _complete_shard(shard_file, split, shard, self._settings) is not None
             # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
@@ -530,9 +481,6 @@ class WriteShard(beam.DoFn):
             faults.crash_point('shard', counted=True)
         self._shards.inc()
         total = plans[split].num_shards
-        if total <= 100 or shard % (total // 100) == 0:  # About a hundred lines per split.
-            LOG.info(SHARD_LINE, split, shard + 1, total,
-                     'reused from an earlier attempt' if reused else 'written', result.records,
-                     result.bytes / 1e6, result.errors, '' if reused or not result.seconds else
-                     f'; converted at {result.records / result.seconds:.0f} images/s per worker')
+        if shows_shard(shard, total):
+            LOG.info('%s', shard_line(result, total, reused))
         yield result

@@ -28,6 +28,9 @@ class ImageOptions:
     damaged_images: DamagedAction = DamagedAction.SKIP
 
 
+MAX_LABEL_ID = 1_000_000   # Label ids are 0..N-1 below this: a name is made for each id.
+
+
 @dataclasses.dataclass(frozen=True)
 class LabelSettings:
     """Where label ids come from; see labels.resolve_labels for the precedence."""

@@ -1,1 +1,2 @@
-"""The classic tensorflow/tpu data_converter API (ImageClassificationConfig and -Builder)."""
+"""The classic tensorflow/tpu data_converter API: ImageClassificationBuilder, which converts a
+config (pipeline/inputs/classic_config.py), and the classic simple example."""

@@ -4,7 +4,7 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import job
-from pipeline.classic.config import ImageClassificationConfig
+from pipeline.inputs.classic_config import ImageClassificationConfig
 
 BUILDER_NAME = 'image_classification_builder'
 

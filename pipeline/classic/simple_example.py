@@ -8,12 +8,14 @@ ImageClassificationBuilder on DirectRunner.
 """
 import argparse
 import os
+import sys
 import tempfile
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.config import ImageClassificationBuilder, ImageClassificationConfig
-from pipeline.console import setup_console_logging
+from pipeline.classic.builder import ImageClassificationBuilder
+from pipeline.inputs.classic_config import ImageClassificationConfig
+from pipeline import console
 from pipeline.sample_data import write_sample_dataset
 
 
@@ -50,8 +52,8 @@ def main() -> None:
     parser.add_argument('--save_dir', default='simple_tfrecords',
                         help='Where to write the TFRecords (default: ./simple_tfrecords).')
     args, beam_args = parser.parse_known_args()
-    setup_console_logging()
-    with tempfile.TemporaryDirectory(prefix='simple_images_') as generated:
+    with (console.showing(sys.stderr),
+          tempfile.TemporaryDirectory(prefix='simple_images_') as generated):
         data_path = write_sample_dataset(args.data_path or generated, args.num_classes)
         config = SimpleDatasetConfig(name='simple', description='A simple fake dataset',
                                      num_classes=args.num_classes, root_path=data_path)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 import cloudpickle
 
-from pipeline.classic.config import ImageClassificationConfig
+from pipeline.inputs.classic_config import ImageClassificationConfig
 from pipeline.errors import DatasetError
 from pipeline.inputs.kinds import InputKind, Partition, Source, path_ref
 from pipeline.base.refs import ExampleRef

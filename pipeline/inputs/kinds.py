@@ -59,6 +59,10 @@ class InputKind:
         """Whether the options (or a config object passed to the job API) give this input."""
         raise NotImplementedError
 
+    def check(self, opts) -> None:
+        """Checks its flags without I/O (pipeline/launch.py validates every launch through it):
+        a DatasetError naming the flag."""
+
     def paths(self, opts) -> list[str]:
         """The files and folders it reads, for the bucket and credential checks."""
         return []
