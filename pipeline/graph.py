@@ -1,15 +1,16 @@
 """The Beam pipeline, built from plain arguments and returned unrun (so it can be dry-run).
 
-    partitions -> List Examples (on workers) -> Resolve Labels: facts and label map (small)
-               -> Plan Shards: a shard plan per split (small combines)
-               -> Write Shards: refs grouped by chunk, fingerprinted, converted into part
-                  files; their hashes clustered across splits (Find Leakage); parts joined per
-                  shard
+    partitions -> List Examples (on workers): inputs spilled into sorted runs, a Listed per
+                  bundle -> Resolve Labels: facts and label map (small)
+                          -> Plan Shards: a shard plan per split (small)
+               -> Write Shards: the plans' chunks cut into tasks; each task's inputs read from
+                  the runs, fingerprinted, converted into part files; their hashes clustered
+                  across splits (Find Leakage); parts joined per shard
                -> Commit Dataset
 (and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)
 
-A plan-only job (`--plan_only`) runs the first three stages and writes the plan instead (on a
-local runner, with the conversion rate of a sample of the inputs: transforms/local_rate.py).
+A plan-only job (`--plan_only`) lists and plans, writing no run, and writes the plan instead (on
+a local runner, with the conversion rate of a sample of the inputs: transforms/local_rate.py).
 """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -20,8 +21,8 @@ from pipeline.output import output_folder
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
-from transforms.listing import ListExamples, is_input
-from transforms.local_rate import MeasureLocalRate
+from transforms.listing import ListExamples
+from transforms.local_rate import SAMPLE_SIZE, MeasureLocalRate
 from pipeline.base.settings import ConversionSettings
 from transforms.sharding import PlanShards
 from transforms.write_shards import WriteShards
@@ -33,11 +34,14 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     run on `runner` (None: the one --runner names)."""
     p = beam.Pipeline(runner=runner, options=options)
     measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
-    facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
+    listed = p | 'List Examples' >> ListExamples(
+        partitions, output_folder.listed_folder(settings.temp_dir), measure_sizes,
+        groups_in=settings.temp_dir, resuming=settings.resuming)
+    facts, label_map, plans = _plan(listed, settings)
     if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
         plans = _note_plan(facts, label_map, plans,
                            output_folder.plan_note(settings.temp_dir, settings.lock_token))
-    written = inputs | 'Write Shards' >> WriteShards(settings, plans, label_map)
+    written = listed | 'Write Shards' >> WriteShards(settings, plans, label_map)
     _ = written['shards'] | 'Commit Dataset' >> CommitDataset(settings, label_map, facts, written)
     return p
 
@@ -58,8 +62,10 @@ def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     machine's conversion rate for a sample of the inputs if `measure_rate`."""
     p = beam.Pipeline(runner=runner, options=options)
     measure_sizes = not all(x.sizes_known for x in partitions)
-    facts, label_map, inputs, plans = _plan(p, partitions, settings, measure_sizes)
-    rate = ([inputs | 'Measure Local Rate' >> MeasureLocalRate(settings, label_map)]
+    listed = p | 'List Examples' >> ListExamples(
+        partitions, None, measure_sizes, sample_size=SAMPLE_SIZE if measure_rate else 0)
+    facts, label_map, plans = _plan(listed, settings)
+    rate = ([listed | 'Measure Local Rate' >> MeasureLocalRate(settings, label_map)]
             if measure_rate else [])
     _ = facts | 'Write Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
                                          beam.pvalue.AsDict(plans), plan_path,
@@ -67,11 +73,8 @@ def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     return p
 
 
-def _plan(p: beam.Pipeline, partitions: list[Partition], settings: ConversionSettings,
-          measure_sizes: bool) -> tuple:
-    """(facts, label map, input refs, shard plans) of the input."""
-    listed = p | 'List Examples' >> ListExamples(partitions, measure_sizes)
+def _plan(listed: beam.PCollection, settings: ConversionSettings) -> tuple:
+    """(facts, label map, shard plans) of what listing found."""
     facts, label_map = listed | 'Resolve Labels' >> ResolveLabels(settings.splits, settings.labels)
-    inputs = listed | 'Drop Ignored' >> beam.Filter(is_input)
-    plans = inputs | 'Plan Shards' >> PlanShards(settings.num_shards, settings.target_shard_mb)
-    return facts, label_map, inputs, plans
+    plans = listed | 'Plan Shards' >> PlanShards(settings.num_shards, settings.target_shard_mb)
+    return facts, label_map, plans

@@ -120,6 +120,7 @@ def clear_temp_folders(settings: ConversionSettings, clean_temp: bool) -> bool:
                     'removes them', settings.output_dir, _sizes(kept_others))
     if not ours or ours[0] in removed:
         return False
+    output_folder.drop_passing_runs(settings.temp_dir)
     chunks, shards = resume.finished_work(settings.temp_dir)
     LOG.warning('resuming run %s: an earlier attempt finished %d chunks and %d shards; they are '
                 'reused where inputs and options are unchanged', settings.run_id, chunks, shards)

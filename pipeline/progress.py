@@ -36,6 +36,7 @@ class Progress:
         self._parts = fileio.join(settings.temp_dir, output_folder.PARTS)
         self._shards = fileio.join(settings.temp_dir, output_folder.SHARDS)
         self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
+        self._resuming = settings.resuming
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name='progress', daemon=True)
         self._lock = threading.RLock()   # One reader of the folder at a time.
@@ -48,12 +49,13 @@ class Progress:
         self._before_lines = _BeforeLines(self)
 
     def __enter__(self) -> 'Progress':
+        self._reused = 0
         try:
-            self._reused = sum(self._new_parts())
-            self._earlier = set(self._shard_sidecars())
+            if self._resuming:   # What an earlier attempt left.
+                self._reused = sum(self._new_parts())
+                self._earlier = set(self._shard_sidecars())
         except Exception:   # Progress is never worth failing a run for.
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
-            self._reused = 0
         LOG.addFilter(self._before_lines)
         self._thread.start()
         return self
@@ -105,8 +107,9 @@ class Progress:
                 if not self._read_plan():
                     return None
                 self._done += sum(self._new_parts())
-                if self._done >= self._todo() and self._all_done_at is None:
-                    self._all_done_at = time.time()
+                if self._done < self._todo():   # The joins start once every chunk is done.
+                    return self._status()
+                self._all_done_at = self._all_done_at or time.time()
                 joined = set(self._shard_sidecars()) - self._earlier
             except Exception:   # Progress is never worth failing a run for.
                 logging.getLogger(console.TRACE).info('progress', exc_info=True)

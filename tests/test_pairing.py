@@ -4,6 +4,7 @@ number in the thousands, one line each, not a pair for every two), and the cap t
 degenerate hash instead of comparing it with everything; and the collection of the clusters for
 the commit (CollectLeakage), which writes them as parts of leakage.jsonl and passes on only
 their counts."""
+import dataclasses
 import json
 import os
 import pickle
@@ -18,7 +19,11 @@ from tests.helpers import stage_pipeline
 from transforms import leakage
 from pipeline.quality import pairing
 from transforms.findings import CollectLeakage
-from transforms.leakage import GROUP_SIZE, FindLeakage, dropped_copies, group_bits, part_table
+from pipeline.io.sorted_runs import RunWriter
+from pipeline.output import output_folder
+from transforms import resume
+from transforms.leakage import (GROUP_SIZE, Filed, FindLeakage, dropped_copies, file_part,
+                                group_bits, part_table)
 from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster, Pair, find_clusters
 from pipeline.quality.phash import FLAT, to_int64
 from transforms.sharding import ShardPlan
@@ -42,6 +47,22 @@ def _plans(p: beam.Pipeline, images: int) -> beam.pvalue.AsDict:
     """A shard plan side input of `images` examples: all FindLeakage reads of it."""
     plan = ShardPlan(1, images, 16, np.array([0]), np.array([0, images]))
     return beam.pvalue.AsDict(p | 'Plans' >> beam.Create([('train', plan)]))
+
+
+def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, temp_dir: str):
+    """FindLeakage on `parts` as the conversion leaves them: each part's sidecar in `temp_dir`
+    (where the records' sources are found), its records filed into sorted runs."""
+    writer, flat, fps = RunWriter(output_folder.filed_folder(temp_dir), budget=4096), {}, {}
+    for part in parts:
+        fps[(part.split, part.chunk or 0)] = f'{part.chunk or 0:016x}'
+        path = output_folder.part_path(temp_dir, part.split, part.shard, part.chunk or 0,
+                                       fps[(part.split, part.chunk or 0)])
+        resume.save_done(path, dataclasses.replace(part, temp_path=path, chunk=part.chunk or 0))
+        flat[part.split] = flat.get(part.split, 0) + file_part(writer, part_table(part))
+    filed = Filed(writer.close(), {split: n for split, n in flat.items() if n})
+    chunk_fps = beam.pvalue.AsDict(p | 'Chunk Fingerprints' >> beam.Create(list(fps.items())))
+    return (p | 'Filed' >> beam.Create([filed])
+            | FindLeakage(_plans(p, images), chunk_fps, temp_dir))
 
 
 def _entry(split: str, source: str, phash: int, mirrored: int, sha: str = '') -> tuple:
@@ -127,7 +148,7 @@ def test_find_leakage_stage_gives_the_same_clusters(tmp_path):
              ShardResult('test', 0, 'p1', hashes=[('b', 'z', to_int64(_flip(a, [5])),
                                                    to_int64(_hash()), 0, 1)])]
     with stage_pipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 3), str(tmp_path))
+        found = _find_leakage(p, parts, 3, str(tmp_path))
         assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
                     equal_to([Cluster((('train', ('a',)), ('test', ('b',))),
                                       Pair(('train', 'a'), ('test', 'b'), 1, False, False)).line()]),
@@ -162,7 +183,7 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch, 
     expected, _, _ = find_clusters(entries)
     assert len(expected) > 50 and max(c.images for c in expected) >= 300
     with stage_pipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 600), str(tmp_path))
+        found = _find_leakage(p, parts, 600, str(tmp_path))
         assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
                     equal_to([c.line() for c in expected]))
         # A few elements per partition of the clusters (128 here), not one per pair.
@@ -181,7 +202,7 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_comp
                                   to_int64(common), 0, 1) for r in range(10)])
              for index in range(30)]
     with stage_pipeline() as p:
-        found = p | beam.Create([part_table(t) for t in parts]) | FindLeakage(_plans(p, 300), str(tmp_path))
+        found = _find_leakage(p, parts, 300, str(tmp_path))
         assert_that(found['clusters'], equal_to([]), label='clusters')
         assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
                     equal_to([(band, 300, 3) for band in range(4)]), label='crowded')

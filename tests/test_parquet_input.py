@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,7 +19,7 @@ from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
-                           run_measured, stage_pipeline)
+                           run_measured)
 
 NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
 ROWS_PER_GROUP = 4
@@ -323,10 +322,9 @@ def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path
             assert record == twin and record[records.LABEL] == expected[key][1]
 
 
-def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
-    from apache_beam.testing.util import assert_that, equal_to
+def test_grouped_reads_give_each_ref_its_row_bytes(tmp_path):
     from pipeline.inputs.parquet_files import ParquetFile, read_columns
-    from transforms.grouped_reads import ReadGroupedInputs
+    from transforms.grouped_reads import read_into_blobs
     rows = _rows('train', 10)
     rows[6] = (None, 0)
     path = str(tmp_path / 'train-00000-of-00001.parquet')
@@ -336,14 +334,11 @@ def test_grouped_reads_give_each_ref_its_row_bytes_and_keep_its_chunk(tmp_path):
                          read_columns(path, size)).split_further()
     assert len(groups) == 3   # 4 + 4 + 2 rows.
     refs = [ref for group in groups for ref in group.examples()]
-    chunks = [(('train', i % 2), [ref for ref in refs if int(ref.key[-1]) % 2 == i]) for i in (0, 1)]
-    with stage_pipeline() as p:
-        read = (p | beam.Create(chunks) | ReadGroupedInputs(str(tmp_path / 'temp'), False)
-                | beam.FlatMap(lambda c: [(c[0], r.key, r.member and r.member.read(), r.problem,
-                                           r.group) for r in c[1]]))
-        assert_that(read, equal_to([
-            (('train', row % 2), f'train.parquet:row {row}', data, None if data else
-             'no image (column image holds no bytes)', None) for row, (data, _) in enumerate(rows)]))
+    read = sorted((r.key, r.member and r.member.read(), r.problem, r.group)
+                  for r in read_into_blobs(refs, str(tmp_path / 'temp'), False))
+    assert read == sorted((f'train.parquet:row {row}', data, None if data else
+                           'no image (column image holds no bytes)', None)
+                          for row, (data, _) in enumerate(rows))
 
 
 READ_ALL_ROWS = '''import os, sys

@@ -14,19 +14,38 @@ from pipeline.output import output_folder, output_lock, records
 from pipeline.testing import imagemaker
 from tests.helpers import stage_pipeline, write_tree
 from transforms import entries
-from transforms.commit import CommitDataset
-from transforms.labels import ResolveLabels
-from transforms.listing import ListExamples
 from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings, LabelSettings
+from pipeline.inputs.kinds import Partition
+from transforms.commit import CommitDataset
+from transforms.encode_chunks import task_chunks
+from transforms.labels import ResolveLabels
+from transforms.listing import ListExamples, refs_of
 from transforms.sharding import (
-    CHUNK_EXAMPLES, AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)
+    CHUNK_EXAMPLES, PlanShards, bucket_bits, plan_shards, shard_count, tasks)
 from transforms.write_shards import WriteShards
 
 
 def _refs(n: int, split: str = 'train') -> list[ExampleRef]:
     return [ExampleRef(split, f'/data/{split}/img{i}.jpg', f'/data/{split}/img{i}.jpg',
                        f'img{i}.jpg', f'c{i % 3}', 1000) for i in range(n)]
+
+
+class _Given(Partition):
+    """A partition that lists the refs it is given."""
+    listed_together = True
+
+    def __init__(self, refs: list[ExampleRef]):
+        self.refs = refs
+
+    def examples(self):
+        return iter(self.refs)
+
+
+def _listed(p, refs: list[ExampleRef], spill_to: str | None = None, label: str = 'List'):
+    """What listing `refs` gives (in two partitions), its runs in `spill_to` if given."""
+    return p | label >> ListExamples([_Given(refs[::2]), _Given(refs[1::2])], spill_to,
+                                     measure_sizes=False)
 
 
 def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
@@ -40,7 +59,7 @@ def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
 def test_plan_shards_honours_the_shard_count_with_even_shards():
     train, test = _refs(1000), _refs(7, 'test')
     with stage_pipeline() as p:
-        plans = p | beam.Create(train + test) | PlanShards(num_shards=4, target_shard_mb=128)
+        plans = _listed(p, train + test) | PlanShards(num_shards=4, target_shard_mb=128)
         sizes = plans | beam.Map(lambda kv: (kv[0], _shard_sizes(train if kv[0] == 'train' else test, kv[1])))
         assert_that(sizes, equal_to([('train', [250] * 4), ('test', [2, 2, 2, 1])]))
 
@@ -49,31 +68,35 @@ def test_plan_shards_honours_the_shard_count_with_even_shards():
 def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
     refs = _refs(1000)   # 1000 x 1000 bytes: about 1 MB.
     with stage_pipeline() as p:
-        counts = (p | beam.Create(refs) | PlanShards(num_shards=0, target_shard_mb=0.25)
+        counts = (_listed(p, refs) | PlanShards(num_shards=0, target_shard_mb=0.25)
                   | beam.Map(lambda kv: kv[1].num_shards))
         assert_that(counts, equal_to([4]))
     with stage_pipeline() as p:
-        counts = (p | beam.Create(refs[:3]) | PlanShards(num_shards=100, target_shard_mb=128)
+        counts = (_listed(p, refs[:3]) | PlanShards(num_shards=100, target_shard_mb=128)
                   | beam.Map(lambda kv: kv[1].num_shards))
         assert_that(counts, equal_to([3]))
 
 
 @pytest.mark.slow
-def test_assign_chunks_puts_every_ref_in_one_chunk_at_its_rank():
+def test_tasks_read_every_ref_once_in_chunks_of_consecutive_ranks(tmp_path):
     refs = _refs(1000)
     ranks = {r.key: i for i, r in enumerate(sorted(refs, key=lambda r: (r.key_hash, r.key)))}
     with stage_pipeline() as p:
-        plans = p | 'Refs For Plan' >> beam.Create(refs) | PlanShards(4, 128)
-        chunks = (p | 'Refs' >> beam.Create(refs)
-                  | beam.ParDo(AssignChunks(), plans=beam.pvalue.AsDict(plans))
-                  | beam.GroupByKey()
-                  | beam.Map(lambda kv: (kv[0], sorted(ranks[r.key] for g in kv[1] for r in g))))
+        listed = _listed(p, refs, str(tmp_path))
+        runs = beam.pvalue.AsSingleton(listed | beam.FlatMap(lambda found: found.runs)
+                                       | beam.combiners.ToList())
+        plans = listed | PlanShards(4, 128)
+        chunks = (plans
+                  | beam.FlatMap(lambda split_plan: [(t, split_plan[1]) for t in tasks(*split_plan)])
+                  | beam.FlatMap(lambda task_plan, runs: [
+                      (chunk, sorted(ranks[r.key] for r in found)) for chunk, found in
+                      task_chunks(task_plan[0], runs, task_plan[1])], runs))
         assert_that(chunks | beam.FlatMap(lambda kv: kv[1]), equal_to(list(range(1000))),
                     label='each ref once')
         # A chunk is a run of consecutive ranks of about CHUNK_EXAMPLES.
-        runs = chunks | beam.Map(lambda kv: (kv[1][-1] - kv[1][0] + 1 == len(kv[1]),
-                                             100 <= len(kv[1]) <= 160))
-        assert_that(runs | beam.combiners.Count.PerElement(), equal_to([((True, True), 8)]),
+        spans = chunks | beam.Map(lambda kv: (kv[1][-1] - kv[1][0] + 1 == len(kv[1]),
+                                              100 <= len(kv[1]) <= 160))
+        assert_that(spans | beam.combiners.Count.PerElement(), equal_to([((True, True), 8)]),
                     label='8 runs of about 128')
 
 
@@ -81,9 +104,8 @@ def _synthetic_plan(count: int, num_shards: int, seed: int = 0):
     """The plan for `count` examples with random 64-bit hashes, planned from their histogram."""
     hashes = np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.int64).astype(np.uint64) * 2
     bits = bucket_bits(count)
-    histogram = Histogram(bits)
-    histogram.dense = np.bincount((hashes >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits)
-    return plan_shards(histogram, count, shard_count(count, 0, num_shards, 128))
+    buckets, counts = np.unique((hashes >> np.uint64(64 - bits)).astype(np.int64), return_counts=True)
+    return plan_shards(buckets, counts, bits, count, shard_count(count, 0, num_shards, 128))
 
 
 @pytest.mark.parametrize('count,shards', [(70_000, 70_000), (1_000_000, 1_000_000),
@@ -106,10 +128,14 @@ def test_list_examples_accounts_for_every_file(tmp_path):
     root = write_tree(tmp_path, {'train/a/1.jpg': b'x', 'train/a/.hidden': b'x',
                                  'train/loose.jpg': b'x', 'train/b/sub/2.jpg': b'x'})
     with stage_pipeline() as p:
-        refs = p | ListExamples([FolderSplit('train', place_of(f'{root}/train'))], measure_sizes=False)
-        assert_that(refs | beam.Map(lambda r: (r.filename, r.label, r.ignored, r.problem is None)),
-                    equal_to([('1.jpg', 'a', False, True), ('.hidden', None, True, True),
-                              ('loose.jpg', None, False, False), ('2.jpg', 'b', False, True)]))
+        listed = p | ListExamples([FolderSplit('train', place_of(f'{root}/train'))],
+                                  str(tmp_path / 'runs'), measure_sizes=False)
+        refs = (listed | beam.FlatMap(lambda found: refs_of(found.runs, 'train', 0, 1 << 64))
+                | beam.Map(lambda r: (r.filename, r.label, r.problem is None)))
+        assert_that(refs, equal_to([('1.jpg', 'a', True), ('loose.jpg', None, False),
+                                    ('2.jpg', 'b', True)]), label='inputs')
+        assert_that(listed | beam.Map(lambda found: found.facts.ignored),
+                    equal_to([{'train': 1}]), label='ignored')
 
 
 @pytest.mark.slow
@@ -117,7 +143,7 @@ def test_resolve_labels_counts_inputs_and_ignored_and_fixes_ids():
     refs = _refs(5) + [ExampleRef('train', '/data/.x', '/data/.x', '.x', None, ignored=True),
                        ExampleRef('train', '/data/bad', '', 'bad', 'zz', problem='broken link')]
     with stage_pipeline() as p:
-        facts, label_map = p | beam.Create(refs) | ResolveLabels(('train',), LabelSettings())
+        facts, label_map = _listed(p, refs) | ResolveLabels(('train',), LabelSettings())
         assert_that(facts | beam.Map(lambda f: (f.split_counts, f.ignored)),
                     equal_to([({'train': 6}, {'train': 1})]), label='facts')
         assert_that(label_map | beam.Map(lambda m: m.names), equal_to([('c0', 'c1', 'c2', 'zz')]),
@@ -134,10 +160,10 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
             ExampleRef('train', f'{root}/link', '', 'link', 'a', problem='broken link')]
     settings = ConversionSettings('d', ('train',), num_shards=1, output_dir=str(tmp_path / 'out'))
     with stage_pipeline() as p:
-        inputs = p | 'Refs' >> beam.Create(refs)
-        plans = inputs | PlanShards(1, 128)
-        _, label_map = inputs | ResolveLabels(('train',), LabelSettings())
-        results = (inputs | WriteShards(settings, plans, label_map))['shards']
+        listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
+        plans = listed | PlanShards(1, 128)
+        _, label_map = listed | ResolveLabels(('train',), LabelSettings())
+        results = (listed | WriteShards(settings, plans, label_map))['shards']
         assert_that(results | beam.Map(lambda r: (r.records, r.errors)), equal_to([(1, 3)]))
     shard = next((tmp_path / 'out').glob('.tmp-*/shards/*.tfrecord'))
     assert sorted((s.rsplit('/', 1)[-1], reason.split(':')[0]) for s, reason in entries.merged(
@@ -162,9 +188,9 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
     settings = dataclasses.replace(settings, lock_token=token)
     output_folder.start_temp(out, settings.run_id)
     with stage_pipeline() as p:
-        inputs = p | 'Refs' >> beam.Create(refs)
-        facts, label_map = inputs | ResolveLabels(('train',), LabelSettings())
-        written = inputs | WriteShards(settings, inputs | PlanShards(2, 128), label_map)
+        listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
+        facts, label_map = listed | ResolveLabels(('train',), LabelSettings())
+        written = listed | WriteShards(settings, listed | PlanShards(2, 128), label_map)
         summary = written['shards'] | CommitDataset(settings, label_map, facts, written)
         assert_that(summary | beam.Map(lambda s: (s['run_id'], s['splits']['train']['records'],
                                                   s['splits']['train']['skipped'],

@@ -153,7 +153,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'empty_classes': sorted(name for name, n in class_counts.items() if not n),
         }
     summary['damaged_images'] = DamagedAction(settings.image.damaged_images).value
-    summary['leakage'] = leakage.summary(LeakageAction(settings.leakage))
+    summary['leakage'] = leakage.summary(settings.leakage)
     if settings.hashed:
         leakage.write(fileio.join(staged, metadata.LEAKAGE))
         moves.append((f'final/{metadata.LEAKAGE}', metadata.LEAKAGE))

@@ -89,7 +89,8 @@ class Leakage:
         else:
             fileio.write_bytes(path, b'')
 
-    def summary(self, action: LeakageAction) -> dict:
+    def summary(self, action: LeakageAction | str) -> dict:
+        action = LeakageAction(action)
         if action == LeakageAction.OFF:
             return {'action': action.value}
         between: collections.Counter = collections.Counter()

@@ -97,11 +97,13 @@ def _describe(info: dict) -> str:
 
 
 class CombineFacts(beam.CombineFn):
+    """The facts of bundles of listing, merged."""
+
     def create_accumulator(self) -> DatasetFacts:
         return DatasetFacts()
 
-    def add_input(self, facts: DatasetFacts, ref: ExampleRef) -> DatasetFacts:
-        facts.add(ref)
+    def add_input(self, facts: DatasetFacts, found: DatasetFacts) -> DatasetFacts:
+        facts.merge(found)
         return facts
 
     def merge_accumulators(self, accumulators: Iterable[DatasetFacts]) -> DatasetFacts:
@@ -132,16 +134,18 @@ class LabelMap:
 
 
 class ResolveLabels(beam.PTransform):
-    """Listed refs -> (facts, label map): two singletons, the facts combined over every ref and
-    the label ids fixed from them, before any image is read (a DatasetError for an empty split,
-    an unknown label, ...)."""
+    """What listing found (a Listed per bundle, listing.py) -> (facts, label map): two
+    singletons, the facts combined over every input and the label ids fixed from them, before
+    any image is read (a DatasetError for an empty split, an unknown label, ...)."""
 
     def __init__(self, splits: tuple[str, ...], labels: LabelSettings):
         super().__init__()
         self._splits, self._labels = splits, labels
 
-    def expand(self, refs: beam.PCollection):
-        facts = refs | 'Combine Facts' >> beam.CombineGlobally(CombineFacts())
+    def expand(self, listed: beam.PCollection):
+        facts = (listed
+                 | 'Facts' >> beam.Map(lambda found: found.facts)
+                 | 'Combine Facts' >> beam.CombineGlobally(CombineFacts()))
         label_map = facts | 'Fix Label Ids' >> beam.Map(_label_map, self._splits, self._labels)
         return facts, label_map
 

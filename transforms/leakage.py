@@ -1,20 +1,23 @@
 """Near-duplicate leakage across splits as Beam stages: pairing.py's clusters of multi-index
-hashing, found in four steps whose elements grow with the images, never with the pairs.
+hashing, found in four steps in which nothing grows with the pairs and nothing per image passes
+through the runner.
 
-1. Each part's records come as a table (part_table: numpy rows of hashes and places, and their
-   sources) apart from the part results the shards are joined from; the part sends one table
-   per group of buckets (a band and the top bits of its value, as many groups as keep each at
-   about GROUP_SIZE members), so the shuffle moves a few compact elements per part.
-2. Each group links the near-duplicates of its buckets and reduces the links to a spanning
-   forest and the closest pair across splits of each cluster (GroupLinks: at most two links a
-   record, with the records they join), kept in the temporary folder for a rerun after a crash
-   (linked_groups.py).
+1. As each part is converted (write_shards.py), its records are filed into sorted runs in the
+   run's temporary folder (pipeline/io/sorted_runs.py): under every band of their hash and of
+   their mirror hash, keyed by the band's value (`file_part`). The runner carries the runs'
+   descriptions only.
+2. A link task takes a band and a range of its values (as many ranges as keep each at about
+   GROUP_SIZE filings), reads that range of every run, links the near-duplicates of its buckets
+   and reduces the links to a spanning forest and the closest pair across splits of each cluster
+   (LinkGroup: at most two links a record, with the records they join), kept in the temporary
+   folder for a rerun after a crash (linked_groups.py).
 3. The forests are joined into the clusters of the whole dataset (JoinLinks, a combine that
-   keeps them reduced: memory of about 40 bytes per record that has a near-duplicate), and only
-   the clusters that span splits are kept (Leaking: a side input).
+   keeps them reduced: about 40 bytes per record that has a near-duplicate), and only the
+   clusters that span splits are kept (Leaking: a side input).
 4. Each group's records of those clusters go to the partition of their cluster (as many
-   partitions as groups per band), where the clusters are made (ClusterList), each partition's
-   written as a part of leakage.jsonl where it is found (findings.py).
+   partitions as groups per band), where the clusters are made (ClusterList) with their records'
+   sources (found by id: record_sources.py), each partition's written as a part of leakage.jsonl
+   where it is found (findings.py).
 
 With --leakage=drop the members of each cluster in its later splits (after the earliest of
 train, validation, test it spans) are left out of their shards when the shards' parts are
@@ -29,24 +32,25 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline import faults
-from pipeline.io import fileio
-from pipeline.output import records
 from pipeline.base.splits import SPLITS
-from pipeline.quality.pairing import (BAND_BITS, LINK, MAX_BUCKET, ROW, Cluster, Table, band_values,
-                                clusters, filed, filings, leaking, link_band, record_ids,
-                                reduce_links, sha_digest)
-from transforms import linked_groups
+from pipeline.io import fileio, sorted_runs
+from pipeline.io.sorted_runs import RunWriter
+from pipeline.output import records
+from pipeline.quality.pairing import (BAND_BITS, BANDS, FILING, LINK, MAX_BUCKET, ROW, Cluster,
+                                      Table, band_values, clusters, crowded, filed, filings,
+                                      leaking, link_band, record_ids, reduce_links, sha_digest)
 from pipeline.quality.phash import FLAT
+from transforms import linked_groups
+from transforms.record_sources import RecordSources
 
 NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
-
-
-GROUP_SIZE = 1 << 16   # Members a shuffle group expects: a few MB, whatever the dataset's size.
+GROUP_SIZE = 1 << 16   # Filings a link task expects: a few MB, whatever the dataset's size.
 
 
 def group_bits(total: int) -> int:
-    """How many top bits of a band's value key a shuffle group: enough groups that each expects
-    at most GROUP_SIZE members (every image is filed under its hash and its mirror hash)."""
+    """How many top bits of a band's value make a link task's range: enough tasks that each
+    expects at most GROUP_SIZE filings (every image is filed under its hash and its mirror
+    hash)."""
     groups = -(-2 * total // GROUP_SIZE)
     return min(BAND_BITS, max(0, groups - 1).bit_length())
 
@@ -61,49 +65,48 @@ def part_table(part) -> Table:
     return Table(rows, [h[0] for h in part.hashes])
 
 
-def cluster_partition(roots: np.ndarray, bits: int) -> np.ndarray:
-    """The partition each cluster (its root id) is made in: the top `bits` bits of a mix of the
-    root, so that clusters spread evenly whatever their ids."""
-    mixed = roots * np.uint64(0x9E3779B97F4A7C15)
-    return (mixed >> np.uint64(64 - bits)) if bits else np.zeros(len(roots), np.uint64)
+def file_part(writer: RunWriter, table: Table) -> int:
+    """Files a part's records under every band (see the module docstring); returns how many
+    are flat (never filed)."""
+    both = next(filings(table))[1]
+    if len(both):
+        rows, hashes = both.filings(), filed(both)
+        for band in range(BANDS):
+            writer.add_rows(band, band_values(hashes, band).astype(np.uint64), rows)
+    return int(np.count_nonzero(table.rows['phash'] == FLAT))
 
 
-def _flat(records: Table) -> Iterator[tuple[str, int]]:
-    count = int(np.count_nonzero(records.rows['phash'] == FLAT))
-    if count:
-        yield SPLITS[int(records.rows['split'][0])], count
-
-
-def _groups(records: Table, plans: dict) -> Iterator[tuple[tuple[int, int, int], Table]]:
-    """The part's filings, one Table per shuffle group (band, top bits of the filed value), each
-    keyed with the group bits: a few elements per part instead of eight per image."""
-    bits = group_bits(sum(plan.count for plan in plans.values()))
-    shift = BAND_BITS - bits
-    for band, members in filings(records):
-        tops = band_values(filed(members), band) >> shift
-        for top in np.unique(tops).tolist():
-            chosen = np.flatnonzero(tops == top)
-            yield (band, top, bits), Table(members.rows[chosen],
-                                           [members.sources[i] for i in chosen.tolist()],
-                                           members.mirrored[chosen])
+@dataclasses.dataclass(frozen=True)
+class Filed:
+    """A bundle's filings: its runs and its flat images per split."""
+    runs: list
+    flat: dict
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupLinks:
-    """A shuffle group's reduced links (pairing.reduce_links), the records they join, and the
-    group's bits (which give the number of partitions of the clusters)."""
+    """A link task's reduced links (pairing.reduce_links), the records they join, and the
+    task's bits (which give the number of partitions of the clusters)."""
     links: np.ndarray
     members: Table
     bits: int
 
 
-class LinkGroup(beam.DoFn):
-    """(group, its Tables) -> GroupLinks of the near-duplicates in its buckets; a crowded
-    bucket goes to the 'crowded' output as (band, value, images, a few sources).
+def _link_tasks(runs: list, plans: dict) -> Iterator[tuple[int, int, int]]:
+    """(band, top bits of its values, bits) of every link task."""
+    bits = group_bits(sum(plan.count for plan in plans.values()))
+    for band in range(BANDS):
+        for top in range(1 << bits):
+            yield band, top, bits
 
-    Members of a bucket past MAX_BUCKET are counted, not kept (a part's at most), so memory
-    stays bounded by the group's size however degenerate its hashes. Each group's result is
-    kept in `temp_dir` (linked_groups.py), and an earlier attempt's is reused when `resuming`."""
+
+class LinkGroup(beam.DoFn):
+    """A link task -> GroupLinks of the near-duplicates in its buckets; a crowded bucket goes to
+    the 'crowded' output as (band, value, images, a few sources).
+
+    At most MAX_BUCKET + 1 members of a bucket are kept (the first by record id), so memory
+    stays bounded by the task's size however degenerate its hashes. Each task's result is kept
+    in `temp_dir` (linked_groups.py), and an earlier attempt's is reused when `resuming`."""
 
     def __init__(self, temp_dir: str, resuming: bool):
         self._temp_dir, self._resuming = temp_dir, resuming
@@ -113,40 +116,46 @@ class LinkGroup(beam.DoFn):
         self._linked = Metrics.counter(NAMESPACE, 'link_groups_linked')
         self._reused = Metrics.counter(NAMESPACE, 'link_groups_reused')
 
-    def process(self, element: tuple) -> Iterator:
-        key, tables = element[0], list(element[1])
-        where = linked_groups.path(self._temp_dir, key, tables)
+    def process(self, task: tuple, runs: list, chunk_fps: dict) -> Iterator:
+        band, top, bits = task
+        shift = BAND_BITS - bits
+        members, counts = _members(sorted_runs.read_rows(runs, band, top << shift,
+                                                         (top + 1) << shift, FILING), band)
+        where = linked_groups.path(self._temp_dir, task, members)
         saved = linked_groups.load(where) if self._resuming else None
         if saved is None:
-            saved = _link(key[0], tables)
+            links, full = link_band(members, band, counts)
+            links = reduce_links(links)
+            sources = RecordSources(self._temp_dir, chunk_fps)
+            full = [crowded(b, v, n, sources.of(members.rows['id'][places]))
+                    for b, v, n, places in full]
+            linked = np.flatnonzero(np.isin(members.rows['id'],
+                                            np.concatenate([links['a'], links['b']])))
+            saved = links, members.take(linked, members.mirrored[linked]), full
             linked_groups.save(where, *saved)
             faults.crash_point('links', counted=True)
             self._linked.inc()
         else:
             self._reused.inc()
-        links, members, full = saved
+        links, linked_members, full = saved
         for bucket in full:
             self._crowded.inc()
             yield beam.pvalue.TaggedOutput('crowded', bucket)
         if len(links):
-            yield GroupLinks(links, members, key[2])
+            yield GroupLinks(links, linked_members, bits)
 
 
-def _link(band: int, tables: list[Table]) -> tuple[np.ndarray, Table, list[tuple]]:
-    """(reduced links, the records they join, crowded buckets) of a group's tables."""
-    counts = np.zeros(1 << BAND_BITS, dtype=np.int64)
-    kept = []
-    for members in tables:
-        values = band_values(filed(members), band)
-        room = np.flatnonzero(counts[values] <= MAX_BUCKET)
-        kept.append(Table(members.rows[room], [members.sources[i] for i in room.tolist()],
-                          members.mirrored[room]))
-        counts += np.bincount(values, minlength=1 << BAND_BITS)
-    members = Table.concatenate(kept)
-    links, full = link_band(members, band, counts)
-    links = reduce_links(links)
-    linked = np.flatnonzero(np.isin(members.rows['id'], np.concatenate([links['a'], links['b']])))
-    return links, members.take(linked, members.mirrored[linked]), full
+def _members(filed_rows: np.ndarray, band: int) -> tuple[Table, np.ndarray]:
+    """A task's filings as a Table in a fixed order (by value, record id, mirrored), at most
+    MAX_BUCKET + 1 of each value kept; and the count of every value, all filings counted."""
+    members = Table.of_filings(filed_rows)
+    values = band_values(filed(members), band)
+    counts = np.bincount(values, minlength=1 << BAND_BITS)
+    order = np.lexsort((members.mirrored, members.rows['id'], values))
+    ordered = values[order]
+    rank = np.arange(len(order)) - np.searchsorted(ordered, ordered, side='left')
+    kept = order[rank <= MAX_BUCKET]
+    return members.take(kept, members.mirrored[kept]), counts
 
 
 class JoinLinks(beam.CombineFn):
@@ -174,6 +183,13 @@ def _compact(parts: list) -> list:
     return parts
 
 
+def cluster_partition(roots: np.ndarray, bits: int) -> np.ndarray:
+    """The partition each cluster (its root id) is made in: the top `bits` bits of a mix of the
+    root, so that clusters spread evenly whatever their ids."""
+    mixed = roots * np.uint64(0x9E3779B97F4A7C15)
+    return (mixed >> np.uint64(64 - bits)) if bits else np.zeros(len(roots), np.uint64)
+
+
 def _by_partition(group: GroupLinks, spanning: tuple) -> Iterator[tuple[int, Table]]:
     """The group's records of clusters that span splits, one Table per partition of the
     clusters (cluster_partition)."""
@@ -186,34 +202,43 @@ def _by_partition(group: GroupLinks, spanning: tuple) -> Iterator[tuple[int, Tab
         yield partition, group.members.take(picked, group.members.mirrored[picked])
 
 
-def _clusters(partition: tuple[int, Iterable[Table]], spanning: tuple) -> tuple[Cluster, ...]:
-    """The clusters of a partition, from its groups' records."""
-    return tuple(clusters(Table.concatenate(partition[1]), *spanning))
+def _clusters(partition: tuple[int, Iterable[Table]], spanning: tuple, temp_dir: str,
+              chunk_fps: dict) -> tuple[Cluster, ...]:
+    """The clusters of a partition, from its groups' records, with their sources."""
+    members = Table.concatenate(partition[1])
+    members.sources = RecordSources(temp_dir, chunk_fps).of(members.rows['id'])
+    return tuple(clusters(members, *spanning))
 
 
 class FindLeakage(beam.PTransform):
-    """Part tables (part_table) -> a dict of PCollections: 'clusters' (tuples of Clusters, each
-    cluster that spans splits in one of them), 'flat' ((split, flat images)) and 'crowded'
-    ((band, value, images, sources)).
+    """Filed (a bundle's filings, file_part) -> a dict of PCollections: 'clusters' (tuples of
+    Clusters, each cluster that spans splits in one of them), 'flat' ((split, flat images)) and
+    'crowded' ((band, value, images, sources)).
 
-    `plans`: the shard plans as a dict side input; their example counts size the shuffle groups
-    (known before any image is converted, so nothing waits for them). Each group's links are
-    kept in `temp_dir`, and reused when `resuming` (LinkGroup)."""
+    `plans`: the shard plans as a dict side input; their example counts size the link tasks.
+    `chunk_fps`: the chunks' fingerprints as a dict side input, which name the part files whose
+    sidecars keep the records' sources. Each task's links are kept in `temp_dir`, and reused when
+    `resuming` (LinkGroup)."""
 
-    def __init__(self, plans: beam.pvalue.AsDict, temp_dir: str, resuming: bool = False):
+    def __init__(self, plans: beam.pvalue.AsDict, chunk_fps: beam.pvalue.AsDict, temp_dir: str,
+                 resuming: bool = False):
         super().__init__()
-        self._plans, self._temp_dir, self._resuming = plans, temp_dir, resuming
+        self._plans, self._chunk_fps = plans, chunk_fps
+        self._temp_dir, self._resuming = temp_dir, resuming
 
-    def expand(self, tables: beam.PCollection):
-        flat = (tables
-                | 'Flat Images' >> beam.FlatMap(_flat)
+    def expand(self, filed: beam.PCollection):
+        flat = (filed
+                | 'Flat Images' >> beam.FlatMap(lambda found: found.flat.items())
                 | 'Count Flat' >> beam.CombinePerKey(sum))
-        groups = (tables
-                  | 'Key By Band' >> beam.FlatMap(_groups, plans=self._plans)
-                  | 'Group By Band' >> beam.GroupByKey()
+        runs = (filed
+                | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
+                | 'All Filing Runs' >> beam.combiners.ToList())
+        groups = (runs
+                  | 'Link Tasks' >> beam.FlatMap(_link_tasks, self._plans)
+                  | 'Spread Link Tasks' >> beam.Reshuffle()
                   | 'Link Within Buckets' >> beam.ParDo(
-                      LinkGroup(self._temp_dir, self._resuming)).with_outputs(
-                      'crowded', main='links'))
+                      LinkGroup(self._temp_dir, self._resuming), beam.pvalue.AsSingleton(runs),
+                      self._chunk_fps).with_outputs('crowded', main='links'))
         spanning = beam.pvalue.AsSingleton(
             groups.links
             | 'Links' >> beam.Map(lambda group: group.links)
@@ -221,7 +246,8 @@ class FindLeakage(beam.PTransform):
         found = (groups.links
                  | 'Members By Cluster' >> beam.FlatMap(_by_partition, spanning)
                  | 'Group Clusters' >> beam.GroupByKey()
-                 | 'Make Clusters' >> beam.Map(_clusters, spanning)
+                 | 'Make Clusters' >> beam.Map(_clusters, spanning, self._temp_dir,
+                                               self._chunk_fps)
                  | 'Any Cluster' >> beam.Filter(len))
         return {'clusters': found, 'flat': flat, 'crowded': groups.crowded}
 

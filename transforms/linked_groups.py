@@ -4,10 +4,10 @@ reuses them (as resume.py reuses chunks):
     links/<band>-<top bits>-<fingerprint>.npz   the group's reduced links, the records they
                                                 join and its crowded buckets
 
-The fingerprint covers the group's key and every record the group was given (its hashes, place
-and source), in an order that does not depend on the runner's, so a group is reused only for
-the very same records. The file is written atomically and read without pickle: numpy arrays,
-sources and crowded buckets as JSON.
+The fingerprint covers the group's key and every record the group was given (its hashes and
+place; a record's source is found by its place), in their fixed order (leakage._members), so a
+group is reused only for the very same records. The file is written atomically and read without
+pickle: numpy arrays, and crowded buckets as JSON.
 """
 import hashlib
 import io
@@ -20,26 +20,24 @@ from pipeline.output import bounded_reads, output_folder
 from pipeline.quality.pairing import LINK, ROW, Table
 
 
-def fingerprint(key: tuple, tables: list[Table]) -> str:
-    """Of a group's key and its tables, whatever order they come in."""
+def fingerprint(key: tuple, members: Table) -> str:
+    """Of a group's key and its records."""
     digest = hashlib.blake2b(repr(key).encode(), digest_size=8)
-    for part in sorted(tables, key=lambda t: int(t.rows['id'][0])):
-        digest.update(part.rows.tobytes())
-        digest.update(part.mirrored.tobytes())
-        digest.update(json.dumps(part.sources).encode())
+    digest.update(members.rows.tobytes())
+    digest.update(members.mirrored.tobytes())
     return digest.hexdigest()
 
 
-def path(temp_dir: str, key: tuple, tables: list[Table]) -> str:
+def path(temp_dir: str, key: tuple, members: Table) -> str:
     band, top, _ = key
-    return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, tables)}.npz')
+    return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, members)}.npz')
 
 
 def save(where: str, links: np.ndarray, members: Table, crowded: list[tuple]) -> None:
     """Keeps a group's result at `where`."""
     out = io.BytesIO()
     np.savez(out, links=links, rows=members.rows, mirrored=members.mirrored,
-             sources=_text(members.sources), crowded=_text(crowded))
+             crowded=_text(crowded))
     fileio.write_bytes_atomic(where, out.getvalue())
 
 
@@ -54,7 +52,7 @@ def load(where: str) -> tuple[np.ndarray, Table, list[tuple]] | None:
             links, rows = saved['links'], saved['rows']
             if links.dtype != LINK or rows.dtype != ROW:
                 return None
-            members = Table(rows, json.loads(saved['sources'].tobytes()), saved['mirrored'])
+            members = Table(rows, None, saved['mirrored'])
             crowded = [(band, value, count, examples)
                        for band, value, count, examples in json.loads(saved['crowded'].tobytes())]
     except (ValueError, KeyError, OSError, TypeError):

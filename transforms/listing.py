@@ -1,75 +1,80 @@
-"""ListExamples: the input's partitions listed on the workers into ExampleRefs.
+"""ListExamples: the input's partitions listed on the workers, every input spilled into sorted
+runs (pipeline/io/sorted_runs.py) by split and key hash, so that no input passes through the
+runner.
 
 A source is described by a few partitions made on the launcher without listing anything big
 (pipeline/inputs/: a folder split splits further into one partition per class folder or class
-archive, a CSV into byte ranges, a user config into the partitions it offers). Each partition is
-listed on a worker.
+archive, a CSV into byte ranges, a parquet file into its row groups, a user config into the
+partitions it offers). Each partition is listed on a worker, and what the rest of the pipeline
+needs of the listing leaves each bundle as one small Listed: the runs' descriptions, the facts
+of its inputs (labels.py), per split the count, the sizes known and the top bits of every key
+hash (the shard plan: sharding.py), and its share of the sample that times a conversion on this
+machine (local_rate.py). The runner (a local run's in the launcher's memory) holds those, never
+an input's ref, so the launcher's memory does not grow with the input.
+
+Where the conversion follows, the images of inputs that can only be read together (a parquet
+row group's) are read as their partition is listed, into a blob their refs then name
+(grouped_reads.py); with `spill_to` None (a plan) no run is written and no image read.
 """
 import dataclasses
+import heapq
+import itertools
+import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.inputs.kinds import Partition
 from pipeline.base.refs import ExampleRef
+from pipeline.inputs.kinds import Partition
 from pipeline.io import fileio
-
+from pipeline.io.sorted_runs import Run, RunWriter, read_range
+from transforms import grouped_reads
+from transforms.labels import DatasetFacts
 
 SIZE_SAMPLE = 64   # With measure_sizes, one in this many inputs of unknown size is measured.
-AT_ONCE = 16   # Partitions split or listed at a time, each in a thread.
+AT_ONCE = 16       # Partitions listed at a time, each in a thread.
+TOP_BITS = 24      # Of each key hash, what the shard plan's histogram needs.
+
+
+@dataclasses.dataclass
+class Listed:
+    """What one bundle of listing found (see the module docstring)."""
+    runs: list[Run] = dataclasses.field(default_factory=list)
+    facts: DatasetFacts = dataclasses.field(default_factory=DatasetFacts)
+    sizes: dict = dataclasses.field(default_factory=dict)   # split -> [inputs, sized, bytes]
+    tops: dict = dataclasses.field(default_factory=dict)    # split -> uint32 array of top bits
+    sample: list = dataclasses.field(default_factory=list)  # Refs of the smallest key hashes.
 
 
 class ListExamples(beam.PTransform):
-    """Partitions -> every ExampleRef the input holds (ignored ones included), listed on the
-    workers. With `measure_sizes`, a deterministic sample (by key hash, one in SIZE_SAMPLE) of
-    the inputs whose size the listing did not give is measured, to estimate a split's bytes
-    without a metadata request per input."""
+    """Partitions -> a Listed per bundle of listing. `spill_to`: the folder of the runs (None:
+    none are written, a plan); `measure_sizes`: a deterministic sample (by key hash, one in
+    SIZE_SAMPLE) of the inputs whose size listing did not give is measured, to estimate a
+    split's bytes; `groups_in`: the run's temporary folder, where grouped inputs are read into
+    blobs (None: they are not read, a plan), reusing an earlier attempt's if `resuming`;
+    `sample_size`: how many timeable refs of the smallest key hashes each Listed keeps."""
 
-    def __init__(self, partitions: list[Partition], measure_sizes: bool):
+    def __init__(self, partitions: list[Partition], spill_to: str | None, measure_sizes: bool,
+                 groups_in: str | None = None, resuming: bool = False, sample_size: int = 0):
         super().__init__()
-        self._partitions, self._measure_sizes = partitions, measure_sizes
+        self._partitions = partitions
+        self._lister = _ListPartitions(spill_to, measure_sizes, groups_in, resuming, sample_size)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        refs = (pbegin
+        return (pbegin
                 | 'Create Partitions' >> beam.Create(self._partitions)
-                | 'Split Partitions' >> beam.ParDo(InThreads(_split_further, _always))
+                | 'Split Partitions' >> beam.ParDo(_SplitPartitions())
                 | 'Spread Partitions' >> beam.Reshuffle()
-                | 'List Partitions' >> beam.ParDo(InThreads(_examples, _listed_together)))
-        if not self._measure_sizes:
-            return refs
-        return (refs
-                | 'Spread Examples' >> beam.Reshuffle()
-                | 'Measure Sizes' >> beam.Map(_measure_size))
+                | 'List Partitions' >> beam.ParDo(self._lister))
 
 
-def _split_further(partition: Partition) -> list[Partition]:
-    return partition.split_further()   # A split folder's listing, a CSV's pass for its ranges.
-
-
-def _always(partition: Partition) -> bool:
-    return True
-
-
-def _examples(partition: Partition) -> Iterator[ExampleRef]:
-    return partition.examples()
-
-
-def _listed_together(partition: Partition) -> bool:
-    return partition.listed_together
-
-
-class InThreads(beam.DoFn):
-    """Partition -> the elements of `function(partition)`. Where `together(partition)` (split
-    folders, class folders, CSV byte ranges), up to AT_ONCE calls run at a time, each in a
-    thread, so a worker waits on one round trip to storage for many partitions, not on one per
-    partition; for others (a gzip tar read in one pass, say) the elements go on as they come."""
-
-    def __init__(self, function: Callable[[Partition], Iterable],
-                 together: Callable[[Partition], bool]):
-        super().__init__()
-        self._function, self._together = function, together
+class _SplitPartitions(beam.DoFn):
+    """Partition -> the partitions it splits into (a split folder's class folders, a CSV's
+    byte ranges), AT_ONCE at a time, each in a thread: a worker waits on one round trip to
+    storage for many, not on one per partition."""
 
     def setup(self) -> None:
         self._threads = ThreadPoolExecutor(AT_ONCE)
@@ -77,26 +82,119 @@ class InThreads(beam.DoFn):
     def start_bundle(self) -> None:
         self._running: list[Future] = []
 
-    def process(self, partition: Partition) -> Iterator:
-        if not self._together(partition):
-            yield from self._function(partition)
-            return
-        self._running.append(self._threads.submit(_all, self._function, partition))
+    def process(self, partition: Partition) -> Iterator[Partition]:
+        self._running.append(self._threads.submit(partition.split_further))
         while len(self._running) > AT_ONCE:
             yield from self._running.pop(0).result()
 
     def finish_bundle(self) -> Iterator:
         running, self._running = self._running, []
         for future in running:
-            for element in future.result():
-                yield GlobalWindows.windowed_value(element)
+            for partition in future.result():
+                yield GlobalWindows.windowed_value(partition)
 
     def teardown(self) -> None:
         self._threads.shutdown(cancel_futures=True)
 
 
-def _all(function: Callable[[Partition], Iterable], partition: Partition) -> list:
-    return list(function(partition))
+class _ListPartitions(beam.DoFn):
+    """Partition -> (at the end of a bundle) the bundle's Listed. Partitions listed mostly by
+    waiting on storage (folders, CSV byte ranges, row groups) are listed AT_ONCE at a time, each
+    in a thread; others (a gzip tar read in one pass) as their refs come."""
+
+    def __init__(self, spill_to: str | None, measure_sizes: bool, groups_in: str | None,
+                 resuming: bool, sample_size: int):
+        self._spill_to, self._measure_sizes = spill_to, measure_sizes
+        self._groups_in, self._resuming, self._sample_size = groups_in, resuming, sample_size
+
+    def setup(self) -> None:
+        self._threads = ThreadPoolExecutor(AT_ONCE)
+
+    def start_bundle(self) -> None:
+        self._running: list[Future] = []
+        self._bundle = _Bundle(RunWriter(self._spill_to) if self._spill_to else None,
+                               self._sample_size)
+
+    def process(self, partition: Partition) -> None:
+        if not partition.listed_together:
+            self._bundle.add_all(self._refs(partition))
+            return
+        self._running.append(self._threads.submit(lambda: list(self._refs(partition))))
+        while len(self._running) > AT_ONCE:
+            self._bundle.add_all(self._running.pop(0).result())
+
+    def finish_bundle(self) -> Iterator:
+        running, self._running = self._running, []
+        for future in running:
+            self._bundle.add_all(future.result())
+        yield GlobalWindows.windowed_value(self._bundle.done())
+
+    def teardown(self) -> None:
+        self._threads.shutdown(cancel_futures=True)
+
+    def _refs(self, partition: Partition) -> Iterator[ExampleRef]:
+        """A partition's refs, sizes measured and grouped inputs read as the flags ask."""
+        refs = partition.examples()
+        if self._measure_sizes:
+            refs = map(_measure_size, refs)
+        if self._groups_in:
+            refs = grouped_reads.read_into_blobs(refs, self._groups_in, self._resuming)
+        return refs
+
+
+class _Bundle:
+    """A bundle's Listed as it grows: refs spilled, facts, sizes and top bits, the sample."""
+
+    def __init__(self, writer: RunWriter | None, sample_size: int):
+        self._writer, self._sample_size = writer, sample_size
+        self._listed = Listed()
+        self._tops: dict[str, list[int]] = {}
+        self._sample: list = []   # A heap of ((-key hash, split, key), n, ref): the smallest kept.
+        self._order = itertools.count()
+
+    def add_all(self, refs: Iterable[ExampleRef]) -> None:
+        for ref in refs:
+            self._add(ref)
+
+    def _add(self, ref: ExampleRef) -> None:
+        listed = self._listed
+        listed.facts.add(ref)
+        if ref.ignored:
+            return
+        key_hash = ref.key_hash
+        sizes = listed.sizes.setdefault(ref.split, [0, 0, 0])
+        sizes[0] += 1
+        if ref.size is not None:
+            sizes[1] += 1
+            sizes[2] += ref.size
+        self._tops.setdefault(ref.split, []).append(key_hash >> (64 - TOP_BITS))
+        if self._writer is not None:
+            self._writer.add(ref.split, key_hash, pickle.dumps(ref, pickle.HIGHEST_PROTOCOL))
+        if self._sample_size and _timeable(ref):
+            entry = ((-key_hash, ref.split, ref.key), next(self._order), ref)
+            if len(self._sample) < self._sample_size:
+                heapq.heappush(self._sample, entry)
+            elif entry[0] > self._sample[0][0]:
+                heapq.heapreplace(self._sample, entry)
+
+    def done(self) -> Listed:
+        listed = self._listed
+        listed.runs = self._writer.close() if self._writer is not None else []
+        listed.tops = {split: np.array(tops, dtype=np.uint32) for split, tops in self._tops.items()}
+        listed.sample = [ref for _, _, ref in self._sample]
+        return listed
+
+
+def refs_of(runs: list[Run], split: str, lo: int, hi: int) -> Iterator[ExampleRef]:
+    """The refs of `split` whose key hash lies in [lo, hi), from the listing's runs, in key hash
+    order."""
+    return (pickle.loads(payload) for _, payload in read_range(runs, split, lo, hi))
+
+
+def _timeable(ref: ExampleRef) -> bool:
+    """Whether a ref's conversion can be timed alone (not a member of a gzip archive, read in
+    one pass with others; not known to be bad)."""
+    return ref.problem is None and not (ref.member is not None and ref.member.archive.streamed)
 
 
 def _measure_size(ref: ExampleRef) -> ExampleRef:
@@ -108,6 +206,12 @@ def _measure_size(ref: ExampleRef) -> ExampleRef:
                                mtime=found[0].last_updated_in_seconds if found else None)
 
 
-def is_input(ref: ExampleRef) -> bool:
-    """Whether a listed ref is an input (to convert or report), not an ignored hidden file."""
-    return not ref.ignored
+def merged_sample(listed: Iterable[Listed], size: int) -> list[ExampleRef]:
+    """The `size` timeable refs of the smallest key hashes among every bundle's sample."""
+    refs = [ref for one in listed for ref in one.sample]
+    return sorted(refs, key=lambda r: (r.key_hash, r.split, r.key))[:size]
+
+
+def all_runs(listed: Iterable[Listed]) -> list[Run]:
+    return [run for one in listed for run in one.runs]
+

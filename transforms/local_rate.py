@@ -19,34 +19,35 @@ import apache_beam as beam
 
 from transforms import entries
 from transforms.grouped_reads import read_grouped
+from transforms.listing import merged_sample
 from transforms.labels import LabelMap
 from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
-from transforms.write_shards import EncodeChunk, StreamedMembers
+from transforms.encode_chunks import EncodeChunks, StreamedMembers
 
 SAMPLE_SIZE = 300
 WARM_UP = 20
 
 
 class MeasureLocalRate(beam.PTransform):
-    """Input refs -> one dict: images timed, seconds, seconds per image (None when no input can
-    be timed: none listed, or only members of gzip archives, which are read in one pass)."""
+    """What listing found (a Listed per bundle, each with its share of the sample) -> one dict:
+    images timed, seconds, seconds per image (None when no input can be timed: none listed, or
+    only members of gzip archives, which are read in one pass)."""
 
     def __init__(self, settings: ConversionSettings, label_map: beam.PCollection):
         super().__init__()
         self._settings, self._label_map = settings, label_map
 
-    def expand(self, refs: beam.PCollection) -> beam.PCollection:
-        return (refs
-                | 'Timeable' >> beam.Filter(_timeable)
-                | 'Sample' >> beam.combiners.Top.Of(SAMPLE_SIZE, key=_sample_key, reverse=True)
-                | 'Time Sample' >> beam.Map(time_sample, beam.pvalue.AsSingleton(self._label_map),
+    def expand(self, listed: beam.PCollection) -> beam.PCollection:
+        return (listed
+                | 'Samples' >> beam.combiners.ToList()
+                | 'Time Sample' >> beam.Map(_time_samples, beam.pvalue.AsSingleton(self._label_map),
                                             self._settings))
 
 
-def _timeable(ref: ExampleRef) -> bool:
-    return ref.problem is None and not (ref.member is not None and ref.member.archive.streamed)
+def _time_samples(listed: list, label_map: LabelMap, settings: ConversionSettings) -> dict:
+    return time_sample(merged_sample(listed, SAMPLE_SIZE), label_map, settings)
 
 
 def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:
@@ -60,7 +61,7 @@ def time_sample(refs: list[ExampleRef], label_map: LabelMap,
     timed = refs[WARM_UP:] if len(refs) > 2 * WARM_UP else refs
     if not timed:
         return {'images': 0, 'seconds': 0.0, 'seconds_per_image': None}
-    encoder, none = EncodeChunk(settings), StreamedMembers([], 0)   # No gzip members here.
+    encoder, none = EncodeChunks(settings), StreamedMembers([], 0)   # No gzip members here.
     unused = {'errors': [], 'damaged': []}   # What was not converted: not timed, not kept.
     encoder.setup()
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-rate-', suffix='.tfrecord')

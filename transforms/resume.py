@@ -31,7 +31,10 @@ from typing import Iterable
 
 from pipeline.base.fingerprints import fingerprint
 from pipeline.io import fileio
-from pipeline.output import bounded_reads, output_folder
+from pipeline.output import bounded_reads, output_folder, shard_formats
+from transforms import entries
+from pipeline.base.settings import ConversionSettings
+from transforms.shard_results import ShardResult
 from pipeline.base.refs import ExampleRef
 
 def input_identity(ref: ExampleRef) -> tuple:
@@ -114,3 +117,25 @@ def chunk_of_part(path: str) -> tuple[str, str]:
     """(split, chunk) of a part file's path: a chunk has a part per shard it falls in."""
     split, _, chunk, _ = fileio.basename(path).split('.')[0].rsplit('-', 3)
     return split, chunk
+
+
+def complete_shard(path: str, split: str, shard: int,
+                   settings: ConversionSettings) -> ShardResult | None:
+    """The result of a shard an earlier attempt finished: its sidecar, and a file in every
+    output format (and its DALI index, with --dali_index) with the size the sidecar gives it,
+    and its entry files, none untrusted (fileio.is_untrusted); else None (it is made again)."""
+    result = load_done(path, ShardResult, split=split, shard=shard)
+    if result is None:
+        return None
+    files = {output_folder.in_format(path, f): result.format_bytes.get(f.name)
+             for f in shard_formats.named(settings.output_formats)}
+    if settings.dali_index:
+        files[output_folder.index_file(path)] = result.index_bytes
+    try:
+        if entries.trusted(path) and all(
+                not fileio.is_untrusted(file) and fileio.size(file) == size
+                for file, size in files.items()):
+            return result
+    except FileNotFoundError:
+        pass
+    return None

@@ -49,6 +49,20 @@ class ShardResult:
 ShardKey = tuple[str, int]   # (split, shard)
 
 
+@dataclasses.dataclass(frozen=True)
+class PartDone:
+    """A finished part file, as it passes through the runner: where it is; the rest of its
+    result (records, labels, marks, sizes, hashes) is in its sidecar (resume.py)."""
+    split: str
+    shard: int
+    chunk: int
+    temp_path: str
+
+    @staticmethod
+    def of(result: ShardResult) -> 'PartDone':
+        return PartDone(result.split, result.shard, result.chunk, result.temp_path)
+
+
 def shows_shard(shard: int, total: int) -> bool:
     """Whether a shard gets its line: every one of up to 100, else about a hundred per split."""
     return total <= 100 or shard % (total // 100) == 0

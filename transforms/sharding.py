@@ -13,7 +13,9 @@ histogram of bucket counts is combined: `bucket_bits` sizes it to about 8 exampl
 CHUNK_EXAMPLES examples, the unit of work, and notes the rank of each chunk's first example.
 A worker sorts one chunk's examples, which gives their exact ranks and so their shards; a chunk
 that straddles a shard boundary writes one part file per shard, and each shard joins its parts
-in chunk order (write_shards.py).
+in chunk order (write_shards.py). A chunk's examples are a range of key hashes, so a Task,
+consecutive chunks of a split, reads its examples from the listing's sorted runs as one key
+range (listing.py); the runner passes tasks, never examples.
 """
 import dataclasses
 import logging
@@ -21,7 +23,6 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.base.refs import ExampleRef
 from pipeline.output.metadata import MAX_SHARDS
@@ -30,7 +31,8 @@ LOG = logging.getLogger('image_tfrecords')
 
 CHUNK_EXAMPLES = 128
 MIN_BUCKET_BITS, MAX_BUCKET_BITS = 16, 24
-_DENSE_AT = 1 << 15   # A histogram with more filled buckets is kept as an array.
+TASK_CHUNKS = 32            # The most chunks a task converts in turn...
+TASKS_PER_SPLIT = 32        # ... fewer where a split would have fewer tasks than this.
 
 
 def bucket_bits(count: int) -> int:
@@ -42,106 +44,27 @@ def bucket_of(hash_value: int, bits: int) -> int:
     return hash_value >> (64 - bits)
 
 
-class Histogram:
-    """Examples per bucket of one split: a dict while few buckets are filled, then an array."""
-
-    def __init__(self, bits: int = 0):
-        self.bits, self.sparse, self.dense = bits, {}, None
-
-    def add(self, bucket: int, n: int = 1) -> None:
-        if self.dense is not None:
-            self.dense[bucket] += n
-            return
-        self.sparse[bucket] = self.sparse.get(bucket, 0) + n
-        if len(self.sparse) > _DENSE_AT:
-            self._densify()
-
-    def merge(self, other: 'Histogram') -> None:
-        self.bits = self.bits or other.bits
-        if other.dense is not None:
-            self._densify()
-            self.dense += other.dense
-        else:
-            for bucket, n in other.sparse.items():
-                self.add(bucket, n)
-
-    def _densify(self) -> None:
-        if self.dense is None:
-            self.dense = np.zeros(1 << self.bits, dtype=np.int64)
-            for bucket, n in self.sparse.items():
-                self.dense[bucket] += n
-            self.sparse = {}
-
-    def filled(self) -> tuple[np.ndarray, np.ndarray]:
-        """(filled buckets ascending, their counts)."""
-        if self.dense is not None:
-            buckets = np.flatnonzero(self.dense)
-            return buckets, self.dense[buckets]
-        buckets = np.array(sorted(self.sparse), dtype=np.int64)
-        return buckets, np.array([self.sparse[b] for b in buckets.tolist()], dtype=np.int64)
-
-
-class CombineBuckets(beam.CombineFn):
-    """(bucket, bits) of each example of a split -> its Histogram."""
-
-    def create_accumulator(self) -> Histogram:
-        return Histogram()
-
-    def add_input(self, histogram: Histogram, bucket_and_bits: tuple[int, int]) -> Histogram:
-        bucket, histogram.bits = bucket_and_bits
-        histogram.add(bucket)
-        return histogram
-
-    def merge_accumulators(self, accumulators: Iterable[Histogram]) -> Histogram:
-        merged = Histogram()
-        for histogram in accumulators:
-            merged.merge(histogram)
-        return merged
-
-    def extract_output(self, histogram: Histogram) -> Histogram:
-        return histogram
-
-
 class PlanShards(beam.PTransform):
-    """Input refs -> (split, ShardPlan) for every split, from small per-split statistics: the
-    count and (estimated) bytes of its inputs, then a histogram sized by that count."""
+    """What listing found (a Listed per bundle, listing.py) -> (split, ShardPlan) for every
+    split, from each split's count, sizes and the top bits of its key hashes (4 bytes an input,
+    gathered per split: the histogram is sized by the count)."""
 
     def __init__(self, num_shards: int, target_shard_mb: float):
         super().__init__()
         self._num_shards, self._target_shard_mb = num_shards, target_shard_mb
 
-    def expand(self, refs: beam.PCollection) -> beam.PCollection:
-        # Only (hash prefix, size) per input travels on: the histogram waits for the counts,
-        # and what waits is buffered (in the launcher, on DirectRunner).
-        hashed = refs | 'Hash Keys' >> beam.Map(_hashed)
-        totals = hashed | 'Count Per Split' >> beam.CombinePerKey(_CountAndBytes())
-        return (hashed
-                | 'Bucket' >> beam.Map(_bucket, totals=beam.pvalue.AsDict(totals))
-                | 'Combine Buckets' >> beam.CombinePerKey(CombineBuckets())
-                | 'Cut Into Shards' >> beam.Map(_plan, beam.pvalue.AsDict(totals),
-                                                self._num_shards, self._target_shard_mb))
+    def expand(self, listed: beam.PCollection) -> beam.PCollection:
+        return (listed
+                | 'Per Split' >> beam.FlatMap(_per_split)
+                | 'Gather Splits' >> beam.GroupByKey()
+                | 'Cut Into Shards' >> beam.Map(_plan, self._num_shards, self._target_shard_mb))
 
 
-def _hashed(ref: ExampleRef) -> tuple[str, tuple[int, int | None]]:
-    """(split, (top MAX_BUCKET_BITS bits of the key hash, size)): all that planning needs."""
-    return ref.split, (ref.key_hash >> (64 - MAX_BUCKET_BITS), ref.size)
-
-
-class _CountAndBytes(beam.CombineFn):
-    """Per split: (inputs, inputs of known size, their bytes)."""
-
-    def create_accumulator(self) -> tuple[int, int, int]:
-        return 0, 0, 0
-
-    def add_input(self, acc: tuple[int, int, int], hash_size: tuple) -> tuple[int, int, int]:
-        size = hash_size[1]
-        return acc[0] + 1, acc[1] + (size is not None), acc[2] + (size or 0)
-
-    def merge_accumulators(self, accumulators: Iterable[tuple]) -> tuple[int, int, int]:
-        return tuple(sum(values) for values in zip(*accumulators))
-
-    def extract_output(self, acc: tuple[int, int, int]) -> tuple[int, int, int]:
-        return acc
+def _per_split(listed) -> Iterator[tuple[str, tuple[list[int], np.ndarray]]]:
+    """A Listed -> (split, ([inputs, inputs of known size, their bytes], top bits of the key
+    hashes)) per split it holds."""
+    for split, tops in listed.tops.items():
+        yield split, (listed.sizes[split], tops)
 
 
 def estimated_bytes(totals: tuple[int, int, int]) -> int:
@@ -150,21 +73,20 @@ def estimated_bytes(totals: tuple[int, int, int]) -> int:
     return size * count // known if known else 0
 
 
-def _bucket(hashed: tuple[str, tuple], totals: dict) -> tuple[str, tuple[int, int]]:
-    split, (top, _) = hashed
-    bits = bucket_bits(totals[split][0])
-    return split, (top >> (MAX_BUCKET_BITS - bits), bits)
-
-
-def _plan(split_histogram: tuple[str, Histogram], totals: dict, num_shards: int,
+def _plan(split_found: tuple[str, Iterable[tuple[list[int], np.ndarray]]], num_shards: int,
           target_shard_mb: float) -> tuple[str, 'ShardPlan']:
-    split, histogram = split_histogram
-    count = totals[split][0]
-    shards = shard_count(count, estimated_bytes(totals[split]), num_shards, target_shard_mb)
+    split, found = split_found[0], list(split_found[1])
+    totals = tuple(int(sum(sizes[i] for sizes, _ in found)) for i in range(3))
+    count, input_bytes = totals[0], estimated_bytes(totals)
+    shards = shard_count(count, input_bytes, num_shards, target_shard_mb)
     if num_shards > shards:
         LOG.warning('%s: --num_shards %d is more than %s; writing %d shards', split, num_shards,
                     f'its {count} inputs' if shards == count else f'the most ({MAX_SHARDS})', shards)
-    return split, plan_shards(histogram, count, shards, estimated_bytes(totals[split]))
+    bits = bucket_bits(count)
+    buckets, counts = np.unique(np.concatenate([tops for _, tops in found]) >> (MAX_BUCKET_BITS - bits),
+                                return_counts=True)
+    return split, plan_shards(buckets.astype(np.int64), counts.astype(np.int64), bits, count,
+                              shards, input_bytes)
 
 
 def shard_count(count: int, input_bytes: int, num_shards: int, target_shard_mb: float) -> int:
@@ -202,18 +124,23 @@ class ShardPlan:
         """What decides the shards of a chunk's examples (for its fingerprint)."""
         return self.first_rank(chunk), self.num_shards, self.count
 
+    def key_range(self, first: int, end: int) -> tuple[int, int]:
+        """The key hashes [lo, hi) of chunks first..end-1."""
+        shift = 64 - self.bits
+        lo = int(self.chunk_starts[first]) << shift
+        return lo, (int(self.chunk_starts[end]) << shift if end < self.num_chunks else 1 << 64)
+
     def shards_of_chunk(self, chunk: int) -> range:
         """The shards a chunk's examples fall in."""
         first, end = int(self.chunk_ranks[chunk]), int(self.chunk_ranks[chunk + 1])
         return range(self.shard_of_rank(first), self.shard_of_rank(end - 1) + 1)
 
 
-def plan_shards(histogram: Histogram, count: int, num_shards: int,
-                input_bytes: int = 0) -> ShardPlan:
-    """Cuts a split's buckets into chunks of about CHUNK_EXAMPLES examples (whole buckets: a
-    chunk starts at the first bucket whose first example's rank reaches a multiple of
-    CHUNK_EXAMPLES)."""
-    buckets, counts = histogram.filled()
+def plan_shards(buckets: np.ndarray, counts: np.ndarray, bits: int, count: int,
+                num_shards: int, input_bytes: int = 0) -> ShardPlan:
+    """Cuts a split's filled buckets (ascending, with their counts) into chunks of about
+    CHUNK_EXAMPLES examples (whole buckets: a chunk starts at the first bucket whose first
+    example's rank reaches a multiple of CHUNK_EXAMPLES)."""
     before = np.cumsum(counts) - counts            # Rank of each bucket's first example.
     starts = np.ones(len(buckets), dtype=bool)
     starts[1:] = before[1:] // CHUNK_EXAMPLES > before[:-1] // CHUNK_EXAMPLES
@@ -221,26 +148,21 @@ def plan_shards(histogram: Histogram, count: int, num_shards: int,
     if len(chunk_starts):
         chunk_starts[0] = 0
     ranks = np.append(before[starts], count)
-    return ShardPlan(num_shards, count, histogram.bits, chunk_starts, ranks, input_bytes)
+    return ShardPlan(num_shards, count, bits, chunk_starts, ranks, input_bytes)
 
 
-class AssignChunks(beam.DoFn):
-    """ExampleRef -> ((split, chunk), [refs]): the refs of a bundle, grouped by chunk.
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """Chunks first..end-1 of a split: what one worker reads from the listing's runs (one key
+    range) and converts in turn."""
+    split: str
+    first: int
+    end: int
 
-    Emitting one list per chunk and bundle instead of one element per ref makes the following
-    GroupByKey handle an order of magnitude fewer elements. What is held here is one bundle's
-    refs: the runner decides the bundle size (DirectRunner and Dataflow cap bundles at a
-    bounded number of elements, and refs are a few hundred bytes each).
-    """
 
-    def start_bundle(self) -> None:
-        self._groups: dict = {}
-
-    def process(self, ref: ExampleRef, plans: dict) -> None:
-        key = (ref.split, plans[ref.split].chunk_of(ref))
-        self._groups.setdefault(key, []).append(ref)
-
-    def finish_bundle(self) -> Iterator:
-        for key, refs in self._groups.items():
-            yield GlobalWindows.windowed_value((key, refs))
-        self._groups = {}
+def tasks(split: str, plan: ShardPlan) -> list[Task]:
+    """A split's chunks cut into tasks of up to TASK_CHUNKS chunks, at least TASKS_PER_SPLIT
+    tasks where it has as many chunks."""
+    per_task = max(1, min(TASK_CHUNKS, -(-plan.num_chunks // TASKS_PER_SPLIT)))
+    return [Task(split, first, min(first + per_task, plan.num_chunks))
+            for first in range(0, plan.num_chunks, per_task)]

@@ -10,6 +10,7 @@ Everything lives directly in OUTPUT:
     .tmp-RUN/parts/, shards/  its work: a TFRecord part per chunk and shard, a file per shard and
                               format (part_path, shard_path; resume.py says when it is reused)
     .tmp-RUN/groups/          the images of each parquet row group, as one blob (group_path)
+    .tmp-RUN/listed/, filed/  sorted runs of the listed inputs and of the records' hashes
 
 **Confinement.** Every path this module touches is derived from OUTPUT and names it validates:
 a run id is 16 hex digits, a dataset file is a shard name (or a TFRecord shard's DALI index,
@@ -68,9 +69,11 @@ RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
 # Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar and entry files
 # each), a file per shard and format (and a sidecar), the leakage check's pairs and its linked
-# groups, the rounds of merging many entry files into a report, and the images of groups of
-# inputs read together (transforms/grouped_reads.py).
+# groups, the rounds of merging many entry files into a report, the images of groups of
+# inputs read together (transforms/grouped_reads.py), and the sorted runs that pass the listed
+# inputs and the converted records' hashes between stages (pipeline/io/sorted_runs.py).
 PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS = 'parts', 'shards', 'pairs', 'links', 'merge', 'groups'
+LISTED, FILED = 'listed', 'filed'
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(SPLITS) + ')'
 
@@ -175,6 +178,16 @@ def pairs_path(temp_dir: str, name: str) -> str:
 def links_path(temp_dir: str, name: str) -> str:
     """A linked group of the leakage check (transforms/linked_groups.py), kept for a rerun."""
     return fileio.join(temp_dir, LINKS, name)
+
+
+def listed_folder(temp_dir: str) -> str:
+    """Where listing spills the inputs' refs (transforms/listing.py)."""
+    return fileio.join(temp_dir, LISTED)
+
+
+def filed_folder(temp_dir: str) -> str:
+    """Where converted parts file their records' hashes (transforms/leakage.py)."""
+    return fileio.join(temp_dir, FILED)
 
 
 def work_files(temp_dir: str, folder: str, pattern: str) -> str:
@@ -282,10 +295,19 @@ def start_temp(output_dir: str, run_id: str) -> None:
         _write_marker(folder, run_id, RUNNING)
 
 
+def drop_passing_runs(folder: str) -> None:
+    """Removes what passed data between a run's stages in its temporary folder `folder` (the
+    sorted runs of listed/ and filed/): no later attempt reuses it."""
+    for passing in (listed_folder(folder), filed_folder(folder)):
+        if not _is_link(passing):
+            fileio.delete_tree(passing)
+
+
 def drop_if_unused(output_dir: str, run_id: str) -> None:
     """Removes a run's temporary folder that holds its marker alone (a run that failed before
-    it wrote anything leaves nothing behind)."""
+    it wrote anything but what passed between its stages leaves nothing behind)."""
     folder = temp_dir(output_dir, run_id)
+    drop_passing_runs(folder)
     marker = fileio.join(folder, MARKER)
     if fileio.is_gcs(folder):
         if list_prefix(folder) == [marker]:

@@ -73,6 +73,15 @@ _ID_BITS = (('split', 2), ('shard', 20), ('chunk', 24), ('index', 18))
 _INDEX_BITS = _ID_BITS[-1][1]
 
 
+def record_places(ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The fields record_ids packed: split, shard, chunk and place of each id."""
+    places, ids = {}, ids.astype(np.uint64)
+    for name, bits in reversed(_ID_BITS):
+        places[name] = (ids & np.uint64((1 << bits) - 1)).astype(np.int64)
+        ids = ids >> np.uint64(bits)
+    return places
+
+
 def record_ids(rows: np.ndarray) -> np.ndarray:
     """Each row's id: its split, shard, chunk and place in its part, packed into 64 bits."""
     ids = np.zeros(len(rows), dtype=np.uint64)
@@ -84,12 +93,16 @@ def record_ids(rows: np.ndarray) -> np.ndarray:
     return ids
 
 
+# A record as filed under a band: its row, and whether under its mirror hash.
+FILING = np.dtype(ROW.descr + [('mirrored', '?')])
+
+
 @dataclasses.dataclass
 class Table:
-    """Records as ROW rows, their sources beside them; `mirrored`: per row, filed under its
-    mirror hash (else its hash)."""
+    """Records as ROW rows, their sources beside them (None where they are not at hand: found
+    by id when needed); `mirrored`: per row, filed under its mirror hash (else its hash)."""
     rows: np.ndarray
-    sources: list[str]
+    sources: list[str] | None
     mirrored: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -97,14 +110,32 @@ class Table:
 
     def take(self, index: np.ndarray, mirrored: bool | np.ndarray = False) -> 'Table':
         flags = np.broadcast_to(np.asarray(mirrored, dtype=bool), index.shape)
-        return Table(self.rows[index], [self.sources[i] for i in index.tolist()], flags.copy())
+        sources = None if self.sources is None else [self.sources[i] for i in index.tolist()]
+        return Table(self.rows[index], sources, flags.copy())
 
     @staticmethod
     def concatenate(tables: Iterable['Table']) -> 'Table':
         tables = list(tables)
-        return Table(np.concatenate([t.rows for t in tables]),
-                     [s for t in tables for s in t.sources],
+        sources = (None if any(t.sources is None for t in tables)
+                   else [s for t in tables for s in t.sources])
+        return Table(np.concatenate([t.rows for t in tables]), sources,
                      np.concatenate([t.mirrored for t in tables]))
+
+    def filings(self) -> np.ndarray:
+        """Its rows as FILING rows."""
+        filed = np.zeros(len(self.rows), dtype=FILING)
+        for name in ROW.names:
+            filed[name] = self.rows[name]
+        filed['mirrored'] = self.mirrored
+        return filed
+
+    @staticmethod
+    def of_filings(filed: np.ndarray) -> 'Table':
+        """FILING rows as a Table without sources."""
+        rows = np.zeros(len(filed), dtype=ROW)
+        for name in ROW.names:
+            rows[name] = filed[name]
+        return Table(rows, None, filed['mirrored'].copy())
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -183,8 +214,8 @@ def filings(records: Table) -> Iterator[tuple[int, Table]]:
 
 def link_band(members: Table, band: int, counts: np.ndarray | None = None
               ) -> tuple[np.ndarray, list[tuple]]:
-    """Links (LINK) among `members`, all filed under `band`, and [crowded(...) of each bucket
-    of more than MAX_BUCKET].
+    """Links (LINK) among `members`, all filed under `band`, and (band, value, images, the
+    members' places in `members`) of each bucket of more than MAX_BUCKET (crowded).
 
     A link is a member filed under its own hash and another record in its bucket, at most
     WINDOW places apart in the bucket's order, whose filed hash lies within RADIUS of it.
@@ -193,8 +224,7 @@ def link_band(members: Table, band: int, counts: np.ndarray | None = None
     """
     rows, values = members.rows, band_values(filed(members), band)
     counts = np.bincount(values, minlength=1 << BAND_BITS) if counts is None else counts
-    full = [crowded(band, int(v), int(counts[v]),
-                    [members.sources[i] for i in np.flatnonzero(values == v).tolist()])
+    full = [(band, int(v), int(counts[v]), np.flatnonzero(values == v))
             for v in np.flatnonzero(counts > MAX_BUCKET).tolist()]
     keep = np.flatnonzero(counts[values] <= MAX_BUCKET)
     hashes, targets = rows['phash'], filed(members)
@@ -372,6 +402,7 @@ def find_clusters(entries: Iterable[Entry]) -> tuple[list[Cluster], dict, list]:
     for band, members in filings(records):
         found, crowded_buckets = link_band(members, band)
         links.append(reduce_links(found))
-        full += crowded_buckets
+        full += [crowded(b, v, count, [members.sources[i] for i in places.tolist()])
+                 for b, v, count, places in crowded_buckets]
     nodes, roots, closest = leaking(np.concatenate(links))
     return clusters(records, nodes, roots, closest), flat, full

@@ -1,0 +1,97 @@
+"""A local run of ImageNet's shape, with the memory of every process and the temporary disk:
+
+    python -m benchmarks.imagenet_local [--sizes 20000 200000 1281167] [--root DIR]
+                                        [--checkout DIR] [--keep]
+
+Each size is a folder of that many small distinct JPEGs in 1,000 class folders, 4% of them in
+validation/ (pipeline/testing/imagenet_shape.py), made once under --root and reused. The default
+command converts it (`python -m pipeline.run --input_dir=... --output_dir=...`: a multi-process
+local run, one worker per core) while its process tree is sampled every 0.2 s. Printed per size:
+exit code, wall seconds, inputs/s, the peak resident MB of the launcher and of the largest worker,
+the peak of all processes together (PSS), and the peak of the run's temporary folder; then the
+launcher's growth per input between consecutive sizes. --checkout runs another checkout's code
+(its folder first on PYTHONPATH), to compare two versions on the same inputs. The output of each
+size is removed unless --keep.
+"""
+import argparse
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+from pipeline.testing import imagenet_shape
+from pipeline.testing.process_memory import run_sampled
+
+MB = 1 << 20
+
+
+def measure(inputs: str, output: str, checkout: str | None = None) -> dict:
+    """One conversion of `inputs` into `output`, measured."""
+    env = dict(os.environ)
+    if checkout:
+        env['PYTHONPATH'] = os.pathsep.join([checkout, env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    temp_peak, done = [0], threading.Event()
+
+    def watch_temp() -> None:
+        while not done.wait(1.0):
+            temp_peak[0] = max(temp_peak[0], sum(_tree_bytes(t) for t in glob.glob(f'{output}/.tmp-*')))
+
+    watcher = threading.Thread(target=watch_temp, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        result, memory = run_sampled([sys.executable, '-m', 'pipeline.run', f'--input_dir={inputs}',
+                                      f'--output_dir={output}'], every=0.2, env=env,
+                                     cwd=checkout or None)
+    finally:
+        done.set()
+        watcher.join()
+    return {'code': result.returncode, 'seconds': time.monotonic() - started,
+            'launcher': memory.launcher, 'worker': memory.largest_other,
+            'together': memory.together, 'temp': temp_peak[0],
+            'error': result.stderr.strip().splitlines()[-1:] if result.returncode else []}
+
+
+def _tree_bytes(folder: str) -> int:
+    total = 0
+    for path, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(path, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--sizes', type=int, nargs='+', default=[20_000, 200_000])
+    parser.add_argument('--root', default=os.path.join(tempfile.gettempdir(), 'imagenet-shape'))
+    parser.add_argument('--checkout', help='Run this checkout of the product instead.')
+    parser.add_argument('--keep', action='store_true', help='Keep each output folder.')
+    args = parser.parse_args()
+    print(f'{"inputs":>9} {"code":>4} {"seconds":>8} {"inputs/s":>9} {"launcher MB":>12} '
+          f'{"worker MB":>10} {"together MB":>12} {"temp MB":>8}')
+    measured = []
+    for size in args.sizes:
+        inputs = imagenet_shape.make(os.path.join(args.root, str(size)), size)
+        output = os.path.join(args.root, f'out-{size}')
+        shutil.rmtree(output, ignore_errors=True)
+        found = measure(inputs, output, args.checkout)
+        measured.append((size, found))
+        print(f'{size:>9} {found["code"]:>4} {found["seconds"]:>8.1f} '
+              f'{size / found["seconds"]:>9.0f} {found["launcher"] / MB:>12.0f} '
+              f'{found["worker"] / MB:>10.0f} {found["together"] / MB:>12.0f} '
+              f'{found["temp"] / MB:>8.0f}', *found['error'], flush=True)
+        if not args.keep:
+            shutil.rmtree(output, ignore_errors=True)
+    for (n1, a), (n2, b) in zip(measured, measured[1:]):
+        print(f'launcher growth {n1} -> {n2}: {(b["launcher"] - a["launcher"]) / (n2 - n1):.0f} '
+              'bytes per input')
+
+
+if __name__ == '__main__':
+    main()
