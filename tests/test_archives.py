@@ -914,3 +914,27 @@ def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path, nam
     assert sorted((r[records.FILENAME], r[records.SOURCE], r[records.ENCODED])
                   for r in read_split(out, 'train')) == [
         ('a.jpg', f'{root}/{name}/{inner}/a.jpg', B), ('b.jpg', f'{root}/{name}/{inner}/b.jpg', B)]
+
+
+def _imports_of(module: str) -> list[tuple[str, str]]:
+    """(module, name) of each `from pipeline... import name` of pipeline/inputs/MODULE.py."""
+    import ast
+    path = os.path.join(os.path.dirname(archives.__file__), f'{module}.py')
+    tree = ast.parse(open(path).read())
+    return [(node.module, alias.name) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module.startswith('pipeline.inputs')
+            for alias in node.names]
+
+
+def test_archive_readers_import_their_base_only_and_no_private_name():
+    # Layers point down: the base, the records of zips, one reader per kind, the dispatcher.
+    below = {'archive_base': set(), 'zip_records': set(),
+             'tar_index': {'archive_base'}, 'zip_index': {'archive_base', 'zip_records'},
+             'gzip_pass': {'archive_base', 'zip_records'},
+             'archives': {'archive_base', 'tar_index', 'zip_index', 'gzip_pass'}}
+    for module, allowed in below.items():
+        imported = _imports_of(module)
+        assert {name if source == 'pipeline.inputs' else source.rsplit('.', 1)[1]
+                for source, name in imported} <= allowed, module
+        assert not [name for _, name in imported if name.startswith('_')], module
+

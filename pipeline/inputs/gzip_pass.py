@@ -1,5 +1,7 @@
-"""A gzip-compressed tar read in one pass, archives inside it expanded in the same pass
-(pipeline/inputs/archives.py): listed by `stream`, its members' bytes by `read_streamed`."""
+"""A gzip-compressed tar read in one pass, archives inside it expanded in the same pass: it has
+no byte offsets to jump to, so it is listed in one pass (`stream`), and its members' bytes are
+read by another pass that ends at the last member wanted (`read_streamed`: a chunk's members at
+once). Its members are StreamedMembers."""
 import dataclasses
 import io
 import tarfile
@@ -7,11 +9,28 @@ import zipfile
 import zlib
 from typing import Callable, Iterable, Iterator
 
-from pipeline.inputs.archives import (MAX_DEPTH, READ_BLOCK, Archive, Member, _safe_name,
-                                      _unended, _unsafe, _Window, _WindowFile, suffix)
-from pipeline.inputs.tar_index import EXTENDED_MAX
-from pipeline.inputs.zip_index import _LOCAL_HEADER, _local_length, _zip_ends, _zip_problem
+from pipeline import pickling
+from pipeline.inputs import zip_records
+from pipeline.inputs.archive_base import (EXTENDED_MAX, MAX_DEPTH, READ_BLOCK, Archive,
+                                          DamagedArchive, Member, Window, WindowFile, safe_name,
+                                          suffix, unended, unsafe_name)
 from pipeline.io import fileio
+
+
+@pickling.values_only
+@dataclasses.dataclass(frozen=True)
+class StreamedMember(Member):
+    """A member of a gzip tar (or of an archive inside one): `offset` is its data's place in the
+    uncompressed stream, `index` its place in the pass."""
+
+    def read(self, limit: int = fileio.DEFAULT_MAX_INPUT) -> bytes:
+        """Its bytes, from a pass over its archive up to it; fileio.TooLarge, before it is
+        held, if its size is over `limit`."""
+        data = read_streamed([self], limit).get((self.name, self.index), gone(self))
+        if isinstance(data, str):
+            raise DamagedArchive(data)
+        return data
+
 
 def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: False,
            limit: int = fileio.DEFAULT_MAX_INPUT) -> Iterator[tuple[Member, bytes | None]]:
@@ -22,7 +41,7 @@ def stream(archive: Archive, keep: Callable[[Member], bool] = lambda member: Fal
     found the same way either way: a member that cannot be read has an error, and damage that
     ends the pass is a last member saying where. No member over `limit` bytes is held in
     memory: a kept one, or a zip inside (read whole), has an error instead."""
-    source = _gunzip(io.BufferedReader(_WindowFile(_Window(archive)), 1 << 20))
+    source = _gunzip(io.BufferedReader(WindowFile(Window(archive)), 1 << 20))
     pass_ = _Pass(keep, limit)
     for member, data in _stream_tar(archive, source, '', archive.depth, pass_):
         yield pass_.placed(member), data
@@ -147,15 +166,15 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
         with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
             for info in tar:
                 at, end = info.offset_data, tar.offset
-                name = _safe_name(info.name)
+                name = safe_name(info.name)
                 if name is None or not (name or info.isdir()):
-                    yield Member(archive, f'{prefix}/@{info.offset}', info.offset, 0,
-                                 error=_unsafe(info.name, info.offset, archive)), None
+                    yield StreamedMember(archive, f'{prefix}/@{info.offset}', info.offset, 0,
+                                         error=unsafe_name(info.name, info.offset, archive)), None
                     continue
                 if not name:
                     continue   # The archive's root.
-                member = Member(archive, prefix + name, info.offset_data, info.size,
-                                is_dir=info.isdir())
+                member = StreamedMember(archive, prefix + name, info.offset_data, info.size,
+                                        is_dir=info.isdir())
                 if member.is_dir:
                     yield member, None
                 elif not info.isfile():
@@ -174,7 +193,8 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
         except (EOFError, OSError, zlib.error) as exc:
             yield _stream_damage(archive, prefix, where, end, None, exc), None
         else:
-            yield Member(archive, f'{prefix}/@{end}', end, 0, error=_unended(where, end)), None
+            yield StreamedMember(archive, f'{prefix}/@{end}', end, 0,
+                                 error=unended(where, end)), None
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         yield _stream_damage(archive, prefix, where, at, pending, exc), None
 
@@ -187,7 +207,7 @@ def _stream_damage(archive: Archive, prefix: str, where: str, at: int,
     error = (f'damaged archive {where}: {exc}; the members after byte {at} of its uncompressed '
              'data cannot be read')
     return (dataclasses.replace(pending, error=error, cut=True) if pending is not None
-            else Member(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True))
+            else StreamedMember(archive, f'{prefix}/@{at}', at, 0, error=error, cut=True))
 
 
 def _stream_member(member: Member, open_member, depth: int,
@@ -228,6 +248,16 @@ def _skip(data) -> None:
         pass
 
 
+def _zip_entry_problem(info: zipfile.ZipInfo, data: bytes, end: int) -> str | None:
+    """Why a member of the zip `data` cannot be read: what its central directory entry says,
+    or its data running past `end` (into what follows it)."""
+    local = data[info.header_offset:info.header_offset + zip_records.LOCAL_HEADER.size]
+    runs_on = (len(local) < zip_records.LOCAL_HEADER.size or info.header_offset
+               + zip_records.local_length(local) + info.compress_size > end)
+    return zip_records.problem(info) or ('damaged zip member: it runs into the member or the '
+                                         'central directory after it' if runs_on else None)
+
+
 def _zip_in_stream(member: Member, data: bytes, depth: int,
                    pass_: _Pass) -> Iterator[tuple[Member, bytes | None]]:
     """A zip inside a streamed tar, from its bytes in memory (one member's worth), archives
@@ -235,21 +265,18 @@ def _zip_in_stream(member: Member, data: bytes, depth: int,
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as inner:
             infos = inner.infolist()
-            ends = _zip_ends(infos, inner.start_dir)
+            ends = zip_records.ends(infos, inner.start_dir)
             for info in infos:
-                name = _safe_name(info.filename)
+                name = safe_name(info.filename)
                 at = member.offset + info.header_offset
                 if name is None or not (name or info.is_dir()):
-                    yield Member(member.archive, f'{member.name}//@{at}', at, 0,
-                                 error=_unsafe(info.filename, info.header_offset, member)), None
+                    yield StreamedMember(
+                        member.archive, f'{member.name}//@{at}', at, 0,
+                        error=unsafe_name(info.filename, info.header_offset, member)), None
                     continue
-                entry = Member(member.archive, f'{member.name}/{name}', at, info.file_size,
-                               is_dir=info.is_dir())
-                local = data[info.header_offset:info.header_offset + _LOCAL_HEADER.size]
-                error = _zip_problem(info) or (
-                    'damaged zip member: it runs into the member or the central directory '
-                    'after it' if len(local) < _LOCAL_HEADER.size or info.header_offset
-                    + _local_length(local) + info.compress_size > ends[id(info)] else None)
+                entry = StreamedMember(member.archive, f'{member.name}/{name}', at,
+                                       info.file_size, is_dir=info.is_dir())
+                error = _zip_entry_problem(info, data, ends[id(info)])
                 if entry.is_dir or error:
                     yield dataclasses.replace(entry, error=error), None
                     continue
