@@ -25,7 +25,7 @@ from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import BUCKET, upload
 from tests.helpers import (
-    IN_PROCESS, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
+    IN_PROCESS, cli, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
 
 CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
 PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
@@ -938,3 +938,76 @@ def test_archive_readers_import_their_base_only_and_no_private_name():
                 for source, name in imported} <= allowed, module
         assert not [name for _, name in imported if name.startswith('_')], module
 
+
+FLOWERS = {f'{split}/{c}/{c}_{i}.jpg': imagemaker.jpeg(20, 16, seed=600 + 10 * n + 5 * len(c) + i)
+           for split, n in (('train', 3), ('validation', 2)) for c in ('daisy', 'rose')
+           for i in range(n)}
+
+
+@pytest.fixture(scope='module')
+def packed(tmp_path_factory):
+    """(base folder, reference output): base/data/flowers/ holds FLOWERS, converted once to the
+    reference; base/data/flowers.EXT and base/data.EXT stand for that folder, packed as users
+    pack a download: one top-level folder (shutil.make_archive, as `tar czf flowers.tar.gz
+    flowers` and `zip -r flowers.zip flowers` do)."""
+    base = tmp_path_factory.mktemp('packed')
+    write_tree(base / 'data' / 'flowers', FLOWERS)
+    reference = f'{base}/reference'
+    result = cli(f'--input_dir={base}/data/flowers', f'--output_dir={reference}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    for kind, suffix in (('gztar', '.tar.gz'), ('zip', '.zip'), ('tar', '.tar')):
+        made = shutil.make_archive(f'{base}/data/flowers', kind, base / 'data', 'flowers')
+        assert made.endswith(f'flowers{suffix}')
+    write_tree(base, {
+        'data.tar.gz': archivemaker.tar({f'flowers/{k}': v for k, v in FLOWERS.items()}, 'gz'),
+        'data.zip': archivemaker.zip_({'flowers.tar': archivemaker.tar(FLOWERS)},
+                                      zipfile.ZIP_STORED),
+        'deep.tar': archivemaker.tar({'a/b.zip': archivemaker.zip_(
+            {f'c/flowers/{k}': v for k, v in FLOWERS.items()}, zipfile.ZIP_STORED)})})
+    return base, reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('suffix', ['.tar.gz', '.zip', '.tar'])
+def test_an_archive_of_one_folder_is_read_as_that_folder(packed, suffix):
+    base, reference = packed
+    archive = f'{base}/data/flowers{suffix}'
+    out = f'{base}/out-one-folder{suffix}'
+    result = cli(f'--input_dir={archive}', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert f'{archive} holds one folder, flowers/; reading the splits in it' in result.stderr
+    for split in ('train', 'validation'):
+        assert shards_without_source(out, split) == shards_without_source(reference, split)
+    assert {r[records.SOURCE] for r in read_split(out, 'validation')} == {
+        f'{archive}/flowers/{k}' for k in FLOWERS if k.startswith('validation/')}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('input_dir', ['data.tar.gz/flowers', 'data.zip/flowers.tar',
+                                       'deep.tar/a/b.zip/c/flowers'])
+def test_an_input_dir_through_archives_is_read_in_place(packed, input_dir):
+    # A folder at any depth of an archive, through archives inside it, as the input folder.
+    base, reference = packed
+    out = f'{base}/out-{input_dir.replace("/", "_")}'
+    result = cli(f'--input_dir={base}/{input_dir}', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    for split in ('train', 'validation'):
+        if input_dir.startswith('data.'):   # Named as base/data/flowers: the same shards.
+            assert shards_without_source(out, split) == shards_without_source(reference, split)
+        assert sorted((r[records.FILENAME], r[records.TEXT], r[records.ENCODED])
+                      for r in read_split(out, split)) == sorted(
+            (r[records.FILENAME], r[records.TEXT], r[records.ENCODED])
+            for r in read_split(reference, split))
+    assert {r[records.SOURCE] for r in read_split(out, 'validation')} == {
+        f'{base}/{input_dir}/{k}' for k in FLOWERS if k.startswith('validation/')}
+
+
+@pytest.mark.slow
+def test_an_input_dir_through_an_archive_that_does_not_hold_it_is_one_line(packed):
+    base, _ = packed
+    result = cli(f'--input_dir={base}/data.zip/flowers.tar/train/tulip',
+                 f'--output_dir={base}/out-missing', *IN_PROCESS)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f'error: {base}/data.zip/flowers.tar holds no folder train/tulip/: give --input_dir a '
+        'folder it holds (tar tf or unzip -l lists them)')
