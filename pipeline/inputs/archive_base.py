@@ -23,7 +23,6 @@ from pipeline.io import fileio
 SUFFIXES = ('.tar.gz', '.tgz', '.tar', '.zip')
 READ_BLOCK = 1 << 20                    # Bytes per read through a window.
 MAX_DEPTH = 16                          # Archive files hold archives this deep at most.
-EXTENDED_MAX = 1 << 20                  # Bytes of a tar long-name or pax header, at most.
 TAR_BLOCK = 512                         # A tar is blocks of this many bytes.
 
 

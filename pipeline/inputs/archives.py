@@ -4,7 +4,9 @@ headers and read by byte range (or, for a gzip tar, in one pass).
 Each kind has its module: tar_index.py (a tar indexed by hopping from header to header),
 zip_index.py (a zip indexed from its central directory) and gzip_pass.py (a gzip tar read in
 one pass). archive_base.py holds what they share: Archive, Member, the window reads, member
-names and the limits; those names are also importable from here. This module picks the reader
+names and the limits (Archive, Member, DamagedArchive, suffix and folder_name are also
+importable from here); tar_records.py and zip_records.py what tar headers and zip records say,
+read the same way by the index of a kind and by a gzip tar's pass. This module picks the reader
 of an archive's kind and applies what holds for every kind: of members with the same name the
 last wins.
 

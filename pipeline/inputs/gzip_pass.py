@@ -10,10 +10,11 @@ import zlib
 from typing import Callable, Iterable, Iterator
 
 from pipeline import pickling
-from pipeline.inputs import zip_records
-from pipeline.inputs.archive_base import (EXTENDED_MAX, MAX_DEPTH, READ_BLOCK, Archive,
-                                          DamagedArchive, Member, Window, WindowFile, safe_name,
-                                          suffix, unended, unsafe_name)
+from pipeline.inputs import tar_records, zip_records
+from pipeline.inputs.archive_base import (MAX_DEPTH, READ_BLOCK, Archive, DamagedArchive,
+                                          Member, Window, WindowFile, safe_name, suffix,
+                                          unended, unsafe_name)
+from pipeline.inputs.tar_records import EXTENDED_MAX
 from pipeline.io import fileio
 
 
@@ -137,7 +138,14 @@ class _StrictTarInfo(tarfile.TarInfo):
     """tarfile's header, stricter for a one-pass read: a damaged or cut header and a negative
     size are errors (tarfile takes them for the archive's end), so is data that ends without
     the zero blocks (`_Unended`), and an extended header over EXTENDED_MAX is refused before
-    it is read into memory."""
+    it is read into memory. Pax records are read by tar_records, as the tar index reads them:
+    tarfile's own reading (Python before 3.11.10) searches them with regular expressions that
+    take time quadratic in a run of digits (CVE-2024-6232) and expands GNU sparse maps without
+    bound; a sparse member (type S) is a special file, its map not read. This class is the
+    one use of tarfile's internals (`_proc_member`, `_proc_builtin`, `_block`, and the TarFile's
+    `fileobj` and `offset`)."""
+
+    damage = None   # Why the pax records before it do not parse, if they do not.
 
     @classmethod
     def fromtarfile(cls, tar):
@@ -152,10 +160,34 @@ class _StrictTarInfo(tarfile.TarInfo):
         return info
 
     def _proc_member(self, tar):
-        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
-                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > EXTENDED_MAX:
+        if self.type in _EXTENDED and self.size > EXTENDED_MAX:
             raise tarfile.HeaderError(f'an extended header of {self.size} bytes')
+        if self.type in _PAX:
+            return self._described(tar)
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            return self._proc_builtin(tar)
         return super()._proc_member(tar)
+
+    def _described(self, tar) -> '_StrictTarInfo':
+        """The member these pax records describe, given their path and size."""
+        text = tar.fileobj.read(self._block(self.size))[:self.size]
+        member = self.fromtarfile(tar)
+        member.offset = self.offset   # Its headers start at these records.
+        try:
+            found = tar_records.extended(self.type, text)
+        except ValueError as exc:
+            member.damage = str(exc)
+            return member
+        member.name = found.get('path', member.name)
+        if 'size' in found:
+            member.size = found['size']
+            skipped = member.isreg() or member.type not in tarfile.SUPPORTED_TYPES
+            tar.offset = member.offset_data + (member._block(member.size) if skipped else 0)
+        return member
+
+
+_PAX = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+_EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, *_PAX)
 
 
 def _stream_tar(archive: Archive, source, prefix: str, depth: int,
@@ -166,27 +198,16 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
         with tarfile.open(fileobj=source, mode='r|', tarinfo=_StrictTarInfo) as tar:
             for info in tar:
                 at, end = info.offset_data, tar.offset
-                name = safe_name(info.name)
-                if name is None or not (name or info.isdir()):
-                    yield StreamedMember(archive, f'{prefix}/@{info.offset}', info.offset, 0,
-                                         error=unsafe_name(info.name, info.offset, archive)), None
+                member = _entry(archive, prefix, where, info)
+                if member is None or member.error is not None or member.is_dir:
+                    if member is not None:
+                        yield member, None
+                    _skip_unread(tar, info)
                     continue
-                if not name:
-                    continue   # The archive's root.
-                member = StreamedMember(archive, prefix + name, info.offset_data, info.size,
-                                        is_dir=info.isdir())
-                if member.is_dir:
-                    yield member, None
-                elif not info.isfile():
-                    yield dataclasses.replace(
-                        member, error='a link or special file inside an archive is not '
-                                      'followed'), None
-                else:
-                    pending = member
-                    for item in _stream_member(member, lambda: tar.extractfile(info), depth,
-                                               pass_):
-                        pending = None
-                        yield item
+                pending = member
+                for item in _stream_member(member, lambda: tar.extractfile(info), depth, pass_):
+                    pending = None
+                    yield item
     except _Unended:
         try:
             source.read(1)   # A cut-off gzip stream ends once, then says so when read again.
@@ -197,6 +218,33 @@ def _stream_tar(archive: Archive, source, prefix: str, depth: int,
                                  error=unended(where, end)), None
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         yield _stream_damage(archive, prefix, where, at, pending, exc), None
+
+
+def _entry(archive: Archive, prefix: str, where: str, info: tarfile.TarInfo) -> Member | None:
+    """The member a tar header (`info`) of the archive `where` describes, with an error if its
+    data is not read; None for the archive's root."""
+    name = safe_name(info.name)
+    if name is None or not (name or info.isdir()):
+        return StreamedMember(archive, f'{prefix}/@{info.offset}', info.offset, 0,
+                              error=unsafe_name(info.name, info.offset, archive))
+    if not name:
+        return None
+    member = StreamedMember(archive, prefix + name, info.offset_data, info.size,
+                            is_dir=info.isdir())
+    if info.damage is not None:
+        return dataclasses.replace(member, error=f'damaged pax header at byte {info.offset} of '
+                                                 f'{where}: {info.damage}')
+    if not (member.is_dir or info.isfile()) or info.type == tarfile.GNUTYPE_SPARSE:
+        return dataclasses.replace(member, error='a link or special file inside an archive is '
+                                                 'not followed')
+    return member
+
+
+def _skip_unread(tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+    """Reads past the data of a member that is not read, to the end of the data if it is cut:
+    tarfile would skip it a block at a time as far as its header says, past that end too."""
+    if info.isreg() or info.type not in tarfile.SUPPORTED_TYPES:
+        _skip(tar.extractfile(info))
 
 
 def _stream_damage(archive: Archive, prefix: str, where: str, at: int,
@@ -216,6 +264,7 @@ def _stream_member(member: Member, open_member, depth: int,
     archive it is; `open_member()` gives a file object of its bytes."""
     kind = suffix(member.name)
     if kind and depth >= MAX_DEPTH:
+        _skip(open_member())
         yield dataclasses.replace(
             member, error=f'{member.path} is an archive nested more than {MAX_DEPTH} deep; '
                           'archives that deep are not read'), None
@@ -230,22 +279,45 @@ def _stream_member(member: Member, open_member, depth: int,
             if kind == '.zip':
                 yield from _zip_in_stream(member, open_member().read(), depth + 1, pass_)
             else:
-                inner = open_member() if kind == '.tar' else _gunzip(open_member())
+                data = open_member()
+                inner = data if kind == '.tar' else _gunzip(data)
                 yield from _stream_tar(member.archive, inner, member.name + '/', depth + 1,
                                        pass_)
+                _skip_rest(data)
         finally:
             pass_.within = pass_.within[:-1]
     elif pass_.wants(member):
-        yield member, open_member().read()
+        data = open_member().read()
+        yield _of_length(member, len(data)), data if len(data) == member.size else None
     else:
-        _skip(open_member())
-        yield member, None
+        yield _of_length(member, _skip(open_member())), None
 
 
-def _skip(data) -> None:
-    """Reads a member's file object to its end in blocks (so damage in it is found)."""
-    while data.read(READ_BLOCK):
-        pass
+def _skip(data) -> int:
+    """Reads a member's file object to its end in blocks (so damage in it is found); how many
+    bytes it held."""
+    length = 0
+    while block := data.read(READ_BLOCK):
+        length += len(block)
+    return length
+
+
+def _skip_rest(data) -> None:
+    """Reads what follows the end of an archive inside a member to the member's end; if the
+    member's data ended before the archive did, the pass over its own archive ends there too."""
+    try:
+        _skip(data)
+    except tarfile.StreamError:   # Read again after the end of the data was found.
+        raise tarfile.ReadError('unexpected end of data') from None
+
+
+def _of_length(member: Member, length: int) -> Member:
+    """The member, an error if its data held another `length` than its size (a zip member's
+    CRC-32 matches what it holds, its size in the central directory does not)."""
+    if length == member.size:
+        return member
+    return dataclasses.replace(member, error=f'damaged archive member: it holds {length} bytes, '
+                                             f'not its size ({member.size})')
 
 
 def _zip_entry_problem(info: zipfile.ZipInfo, data: bytes, end: int) -> str | None:
@@ -269,21 +341,22 @@ def _zip_in_stream(member: Member, data: bytes, depth: int,
             for info in infos:
                 name = safe_name(info.filename)
                 at = member.offset + info.header_offset
-                if name is None or not (name or info.is_dir()):
+                if name is None or not (name or zip_records.is_dir(info)):
                     yield StreamedMember(
                         member.archive, f'{member.name}//@{at}', at, 0,
                         error=unsafe_name(info.filename, info.header_offset, member)), None
                     continue
                 entry = StreamedMember(member.archive, f'{member.name}/{name}', at,
-                                       info.file_size, is_dir=info.is_dir())
+                                       info.file_size, is_dir=zip_records.is_dir(info))
                 error = _zip_entry_problem(info, data, ends[id(info)])
                 if entry.is_dir or error:
                     yield dataclasses.replace(entry, error=error), None
                     continue
                 try:
                     yield from _stream_member(entry, lambda: inner.open(info), depth, pass_)
-                except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError) as exc:
+                except (zipfile.BadZipFile, OSError, zlib.error, EOFError, ValueError,
+                        NotImplementedError) as exc:
                     yield dataclasses.replace(entry, error=f'damaged zip member: {exc}'), None
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as exc:
         yield dataclasses.replace(member, name=f'{member.name}//@0', cut=True,
                                   error=f'damaged zip {member.path}: {exc}'), None

@@ -3,12 +3,13 @@ read; reads go through a window of READ_BLOCK bytes, so small members cost one r
 and large ones one read per header."""
 from typing import Iterator
 
-from pipeline.inputs.archive_base import (EXTENDED_MAX, READ_BLOCK, TAR_BLOCK, Archive, Member,
-                                          Window, safe_name, unended, unnamed, unsafe_name)
+from pipeline.inputs import tar_records
+from pipeline.inputs.archive_base import (READ_BLOCK, TAR_BLOCK, Archive, Member, Window,
+                                          safe_name, unended, unnamed, unsafe_name)
+from pipeline.inputs.tar_records import EXTENDED_MAX
 
 _TAR_FILES = (b'0', b'\0', b'7')
 _TAR_DIRS = (b'5',)
-_TAR_EXTENDED = (b'L', b'K', b'x', b'g')
 
 
 def members(archive: Archive, window: Window | None = None) -> Iterator[Member]:
@@ -33,7 +34,7 @@ def members(archive: Archive, window: Window | None = None) -> Iterator[Member]:
             return
         kind = header[156:157]
         size = _number(header[124:136]) if _valid_header(header) else None
-        if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
+        if size is None or (kind in tar_records.EXTENDED and size > EXTENDED_MAX):
             resumed = _next_header(window, position + TAR_BLOCK)
             if resumed + TAR_BLOCK > window.size:   # No header after it: damaged to the end,
                 ended = window.size % TAR_BLOCK == 0 and not window.read_at(
@@ -50,9 +51,9 @@ def members(archive: Archive, window: Window | None = None) -> Iterator[Member]:
             extended, damage = {}, None
             continue
         data = position + TAR_BLOCK
-        if kind in _TAR_EXTENDED:
+        if kind in tar_records.EXTENDED:
             try:
-                extended.update(_extended(kind, window.read_at(data, size)))
+                extended.update(tar_records.extended(kind, window.read_at(data, size)))
             except ValueError as exc:
                 damage = f'damaged pax header at byte {position} of {archive.path}: {exc}'
             position = data + _padded(size)
@@ -131,35 +132,3 @@ def _header_name(header: bytes) -> str:
     if header[257:262] == b'ustar' and header[345] != 0:
         name = header[345:500].split(b'\0', 1)[0] + b'/' + name
     return name.decode('utf-8', 'surrogateescape')
-
-
-def _extended(kind: bytes, text: bytes) -> dict:
-    """What an extended header says of the member after it: its `path` and `size`, if it says
-    them. ValueError if its records do not parse."""
-    if kind == b'L':
-        return {'path': text.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')}
-    if kind != b'x':
-        return {}   # A long link name, or global pax records: nothing a member needs.
-    records = _pax_records(text)
-    found = {'path': records['path']} if 'path' in records else {}
-    if 'size' in records:
-        if not (records['size'].isascii() and records['size'].isdigit()):
-            raise ValueError(f'its size {records["size"]!r} is not a number of bytes')
-        found['size'] = int(records['size'])
-    return found
-
-
-def _pax_records(text: bytes) -> dict[str, str]:
-    """The `LENGTH KEY=VALUE\\n` records of a pax header; ValueError if one does not parse."""
-    records, position = {}, 0
-    while position < len(text) and text[position] != 0:
-        digits, space, _ = text[position:position + 24].partition(b' ')
-        length = int(digits) if space and digits.isdigit() else 0
-        record = text[position:position + length]
-        key, equals, value = record[len(digits) + 1:-1].partition(b'=')
-        if length <= len(digits) + 1 or len(record) < length or not record.endswith(b'\n') \
-                or not equals:
-            raise ValueError(f'its record at byte {position} does not parse')
-        records[key.decode('utf-8', 'surrogateescape')] = value.decode('utf-8', 'surrogateescape')
-        position += length
-    return records

@@ -101,7 +101,7 @@ def members(archive: Archive) -> Iterator[ZipMember | Member]:
     try:
         with zipfile.ZipFile(WindowFile(window)) as index:
             infos = index.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as exc:
         yield unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
                                   'can be read', cut=True)
         return
@@ -113,7 +113,7 @@ def members(archive: Archive) -> Iterator[ZipMember | Member]:
     ends = zip_records.ends(infos, index.start_dir)
     for info in infos:
         name = safe_name(info.filename)
-        if name is None or not (name or info.is_dir()):
+        if name is None or not (name or zip_records.is_dir(info)):
             yield unnamed(archive, info.header_offset,
                           unsafe_name(info.filename, info.header_offset, archive))
         elif name:   # Not the archive's root.
@@ -130,7 +130,7 @@ def _member(archive: Archive, info: zipfile.ZipInfo, name: str, end: int) -> Zip
                                           'member or the central directory after it'
                                           if runs_on else None)
     return ZipMember(archive, name, archive.start + info.header_offset, info.file_size,
-                     info.is_dir(), error, method=info.compress_type,
+                     zip_records.is_dir(info), error, method=info.compress_type,
                      stored_size=info.compress_size, crc=info.CRC, name_length=name_length,
                      end=archive.start + end)
 

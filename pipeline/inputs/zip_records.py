@@ -17,8 +17,15 @@ def local_length(header: bytes) -> int:
     return LOCAL_HEADER.size + name_length + extra_length
 
 
+def is_dir(info: zipfile.ZipInfo) -> bool:
+    """Whether a zip member is a directory entry (zipfile's is_dir fails on an empty name)."""
+    return info.filename.endswith('/')
+
+
 def problem(info: zipfile.ZipInfo) -> str | None:
     """Why a zip member cannot be read, if its central directory entry says so."""
+    if info.header_offset < 0:
+        return 'damaged zip member: its local header would be before the start of the zip'
     if info.flag_bits & 0x1:
         return 'encrypted zip member'
     if info.compress_type not in METHODS:
