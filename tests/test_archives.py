@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 import tracemalloc
 import warnings
 import zipfile
@@ -25,7 +26,7 @@ from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import BUCKET, upload
 from tests.helpers import (
-    IN_PROCESS, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
+    IN_PROCESS, cli, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
 
 CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
 PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
@@ -794,16 +795,129 @@ def test_zip_members_that_overlap_are_reported(tmp_path):
         ('b.jpg', None)]
 
 
-@pytest.mark.parametrize('damage', ['checksum', 'negative size'])
-def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path, damage):
-    second = (_corrupt_header(entry('b.jpg', B), 'b.jpg') if damage == 'checksum'
-              else pax(pax_record(b'size', b'-2000')) + entry('b.jpg', B))
+
+def test_a_zip_member_whose_local_header_would_be_before_the_zip_is_reported(tmp_path):
+    # An end record that puts the central directory further than it is shifts every member's
+    # offset before the zip's start (zipfile takes the shift for bytes prepended to the zip).
+    data = bytearray(archivemaker.zip_({'a.jpg': B, 'in.tar': archivemaker.tar({'x.jpg': A})},
+                                       zipfile.ZIP_STORED))
+    end = data.rindex(b'PK\5\6')
+    struct.pack_into('<I', data, end + 16, struct.unpack_from('<I', data, end + 16)[0] + 9000)
+    path = os.path.join(write_tree(tmp_path, {'x.zip': bytes(data)}), 'x.zip')
+    found = [(relative, file.error) for relative, file in folders.walk(folders.place_of(path))]
+    assert found == [(name, 'damaged zip member: its local header would be before the start of '
+                            'the zip') for name in ('a.jpg', 'in.tar')]
+
+
+def test_a_zip_of_a_version_not_read_or_whose_member_is_not_its_size_is_reported(tmp_path):
+    # Its central directory says a later zip version is needed to read it (zipfile raised
+    # NotImplementedError), or that a member inflates to 10 bytes more than it does (its
+    # CRC-32 matches what it holds: a pass over a gzip tar took it whole).
+    newer = bytearray(archivemaker.zip_({'a.jpg': A}))
+    newer[newer.index(b'PK\1\2') + 6] = 100   # Version 10.0 needed.
+    longer = bytearray(archivemaker.zip_({'a.jpg': A}))
+    size_at = longer.index(b'PK\1\2') + 24
+    struct.pack_into('<I', longer, size_at, len(A) + 10)
+    assert indexed(tmp_path, bytes(newer), 'x.zip') == [
+        ('/@0', f'damaged zip {tmp_path}/x.zip: zip file version 10.0; none of its members can be '
+                'read')]
+    data = archivemaker.tar({'newer.zip': bytes(newer), 'longer.zip': bytes(longer)}, 'gz')
+    path = os.path.join(write_tree(tmp_path, {'x.tar.gz': data}), 'x.tar.gz')
+    found = [(m.name, m.error) for m, _ in gzip_pass.stream(
+        archives.Archive.of_file(path, len(data), None), lambda m: True)]
+    assert found == [
+        ('newer.zip', None), ('newer.zip//@0', f'damaged zip {path}/newer.zip: zip file version '
+                                               '10.0'),
+        ('longer.zip', None), ('longer.zip/a.jpg', f'damaged archive member: it holds {len(A)} '
+                                                   f'bytes, not its size ({len(A) + 10})')]
+
+
+def test_a_gzip_tar_member_claiming_more_than_the_archive_holds_ends_its_pass_at_once(tmp_path):
+    # A header saying 2**60 bytes follow, in front of a member not read (an unsafe name) or
+    # of what follows an inner tar's end: tarfile skipped such data a block at a time, as far
+    # as the header said, long past the end of the data.
+    claim = b'\x80' + (1 << 60).to_bytes(11, 'big')
+    for first, name in ((entry('../a.jpg', A, size_field=claim), '/@0'),
+                        (entry('in.tar', tar_of(('b.jpg', B)), size_field=claim), 'in.tar//@0')):
+        found = indexed(tmp_path, gzip.compress(first + entry('c.jpg', A)), 'x.tar.gz')
+        assert found[0][0] == name and len(found) == 2
+        assert found[1] == ('/@512', f'damaged archive {tmp_path}/x.tar.gz: unexpected end of '
+                                     'data; the members after byte 512 of its uncompressed data '
+                                     'cannot be read')
+
+
+def test_a_zip_member_named_nothing_is_an_unsafe_name(tmp_path):
+    # Its central directory entry's name is empty (zipfile's is_dir raised IndexError on it).
+    data = bytearray(archivemaker.zip_({'e': A, 'a.jpg': B}, zipfile.ZIP_STORED))
+    at = data.index(b'PK\1\2')
+    struct.pack_into('<H', data, at + 28, 0)
+    del data[at + 46]
+    end = data.rindex(b'PK\5\6')
+    struct.pack_into('<I', data, end + 12, struct.unpack_from('<I', data, end + 12)[0] - 1)
+    unsafe = "unsafe member name '' at byte 0 of {}: a name that is absolute, empty or has a .. " \
+             'part is not read'
+    assert indexed(tmp_path, bytes(data), 'x.zip') == [
+        ('/@0', unsafe.format(f'{tmp_path}/x.zip')), ('a.jpg', None)]
+    inside = indexed(tmp_path, archivemaker.tar({'in.zip': bytes(data)}, 'gz'), 'x.tar.gz')
+    assert inside == [('in.zip//@512', unsafe.format(f'{tmp_path}/x.tar.gz/in.zip')),
+                      ('in.zip/a.jpg', None)]
+
+
+def test_pax_records_in_a_gzip_tar_take_time_linear_in_their_length(tmp_path):
+    # Python's tarfile (before 3.11.10) searched them in time quadratic in a run of digits.
+    def listing_seconds(digits: int) -> float:
+        data = gzip.compress(pax(pax_record(b'path', b'1' * digits)) + entry('a.jpg', A) + END)
+        path = os.path.join(write_tree(tmp_path, {f'{digits}.tar.gz': data}), f'{digits}.tar.gz')
+        seconds = []
+        for _ in range(3):
+            started = time.perf_counter()
+            assert [(m.name, m.error) for m in archives.members(
+                archives.Archive.of_file(path, len(data), None))] == [('1' * digits, None)]
+            seconds.append(time.perf_counter() - started)
+        return min(seconds)
+
+    assert listing_seconds(40_000) < 16 * listing_seconds(5_000)   # Quadratic: about 64.
+
+
+def test_a_gnu_sparse_map_is_neither_expanded_nor_followed_in_a_gzip_tar(tmp_path):
+    # Its pax records say a sparse map comes first in the member's data; tarfile read the map
+    # (here a count of 10^9 numbers) past the member, number by number. As the tar index does,
+    # the one-pass read takes the member's bytes as they are stored.
+    sparse = pax(pax_record(b'GNU.sparse.major', b'1') + pax_record(b'GNU.sparse.minor', b'0')
+                 + pax_record(b'GNU.sparse.realsize', b'100'))
+    tar = sparse + entry('a.jpg', b'1000000000\n' + b'1\n' * 100_000) + entry('b.jpg', B) + END
+    assert indexed(tmp_path, gzip.compress(tar), 'x.tar.gz') == indexed(tmp_path, tar) == [
+        ('a.jpg', None), ('b.jpg', None)]
+    # An old GNU sparse member (type S) whose extension blocks are cut off.
+    header = bytearray(entry('s.jpg', A, b'S')[:512])
+    header[482] = 1   # Extension blocks follow.
+    header[148:156] = b' ' * 8
+    header[148:156] = b'%06o\0 ' % sum(header)
+    extension = bytearray(512)
+    extension[504] = 1
+    found = indexed(tmp_path, gzip.compress(bytes(header) + bytes(extension)), 'x.tar.gz')
+    assert found[0] == ('s.jpg', 'a link or special file inside an archive is not followed')
+    assert found[1][1].startswith(f'damaged archive {tmp_path}/x.tar.gz: ')
+
+def test_a_gzip_tar_damaged_midway_reports_where_its_pass_stopped(tmp_path):
+    second = _corrupt_header(entry('b.jpg', B), 'b.jpg')
     data = gzip.compress(entry('a.jpg', A) + second + entry('c.jpg', A) + END)
     path = os.path.join(write_tree(tmp_path, {'x.tar.gz': data}), 'x.tar.gz')
     found = [(m.name, m.error) for m, _ in gzip_pass.stream(
         archives.Archive.of_file(path, len(data), None))]
     assert found[0] == ('a.jpg', None) and len(found) == 2
     assert found[1][0] == '/@512' and found[1][1].startswith(f'damaged archive {path}: ')
+
+
+def test_pax_records_that_do_not_parse_in_a_gzip_tar_are_reported_as_in_a_tar(tmp_path):
+    # Its member is reported and the pass goes on, as the tar index does (a negative size in
+    # them ended the pass).
+    tar = entry('a.jpg', A) + pax(pax_record(b'size', b'-2000')) + entry('b.jpg', B) + END
+    at = len(entry('a.jpg', A))
+    for name, data in (('x.tar', tar), ('x.tar.gz', gzip.compress(tar))):
+        assert indexed(tmp_path, data, name) == [
+            ('a.jpg', None), ('b.jpg', f'damaged pax header at byte {at} of {tmp_path}/{name}: '
+                                       "its size '-2000' is not a number of bytes")]
 
 
 @pytest.mark.slow
@@ -914,3 +1028,102 @@ def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path, nam
     assert sorted((r[records.FILENAME], r[records.SOURCE], r[records.ENCODED])
                   for r in read_split(out, 'train')) == [
         ('a.jpg', f'{root}/{name}/{inner}/a.jpg', B), ('b.jpg', f'{root}/{name}/{inner}/b.jpg', B)]
+
+
+def _imports_of(module: str) -> list[tuple[str, str]]:
+    """(module, name) of each `from pipeline... import name` of pipeline/inputs/MODULE.py."""
+    import ast
+    path = os.path.join(os.path.dirname(archives.__file__), f'{module}.py')
+    tree = ast.parse(open(path).read())
+    return [(node.module, alias.name) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module.startswith('pipeline.inputs')
+            for alias in node.names]
+
+
+def test_archive_readers_import_their_base_only_and_no_private_name():
+    # Layers point down: the base and the records of tars and zips, one reader per kind, the
+    # dispatcher.
+    below = {'archive_base': set(), 'tar_records': set(), 'zip_records': set(),
+             'tar_index': {'archive_base', 'tar_records'},
+             'zip_index': {'archive_base', 'zip_records'},
+             'gzip_pass': {'archive_base', 'tar_records', 'zip_records'},
+             'archives': {'archive_base', 'tar_index', 'zip_index', 'gzip_pass'}}
+    for module, allowed in below.items():
+        imported = _imports_of(module)
+        assert {name if source == 'pipeline.inputs' else source.rsplit('.', 1)[1]
+                for source, name in imported} <= allowed, module
+        assert not [name for _, name in imported if name.startswith('_')], module
+
+
+FLOWERS = {f'{split}/{c}/{c}_{i}.jpg': imagemaker.jpeg(20, 16, seed=600 + 10 * n + 5 * len(c) + i)
+           for split, n in (('train', 3), ('validation', 2)) for c in ('daisy', 'rose')
+           for i in range(n)}
+
+
+@pytest.fixture(scope='module')
+def packed(tmp_path_factory):
+    """(base folder, reference output): base/data/flowers/ holds FLOWERS, converted once to the
+    reference; base/data/flowers.EXT and base/data.EXT stand for that folder, packed as users
+    pack a download: one top-level folder (shutil.make_archive, as `tar czf flowers.tar.gz
+    flowers` and `zip -r flowers.zip flowers` do)."""
+    base = tmp_path_factory.mktemp('packed')
+    write_tree(base / 'data' / 'flowers', FLOWERS)
+    reference = f'{base}/reference'
+    result = cli(f'--input_dir={base}/data/flowers', f'--output_dir={reference}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    for kind, suffix in (('gztar', '.tar.gz'), ('zip', '.zip'), ('tar', '.tar')):
+        made = shutil.make_archive(f'{base}/data/flowers', kind, base / 'data', 'flowers')
+        assert made.endswith(f'flowers{suffix}')
+    write_tree(base, {
+        'data.tar.gz': archivemaker.tar({f'flowers/{k}': v for k, v in FLOWERS.items()}, 'gz'),
+        'data.zip': archivemaker.zip_({'flowers.tar': archivemaker.tar(FLOWERS)},
+                                      zipfile.ZIP_STORED),
+        'deep.tar': archivemaker.tar({'a/b.zip': archivemaker.zip_(
+            {f'c/flowers/{k}': v for k, v in FLOWERS.items()}, zipfile.ZIP_STORED)})})
+    return base, reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('suffix', ['.tar.gz', '.zip', '.tar'])
+def test_an_archive_of_one_folder_is_read_as_that_folder(packed, suffix):
+    base, reference = packed
+    archive = f'{base}/data/flowers{suffix}'
+    out = f'{base}/out-one-folder{suffix}'
+    result = cli(f'--input_dir={archive}', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert f'{archive} holds one folder, flowers/; reading the splits in it' in result.stderr
+    for split in ('train', 'validation'):
+        assert shards_without_source(out, split) == shards_without_source(reference, split)
+    assert {r[records.SOURCE] for r in read_split(out, 'validation')} == {
+        f'{archive}/flowers/{k}' for k in FLOWERS if k.startswith('validation/')}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('input_dir', ['data.tar.gz/flowers', 'data.zip/flowers.tar',
+                                       'deep.tar/a/b.zip/c/flowers'])
+def test_an_input_dir_through_archives_is_read_in_place(packed, input_dir):
+    # A folder at any depth of an archive, through archives inside it, as the input folder.
+    base, reference = packed
+    out = f'{base}/out-{input_dir.replace("/", "_")}'
+    result = cli(f'--input_dir={base}/{input_dir}', f'--output_dir={out}', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    for split in ('train', 'validation'):
+        if input_dir.startswith('data.'):   # Named as base/data/flowers: the same shards.
+            assert shards_without_source(out, split) == shards_without_source(reference, split)
+        assert sorted((r[records.FILENAME], r[records.TEXT], r[records.ENCODED])
+                      for r in read_split(out, split)) == sorted(
+            (r[records.FILENAME], r[records.TEXT], r[records.ENCODED])
+            for r in read_split(reference, split))
+    assert {r[records.SOURCE] for r in read_split(out, 'validation')} == {
+        f'{base}/{input_dir}/{k}' for k in FLOWERS if k.startswith('validation/')}
+
+
+@pytest.mark.slow
+def test_an_input_dir_through_an_archive_that_does_not_hold_it_is_one_line(packed):
+    base, _ = packed
+    result = cli(f'--input_dir={base}/data.zip/flowers.tar/train/tulip',
+                 f'--output_dir={base}/out-missing', *IN_PROCESS)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f'error: {base}/data.zip/flowers.tar holds no folder train/tulip/: give --input_dir a '
+        'folder it holds (tar tf or unzip -l lists them)')

@@ -7,6 +7,7 @@ converted, reported as an error, or (hidden files and folders; in archives also 
 entries and `__MACOSX/`) counted as ignored.
 """
 import dataclasses
+import logging
 from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
@@ -16,6 +17,8 @@ from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
 from pipeline.base.splits import SPLITS
 from pipeline.base.settings import LabelSettings
+
+LOG = logging.getLogger('image_tfrecords')
 
 
 def _is_hidden(relative: str) -> bool:
@@ -162,13 +165,14 @@ class StreamedSplit(Partition):
 def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
                    accept_cut: bool = False) -> Source:
     place = folders.place_of(root)
-    places, files = folders.children(place)
-    damage = [f for f in files if f.member is not None and f.member.unnamed]
-    if damage and not accept_cut:   # Above the split folders: no split can count what it hides.
-        raise DatasetError(f'{root} is damaged above its split folders ({damage[0].error}): a '
-                           'split or some of its images may be missing and how many cannot be '
-                           'known. Fetch the archive again, or pass --max_error_ratio=1 to '
-                           'convert what it holds')
+    places = _folders_above_splits(place, root, accept_cut)
+    inner = _only_folder(place, places)
+    if inner is not None:
+        inner_places = _folders_above_splits(inner, root, accept_cut)
+        if any(p.name in SPLITS for p in inner_places):
+            LOG.info('%s holds one folder, %s/; reading the splits in it', root,
+                     fileio.basename(inner.path))
+            places = inner_places
     found = [p for p in places if p.name in SPLITS]
     for split in SPLITS:
         twins = [p.path for p in found if p.name == split]
@@ -181,6 +185,33 @@ def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
     by_name = {p.name: p for p in found}
     return Source([FolderSplit(s, by_name[s]) for s in splits], splits, labels,
                   identity=f'folder {root}')
+
+
+def _folders_above_splits(place: folders.Place, root: str,
+                          accept_cut: bool) -> list[folders.Place]:
+    """The folders in `place`, where the split folders are looked for. Damage of an archive
+    there is an error (unless `accept_cut`): no split can count what it hides."""
+    places, files = folders.children(place)
+    damage = [f for f in files if f.member is not None and f.member.unnamed]
+    if damage and not accept_cut:
+        raise DatasetError(f'{root} is damaged above its split folders ({damage[0].error}): a '
+                           'split or some of its images may be missing and how many cannot be '
+                           'known. Fetch the archive again, or pass --max_error_ratio=1 to '
+                           'convert what it holds')
+    if place.prefix and not (places or files):
+        raise DatasetError(f'{place.archive.path} holds no folder {place.prefix}: give '
+                           '--input_dir a folder it holds (tar tf or unzip -l lists them)')
+    return places
+
+
+def _only_folder(place: folders.Place, places: list[folders.Place]) -> folders.Place | None:
+    """The one folder an archive holds without split folders beside it (as `tar czf
+    flowers.tar.gz flowers` packs one), hidden ones and `__MACOSX/` aside: the folder the
+    archive stands for, so its key is the archive's. None for anything else."""
+    if place.archive is None or place.prefix or any(p.name in SPLITS for p in places):
+        return None
+    shown = [p for p in places if not p.name.startswith('.') and p.name != '__MACOSX']
+    return dataclasses.replace(shown[0], key=place.key) if len(shown) == 1 else None
 
 
 class FolderKind(InputKind):

@@ -14,9 +14,10 @@ import os
 import posixpath
 from typing import Iterator
 
+from pipeline.errors import DatasetError
 from pipeline.inputs import archives
-from pipeline.io import fileio
 from pipeline.inputs.archives import Archive, Member
+from pipeline.io import fileio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +47,32 @@ class File:
 
 
 def place_of(path: str) -> Place:
-    """The Place a command-line folder names: a folder, or an archive file."""
+    """The Place a command-line folder names: a folder, an archive file, or a folder inside an
+    archive (`/data/flowers.zip/flowers`, through archives inside it too); DatasetError when an
+    archive on the way cannot be read in place."""
     path = path.rstrip('/')
-    if archives.suffix(fileio.basename(path)):
-        archive = _archive_file(path)
-        if archive is not None:
-            return Place(path, _key(path), archive)
+    parts = path.split('/')
+    for index, part in enumerate(parts):
+        if archives.suffix(part):
+            archive = _archive_file('/'.join(parts[:index + 1]))
+            if archive is not None:
+                place = Place(archive.path, _key(archive.path), archive)
+                return _folder_in(place, parts[index + 1:])
     return Place(path, path)
+
+
+def _folder_in(place: Place, rest: list[str]) -> Place:
+    """The folder at the path `rest` inside the archive root `place`, through the archives on
+    that path."""
+    inner = _innermost(place, rest)
+    if isinstance(inner, str):
+        raise DatasetError(inner)
+    place, rest = inner
+    if not rest:
+        return place
+    return Place('/'.join([place.path, *rest]),
+                 '/'.join([place.key, *map(archives.folder_name, rest)]), place.archive,
+                 '/'.join(rest) + '/')
 
 
 def _key(path: str) -> str:
@@ -173,23 +193,38 @@ def locate(path: str) -> File | None:
 
 
 def _find(place: Place, rest: list[str], path: str) -> File:
+    inner = _innermost(place, rest[:-1])
+    if isinstance(inner, str):
+        return File(path, path, rest[-1], None, error=inner)
+    place, folder = inner
     if place.archive.streamed:
         return File(path, path, rest[-1], None,
                     error=f'{place.path} is gzip-compressed: its members cannot be read one by '
                           'one; give it as a folder of the layout, or use an uncompressed tar')
+    name = '/'.join([*folder, rest[-1]])
+    member = _index(place.archive).get(name)
+    if member is None or member.is_dir:
+        return File(path, path, rest[-1], None, error=f'no file {name} in {place.path}')
+    return _member_file(place, member)
+
+
+def _innermost(place: Place, rest: list[str]) -> tuple[Place, list[str]] | str:
+    """The innermost archive on the path `rest` (folders and archives below the archive root
+    `place`) as a Place, and the rest of the path inside it; or why an archive on the way
+    cannot be read in place. A gzip tar ends the way: its one pass expands the archives inside
+    it, so the names of its members pass through them."""
+    if place.archive.streamed:
+        return place, rest
     index = _index(place.archive)
-    for depth in range(1, len(rest)):
+    for depth in range(1, len(rest) + 1):
         name = '/'.join(rest[:depth])
         if archives.suffix(rest[depth - 1]) and name in index and not index[name].is_dir:
             nested = index[name].nested()
             if isinstance(nested, str):
-                return File(path, path, rest[-1], None, error=nested)
+                return nested
             inner = _member_file(place, index[name])
-            return _find(Place(inner.path, _key(inner.key), nested), rest[depth:], path)
-    member = index.get('/'.join(rest))
-    if member is None or member.is_dir:
-        return File(path, path, rest[-1], None, error=f'no file {"/".join(rest)} in {place.path}')
-    return _member_file(place, member)
+            return _innermost(Place(inner.path, _key(inner.key), nested), rest[depth:])
+    return place, rest
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,67 +1,69 @@
-"""A tar indexed in place by hopping from header to header (pipeline/inputs/archives.py)."""
+"""A tar indexed in place by hopping from header to header: a member's data is skipped, never
+read; reads go through a window of READ_BLOCK bytes, so small members cost one read per window
+and large ones one read per header."""
 from typing import Iterator
 
-from pipeline.inputs.archives import (_BLOCK, READ_BLOCK, Archive, Member, _safe_name, _unended,
-                                      _unnamed, _unsafe, _Window)
+from pipeline.inputs import tar_records
+from pipeline.inputs.archive_base import (READ_BLOCK, TAR_BLOCK, Archive, Member, Window,
+                                          safe_name, unended, unnamed, unsafe_name)
+from pipeline.inputs.tar_records import EXTENDED_MAX
 
-EXTENDED_MAX = 1 << 20                  # Bytes of a tar long-name or pax header, at most.
 _TAR_FILES = (b'0', b'\0', b'7')
 _TAR_DIRS = (b'5',)
-_TAR_EXTENDED = (b'L', b'K', b'x', b'g')
 
 
-def _tar_members(archive: Archive, window: _Window | None = None) -> Iterator[Member]:
-    """Hops from header to header. A header that does not parse (its checksum, a size that is
-    not a number, an extended header over EXTENDED_MAX) starts a damaged stretch, reported as
-    an unnamed member; the index resumes at the next valid header (as GNU tar does). Extended
-    headers (long names, pax records) that do not parse make the member they describe an
-    error. `window`: the one to read through (a caller may read small members through it
-    between headers at no cost of its own)."""
-    window = window or _Window(archive)
+def members(archive: Archive, window: Window | None = None) -> Iterator[Member]:
+    """The members of a tar in archive order, hopping from header to header. A header that
+    does not parse (its checksum, a size that is not a number, an extended header over
+    EXTENDED_MAX) starts a damaged stretch, reported as an unnamed member; the index resumes at
+    the next valid header (as GNU tar does). Extended headers (long names, pax records) that do
+    not parse make the member they describe an error. `window`: the one to read through (a
+    caller may read small members through it between headers at no cost of its own)."""
+    window = window or Window(archive)
     # `start`: where the headers of the next member begin (extended headers come first).
     position, start, extended, damage, resynced = 0, 0, {}, None, False
-    while position + _BLOCK <= window.size:
-        header = window.read_at(position, _BLOCK)
-        if header == bytes(_BLOCK) and position == start:
+    while position + TAR_BLOCK <= window.size:
+        header = window.read_at(position, TAR_BLOCK)
+        if header == bytes(TAR_BLOCK) and position == start:
             if resynced and _data_after(window, position):
                 # Resumed inside a tar stored in it, whose end this is, not the archive's.
-                yield _unnamed(archive, position, f'damaged tar: zero blocks at byte {position} '
-                                                  f'of {archive.path}, after a damaged header, '
-                                                  'are followed by more data; the members after '
-                                                  'them cannot be read', cut=True)
+                yield unnamed(archive, position, f'damaged tar: zero blocks at byte {position} '
+                                                 f'of {archive.path}, after a damaged header, '
+                                                 'are followed by more data; the members after '
+                                                 'them cannot be read', cut=True)
             return
         kind = header[156:157]
         size = _number(header[124:136]) if _valid_header(header) else None
-        if size is None or (kind in _TAR_EXTENDED and size > EXTENDED_MAX):
-            resumed = _next_header(window, position + _BLOCK)
-            if resumed + _BLOCK > window.size:   # No header after it: damaged to the end,
-                ended = window.size % _BLOCK == 0 and not window.read_at(
-                    window.size - 2 * _BLOCK, 2 * _BLOCK).strip(b'\0')
-                yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
-                                               f'{archive.path}: the members after byte {start} '
-                                               'cannot be read', cut=not ended)   # or its end.
+        if size is None or (kind in tar_records.EXTENDED and size > EXTENDED_MAX):
+            resumed = _next_header(window, position + TAR_BLOCK)
+            if resumed + TAR_BLOCK > window.size:   # No header after it: damaged to the end,
+                ended = window.size % TAR_BLOCK == 0 and not window.read_at(
+                    window.size - 2 * TAR_BLOCK, 2 * TAR_BLOCK).strip(b'\0')
+                yield unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                              f'{archive.path}: the members after byte {start} '
+                                              'cannot be read', cut=not ended)   # or its end.
                 return
             resynced = True
-            yield _unnamed(archive, start, f'damaged tar header at byte {position} of '
-                                           f'{archive.path}: the members in bytes '
-                                           f'{start}-{resumed} cannot be read')
+            yield unnamed(archive, start, f'damaged tar header at byte {position} of '
+                                          f'{archive.path}: the members in bytes '
+                                          f'{start}-{resumed} cannot be read')
             position = start = resumed
             extended, damage = {}, None
             continue
-        data = position + _BLOCK
-        if kind in _TAR_EXTENDED:
+        data = position + TAR_BLOCK
+        if kind in tar_records.EXTENDED:
             try:
-                extended.update(_extended(kind, window.read_at(data, size)))
+                extended.update(tar_records.extended(kind, window.read_at(data, size)))
             except ValueError as exc:
                 damage = f'damaged pax header at byte {position} of {archive.path}: {exc}'
             position = data + _padded(size)
             continue
         size = extended.get('size', size)
         raw = extended.get('path') or _header_name(header)
-        name = _safe_name(raw)
+        name = safe_name(raw)
         is_dir = kind in _TAR_DIRS or raw.endswith('/')
         if name is None or not (name or is_dir):
-            yield _unnamed(archive, start, _unsafe(raw, start, archive))
+            yield unnamed(archive, start, unsafe_name(raw, start, archive))
         elif name:
             error, cut = damage, data + size > window.size
             if cut:
@@ -74,18 +76,18 @@ def _tar_members(archive: Archive, window: _Window | None = None) -> Iterator[Me
                 return
         position = start = data + _padded(size)
         extended, damage = {}, None
-    if position != start or window.read_at(position, _BLOCK).strip(b'\0'):
-        yield _unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
-                                       f'header at byte {start}', cut=True)
+    if position != start or window.read_at(position, TAR_BLOCK).strip(b'\0'):
+        yield unnamed(archive, start, f'truncated archive: {archive.path} ends inside the '
+                                      f'header at byte {start}', cut=True)
     elif position > window.size:
-        yield _unnamed(archive, window.size, f'truncated archive: {archive.path} ends at byte '
-                                             f'{window.size}, inside the padding after a member',
-                       cut=True)
+        yield unnamed(archive, window.size, f'truncated archive: {archive.path} ends at byte '
+                                            f'{window.size}, inside the padding after a member',
+                      cut=True)
     else:
-        yield _unnamed(archive, start, _unended(archive.path, start))
+        yield unnamed(archive, start, unended(archive.path, start))
 
 
-def _data_after(window: '_Window', position: int) -> bool:
+def _data_after(window: Window, position: int) -> bool:
     """Whether anything but zeros follows byte `position` of the window (read to the first
     byte that is not zero: an archive's end is zeros to a record's end, a few KB)."""
     while position < window.size:
@@ -97,7 +99,7 @@ def _data_after(window: '_Window', position: int) -> bool:
 
 
 def _padded(size: int) -> int:
-    return -(-size // _BLOCK) * _BLOCK
+    return -(-size // TAR_BLOCK) * TAR_BLOCK
 
 
 def _valid_header(header: bytes) -> bool:
@@ -108,9 +110,10 @@ def _valid_header(header: bytes) -> bool:
     return stored == sum(header[:148]) + 8 * 32 + sum(header[156:])
 
 
-def _next_header(window: _Window, position: int) -> int:
-    while position + _BLOCK <= window.size and not _valid_header(window.read_at(position, _BLOCK)):
-        position += _BLOCK
+def _next_header(window: Window, position: int) -> int:
+    while (position + TAR_BLOCK <= window.size
+           and not _valid_header(window.read_at(position, TAR_BLOCK))):
+        position += TAR_BLOCK
     return min(position, window.size)
 
 
@@ -129,35 +132,3 @@ def _header_name(header: bytes) -> str:
     if header[257:262] == b'ustar' and header[345] != 0:
         name = header[345:500].split(b'\0', 1)[0] + b'/' + name
     return name.decode('utf-8', 'surrogateescape')
-
-
-def _extended(kind: bytes, text: bytes) -> dict:
-    """What an extended header says of the member after it: its `path` and `size`, if it says
-    them. ValueError if its records do not parse."""
-    if kind == b'L':
-        return {'path': text.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')}
-    if kind != b'x':
-        return {}   # A long link name, or global pax records: nothing a member needs.
-    records = _pax_records(text)
-    found = {'path': records['path']} if 'path' in records else {}
-    if 'size' in records:
-        if not (records['size'].isascii() and records['size'].isdigit()):
-            raise ValueError(f'its size {records["size"]!r} is not a number of bytes')
-        found['size'] = int(records['size'])
-    return found
-
-
-def _pax_records(text: bytes) -> dict[str, str]:
-    """The `LENGTH KEY=VALUE\\n` records of a pax header; ValueError if one does not parse."""
-    records, position = {}, 0
-    while position < len(text) and text[position] != 0:
-        digits, space, _ = text[position:position + 24].partition(b' ')
-        length = int(digits) if space and digits.isdigit() else 0
-        record = text[position:position + length]
-        key, equals, value = record[len(digits) + 1:-1].partition(b'=')
-        if length <= len(digits) + 1 or len(record) < length or not record.endswith(b'\n') \
-                or not equals:
-            raise ValueError(f'its record at byte {position} does not parse')
-        records[key.decode('utf-8', 'surrogateescape')] = value.decode('utf-8', 'surrogateescape')
-        position += length
-    return records

@@ -1,14 +1,17 @@
 """Tar and zip archives of test files, as bytes."""
 import io
+import struct
 import tarfile
 import zipfile
+import zlib
 
 
-def tar(files: dict, compression: str = '') -> bytes:
+def tar(files: dict, compression: str = '', form: int = tarfile.PAX_FORMAT) -> bytes:
     """A tar of {member name: bytes} in that order ('gz': gzip-compressed); a name ending in
-    '/' is a directory entry."""
+    '/' is a directory entry. `form`: tarfile's format (GNU_FORMAT writes long names as
+    `././@LongLink` entries, PAX_FORMAT as pax records)."""
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode=f'w:{compression}') as archive:
+    with tarfile.open(fileobj=out, mode=f'w:{compression}', format=form) as archive:
         for name, data in files.items():
             info = tarfile.TarInfo(name.rstrip('/'))
             if name.endswith('/'):
@@ -27,6 +30,26 @@ def zip_(files: dict, compression: int = zipfile.ZIP_DEFLATED) -> bytes:
         for name, data in files.items():
             archive.writestr(name, data)
     return out.getvalue()
+
+
+def zip64(files: dict) -> bytes:
+    """A zip of {member name: bytes} (stored) in its zip64 form: each central directory entry's
+    sizes and offset in a zip64 extra field, and a zip64 end record before the end record."""
+    local, central = b'', b''
+    for name, data in files.items():
+        encoded, crc = name.encode(), zlib.crc32(data)
+        extra = struct.pack('<2H3Q', 1, 24, len(data), len(data), len(local))
+        central += struct.pack('<4s6H3I5H2I', b'PK\1\2', 45, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF,
+                               0xFFFFFFFF, len(encoded), len(extra), 0, 0, 0, 0, 0xFFFFFFFF)
+        central += encoded + extra
+        local += struct.pack('<4s5H3I2H', b'PK\3\4', 45, 0, 0, 0, 0, crc, len(data), len(data),
+                             len(encoded), 0) + encoded + data
+    count, at = len(files), len(local) + len(central)
+    end64 = struct.pack('<4sQ2H2L4Q', b'PK\6\6', 44, 45, 45, 0, 0, count, count, len(central),
+                        len(local))
+    locator = struct.pack('<4sLQL', b'PK\6\7', 0, at, 1)
+    end = struct.pack('<4s4H2IH', b'PK\5\6', 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return local + central + end64 + locator + end
 
 
 def folder(files: dict, prefix: str) -> dict:

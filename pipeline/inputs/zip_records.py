@@ -1,0 +1,47 @@
+"""What a zip's records say, as both readers of zips check them: the zip index
+(pipeline/inputs/zip_index.py) and a zip inside a gzip tar's pass (gzip_pass.py)."""
+import bz2
+import struct
+import zipfile
+import zlib
+
+# Decompressors of the compression methods read: method -> a new decompressor (None: stored).
+METHODS = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: lambda: zlib.decompressobj(-15),
+           zipfile.ZIP_BZIP2: bz2.BZ2Decompressor}
+LOCAL_HEADER = struct.Struct('<4s22xHH')   # Its signature, then its name and extra lengths.
+
+
+def local_length(header: bytes) -> int:
+    """The length of a zip member's local header (and name and extra field) from its start."""
+    _, name_length, extra_length = LOCAL_HEADER.unpack_from(header)
+    return LOCAL_HEADER.size + name_length + extra_length
+
+
+def is_dir(info: zipfile.ZipInfo) -> bool:
+    """Whether a zip member is a directory entry (zipfile's is_dir fails on an empty name)."""
+    return info.filename.endswith('/')
+
+
+def problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member cannot be read, if its central directory entry says so."""
+    if info.header_offset < 0:
+        return 'damaged zip member: its local header would be before the start of the zip'
+    if info.flag_bits & 0x1:
+        return 'encrypted zip member'
+    if info.compress_type not in METHODS:
+        return (f'zip compression method {info.compress_type} is not supported (stored, '
+                'deflate and bzip2 are)')
+    if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+        return (f'damaged zip member: stored, but its size ({info.file_size} bytes) is not '
+                f'its stored size ({info.compress_size})')
+    return None
+
+
+def ends(infos: list[zipfile.ZipInfo], directory: int) -> dict[int, int]:
+    """id(member) -> where the next member's local header or the central directory begins:
+    where its data must end, so that no two members (nor a member and the directory the
+    members are found in) share bytes, and no stretch of a zip is read twice (a zip made to
+    hold itself, or the same bytes many times over, is damaged)."""
+    ordered = sorted(infos, key=lambda info: info.header_offset)
+    return {id(info): min(after.header_offset if after else directory, directory)
+            for info, after in zip(ordered, [*ordered[1:], None])}
