@@ -1,15 +1,41 @@
-"""What `verify` checks of the data-quality findings: the strict libjpeg-turbo verdict on each
-stored image, and the clusters of near-duplicates across splits recomputed from the records'
+"""What `verify` checks of the data-quality findings, recomputed from the records: the strict
+libjpeg-turbo verdict on each stored image; exact copies (records of one image) within a split
+and across splits; and the clusters of near-duplicates across splits from the records'
 perceptual hashes (from the images themselves for datasets written before records carried
-them), against leakage.jsonl.
+them), against leakage.jsonl, line by line, and against the counts of summary.json.
+
+The shard readers send each record as a RECORD row (its number in its shard, its SHA-256's
+first 16 bytes, its hashes and a digest of its source): a few dozen bytes a record and no text,
+whatever the dataset's size. Copies and clusters are found on the whole table with array
+operations; a record is named by its place (split, shard, number) and, in the few examples
+printed, by its source, read again from its shard (`verify.sources_at`).
 """
+import collections
+import dataclasses
+import hashlib
+from typing import Iterator
+
+import numpy as np
+
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, metadata, records
+from pipeline.output.metadata import SPLITS
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
-from pipeline.quality.pairing import RADIUS, find_clusters
-from pipeline.quality.phash import perceptual_hashes, to_int64
+from pipeline.quality.pairing import (MAX_BUCKET, RADIUS, ROW, WINDOW, Cluster, Table, clusters,
+                                      filings, leaking, link_band, record_ids, reduce_links)
+from pipeline.quality.phash import FLAT, perceptual_hashes, to_int64
 
 HASH_FEATURES = records.HASH_FEATURES
+EXAMPLES = 3   # Examples printed of each finding.
+
+# A record as a shard's reader sends it: its number in the shard, the first 16 bytes of its
+# image's SHA-256 (two integers), its hash and mirror hash (int64, as stored), and a digest of
+# its image/source (source_digest).
+RECORD = np.dtype([('number', '<u4'), ('sha_a', '<u8'), ('sha_b', '<u8'), ('phash', '<i8'),
+                   ('mirror', '<i8'), ('source', '<u8')])
+# A record of the dataset: RECORD with its split (index in SPLITS) and shard.
+PLACED = np.dtype([('split', 'u1'), ('shard', '<u4'), *RECORD.descr])
+Place = tuple[str, int, int]   # (split, shard, record number)
 
 
 def damage(encoded: bytes, width: int, height: int) -> str | None:
@@ -20,59 +46,436 @@ def damage(encoded: bytes, width: int, height: int) -> str | None:
     return None
 
 
-def stored_hashes(example: dict) -> tuple[int, int]:
-    """A record's (hash, mirror hash) as stored (int64), or computed from its image when the
-    record has none."""
+def stored_hashes(example: dict, compute: bool) -> tuple[int, int]:
+    """A record's (hash, mirror hash) as stored (int64); when it has none, computed from its
+    image if `compute`, else (0, 0)."""
     if all(len(example.get(key, ())) == 1 for key in HASH_FEATURES):
         return example[records.PHASH][0], example[records.PHASH_MIRRORED][0]
     width, height = example[records.WIDTH][0], example[records.HEIGHT][0]
-    verdict = check_jpeg(example[records.ENCODED][0], width, height)
+    verdict = check_jpeg(example[records.ENCODED][0], width, height) if compute else None
     if verdict is None:
         return 0, 0
     return tuple(to_int64(h) for h in perceptual_hashes(verdict.pixels))
 
 
-def _key(cluster: dict) -> tuple:
-    """What verify compares of a cluster: its members and its closest distance (which of
-    several pairs at that distance is named may differ)."""
-    return (tuple((split, tuple(sorted(s))) for split, s in sorted(cluster['members'].items())),
-            cluster['closest']['distance'])
+def source_digest(source: str) -> int:
+    """64 bits standing for a record's image/source (as leakage.jsonl names it)."""
+    return int.from_bytes(hashlib.blake2b(source.encode(errors='replace'), digest_size=8).digest(),
+                          'little')
 
 
-def leakage_problems(output_dir: str, entries: list) -> list[str]:
-    """Recomputes the clusters that span splits; prints how many; a problem when leakage.jsonl
-    (if the dataset has one) lists others, or, after --leakage=drop, when the records give
-    any."""
-    path = fileio.join(output_dir, metadata.LEAKAGE)
+def record_row(number: int, sha256: bytes, hashes: tuple[int, int], source: str) -> tuple:
+    """A RECORD row of record `number`, whose image has the SHA-256 `sha256` (32 bytes)."""
+    return (number, int.from_bytes(sha256[:8], 'little'), int.from_bytes(sha256[8:16], 'little'),
+            *hashes, source_digest(source))
+
+
+def placed(split: str, shard: int, rows: np.ndarray) -> np.ndarray:
+    """A shard's RECORD rows as PLACED rows."""
+    table = np.zeros(len(rows), dtype=PLACED)
+    for name in RECORD.names:
+        table[name] = rows[name]
+    table['split'], table['shard'] = SPLITS.index(split), shard
+    return table
+
+
+def where(place: Place) -> str:
+    split, shard, number = place
+    return f'{split} shard {shard} record {number}'
+
+
+def _place(row) -> Place:
+    return SPLITS[int(row['split'])], int(row['shard']), int(row['number'])
+
+
+@dataclasses.dataclass
+class Copies:
+    """Exact copies (records of one SHA-256): per split the records whose image an earlier
+    record of the split has (`within`), per split the images an earlier split holds too
+    (`across`), and a few (copy, original) places within splits."""
+    within: dict[str, int]
+    across: dict[str, int]
+    examples: list[tuple[Place, Place]]
+
+
+def exact_copies(table: np.ndarray) -> Copies:
+    """The exact copies among the PLACED rows `table` (sorted once: linear memory, no
+    per-record objects)."""
+    order = np.lexsort((table['number'], table['shard'], table['split'], table['sha_b'],
+                        table['sha_a']))
+    rows = table[order]
+    image = (rows['sha_a'][1:] == rows['sha_a'][:-1]) & (rows['sha_b'][1:] == rows['sha_b'][:-1])
+    split = image & (rows['split'][1:] == rows['split'][:-1])
+    copies = np.flatnonzero(split) + 1           # Each record after the first of its split.
+    later = np.flatnonzero(image & ~split) + 1   # First of a split, not of its image.
+    firsts = np.flatnonzero(np.r_[True, ~split])
+    shown = copies[np.lexsort((rows['number'][copies], rows['shard'][copies],
+                               rows['split'][copies]))[:EXAMPLES]]
+    originals = firsts[np.searchsorted(firsts, shown, side='right') - 1]
+    return Copies(_per_split(rows['split'][copies]), _per_split(rows['split'][later]),
+                  [(_place(rows[c]), _place(rows[o])) for c, o in zip(shown, originals)])
+
+
+def _per_split(splits: np.ndarray) -> dict[str, int]:
+    counts = np.bincount(splits, minlength=len(SPLITS))
+    return {SPLITS[i]: int(n) for i, n in enumerate(counts) if n}
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ', '.join(f'{split} {n}' for split, n in counts.items())
+
+
+def copies_lines(copies: Copies, names: dict[Place, str]) -> list[str]:
+    """What verify prints of the exact copies (a finding, not a problem): counts per split and
+    a few examples, each named by place and by its source (`names`)."""
+    lines = []
+    if copies.within:
+        lines.append(f'exact copies within a split: {sum(copies.within.values())} record(s) '
+                     f'hold the image of an earlier record of their split '
+                     f'({_counts(copies.within)}); a data-quality finding, not damage')
+        lines += [f'  e.g. {where(copy)} ({names.get(copy, "?")}) is a copy of {where(original)} '
+                  f'({names.get(original, "?")})' for copy, original in copies.examples]
+    if copies.across:
+        lines.append(f'exact copies across splits: {sum(copies.across.values())} image(s) of '
+                     f'a split are in an earlier split too ({_counts(copies.across)}); see '
+                     f'{metadata.LEAKAGE}')
+    return lines
+
+
+def copies_problems(splits: dict, copies: Copies) -> list[str]:
+    """summary.json's `exact_copies` of each split (where the run noted it) against the
+    records'."""
+    problems = []
+    for split, noted in sorted(splits.items()):
+        if isinstance(noted, dict) and 'exact_copies' in noted:
+            found = copies.within.get(split, 0)
+            if noted['exact_copies'] != found:
+                problems.append(f'{metadata.SUMMARY}: {split} has {noted["exact_copies"]!r} '
+                                f'exact_copies, the records give {found}')
+    return problems
+
+
+def damaged_lines(counts: dict[str, int], examples: list[tuple[Place, str, str]]
+                  ) -> list[str]:
+    """What verify prints of the damaged JPEGs that --damaged_images=keep kept (a finding)."""
+    if not sum(counts.values()):
+        return []
+    return [f'damaged JPEGs kept (--damaged_images=keep): {sum(counts.values())} '
+            f'({_counts({s: n for s, n in counts.items() if n})}); see damaged-SPLIT.jsonl'
+            ] + [f'  e.g. {where(place)} ({source}): {reason}' for place, source, reason in examples]
+
+
+def damaged_problems(summary: dict, counts: dict[str, int], sample: float) -> list[str]:
+    """After --damaged_images=keep, each split's damaged JPEGs in the records against
+    summary.json's `damaged` (at most as many when only a `sample` of images is decoded, or
+    when --leakage=drop dropped some)."""
+    if summary.get('damaged_images') != 'keep':
+        return []
+    problems = []
+    for split, noted in sorted(summary['splits'].items()):
+        if not isinstance(noted, dict):
+            continue
+        found, damaged = counts.get(split, 0), noted.get('damaged')
+        exact = sample >= 1 and not noted.get('dropped_copies')
+        if not isinstance(damaged, int) or found > damaged or (exact and found != damaged):
+            problems.append(f'{metadata.SUMMARY}: {split} has {damaged!r} damaged, the records '
+                            f'hold {found} damaged JPEGs (--damaged_images=keep keeps each)')
+    return problems
+
+
+@dataclasses.dataclass
+class Leakage:
+    """What the records give: the clusters across splits, flat images per split, crowded
+    buckets (band, value, images, a few source digests)."""
+    clusters: list[Cluster]
+    flat: dict[str, int]
+    crowded: list[tuple]
+
+
+def find_leakage(table: np.ndarray) -> Leakage:
+    """The clusters of near-duplicates across splits among the PLACED rows `table`, found as
+    pairing.find_clusters finds them; a member is named by its source digest."""
+    rows = np.zeros(len(table), dtype=ROW)
+    for name in ('phash', 'mirror', 'split', 'shard'):
+        rows[name] = table[name]
+    rows['sha'] = table['sha_a'].view('<i8')
+    rows['chunk'], rows['index'] = table['number'] >> 18, table['number'] & ((1 << 18) - 1)
+    rows['id'] = record_ids(rows)
+    found = Table(rows, table['source'].tolist())
+    flat = _per_split(rows['split'][rows['phash'] == FLAT])
+    links, crowded = [], []
+    for band, members in filings(found):
+        linked, full = link_band(members, band)
+        links.append(reduce_links(linked))
+        crowded += full
+    if not links:
+        return Leakage([], flat, crowded)
+    return Leakage(clusters(found, *leaking(np.concatenate(links))), flat, crowded)
+
+
+class Places:
+    """Where each record is, by the digest of its source."""
+
+    def __init__(self, table: np.ndarray):
+        self._order = np.argsort(table['source'], kind='stable')
+        self._sorted = table['source'][self._order]
+        self._table = table
+
+    def find(self, digest: int) -> Place | None:
+        at = int(np.searchsorted(self._sorted, np.uint64(digest)))
+        if at == len(self._sorted) or int(self._sorted[at]) != digest:
+            return None
+        return _place(self._table[self._order[at]])
+
+
+def leakage_lines(found: Leakage) -> list[str]:
+    return [f'leakage: {len(found.clusters)} cluster(s) of near-duplicates span splits within '
+            f'{RADIUS} of 64 bits ({sum(c.images for c in found.clusters)} images); '
+            f'{sum(found.flat.values())} flat image(s), {len(found.crowded)} crowded bucket(s) '
+            'not compared']
+
+
+def leakage_problems(output_dir: str, summary: dict, found: Leakage, places: Places,
+                     hashed: bool) -> list[str]:
+    """summary.json's leakage counts and leakage.jsonl, line by line, against the clusters the
+    records give (`found`); after --leakage=drop, against each other and the records left.
+    `hashed`: whether the records carry perceptual hashes."""
+    leakage = summary.get('leakage')
+    if not isinstance(leakage, dict):   # A version before the leakage check.
+        return []
+    path, action = fileio.join(output_dir, metadata.LEAKAGE), leakage.get('action')
+    if action == 'off':
+        return _off_problems(path, hashed)
+    if 'clusters' not in leakage:   # Pairs, of a version before clusters.
+        return []
     listed = bounded_reads.jsonl_lines(path)
-    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY) or {}
-    action = summary.get('leakage', {}).get('action')
-    if action == 'off':   # Not checked: nothing to compare, and nothing should be listed.
-        print('leakage: not checked by the conversion (--leakage=off)')
-        return [f'{metadata.LEAKAGE}: present, yet summary.json says --leakage=off'] if (
-            listed is not None) else []
-    found, flat, crowded = find_clusters(entries)
-    print(f'leakage: {len(found)} cluster(s) of near-duplicates span splits within {RADIUS} of '
-          f'64 bits ({sum(c.images for c in found)} images); {sum(flat.values())} flat '
-          f'image(s), {len(crowded)} crowded bucket(s) not compared')
     if listed is None:
-        return []
-    if action == 'drop':   # Each cluster's members in later splits are out.
-        return [f'{metadata.LEAKAGE}: --leakage=drop left out the members in later splits of '
-                f'each cluster it lists, yet the records give {len(found)} cluster(s) across '
-                'splits'] if found else []
-    if 'clusters' not in summary.get('leakage', {}):   # Pairs, of a version before clusters.
-        return []
-    wanted, keys = sorted(_key(c.line()) for c in found), []
+        return [f'{metadata.LEAKAGE}: missing ({metadata.SUMMARY} says the run checked '
+                f'leakage, --leakage={action}); rerun the conversion with --overwrite to write '
+                'it again']
+    problems = _constant_problems(leakage) + _flat_and_crowded_problems(
+        leakage, found, crowded=action != 'drop')
+    if action == 'drop':
+        return problems + _dropped_problems(summary, leakage, listed, found, places)
+    tally = _Tally()
+    for cluster in found.clusters:
+        tally.add(({split: len(s) for split, s in cluster.members}, cluster.closest.exact,
+                   cluster.closest.mirrored))
+    return (problems + _compared_problems(leakage, tally.counts, 'the records give')
+            + _cluster_problems(listed, found.clusters, places)
+            + [f'{metadata.SUMMARY}: {split} has {noted.get("dropped_copies")!r} '
+               f'dropped_copies, yet --leakage={action} drops none'
+               for split, noted in sorted(summary['splits'].items())
+               if isinstance(noted, dict) and noted.get('dropped_copies', 0) != 0])
+
+
+def _off_problems(path: str, hashed: bool) -> list[str]:
+    """After --leakage=off: no leakage.jsonl, no perceptual hashes in the records."""
+    problems = []
+    if fileio.exists(path):
+        problems.append(f'{metadata.LEAKAGE}: present, yet {metadata.SUMMARY} says '
+                        '--leakage=off')
+    if hashed:
+        problems.append(f'{metadata.SUMMARY}: --leakage=off, yet the records carry perceptual '
+                        f'hashes ({records.PHASH}); a run with --leakage=off writes none')
+    return problems
+
+
+def _constant_problems(leakage: dict) -> list[str]:
+    return [f'{metadata.SUMMARY}: leakage {key} is {leakage.get(key)!r}, this tool\'s is {value}'
+            for key, value in (('radius', RADIUS), ('window', WINDOW))
+            if leakage.get(key) != value]
+
+
+Sizes = tuple[dict[str, int], bool, bool]   # A cluster's images per split, exact, mirrored.
+
+
+class _Tally:
+    """summary.json's leakage counts of clusters, added one at a time by their sizes."""
+
+    def __init__(self):
+        self.counts = {'clusters': 0, 'images': 0, 'largest': 0, 'exact': 0, 'mirrored': 0,
+                       'between': {}, 'by_split': {}}
+
+    def add(self, sizes: Sizes) -> None:
+        by_split, exact, mirrored = sizes
+        images, counts = sum(by_split.values()), self.counts
+        counts['clusters'] += 1
+        counts['images'] += images
+        counts['largest'] = max(counts['largest'], images)
+        counts['exact'] += exact
+        counts['mirrored'] += mirrored
+        between = '/'.join(s for s in SPLITS if s in by_split)
+        counts['between'][between] = counts['between'].get(between, 0) + 1
+        for split, n in by_split.items():
+            counts['by_split'][split] = counts['by_split'].get(split, 0) + n
+
+
+def _compared_problems(leakage: dict, counts: dict, source: str) -> list[str]:
+    """summary.json's leakage counts (those it has: older versions noted fewer) against
+    `counts`, which `source` gives."""
+    return [f'{metadata.SUMMARY}: leakage {key} is {leakage[key]!r}, {source} {value}'
+            for key, value in counts.items() if key in leakage and leakage[key] != value]
+
+
+def _flat_and_crowded_problems(leakage: dict, found: Leakage, crowded: bool) -> list[str]:
+    """summary.json's flat images per split, and (where `crowded`: not after a drop, which may
+    thin a bucket) its crowded buckets, against the records'."""
+    problems = _compared_problems(leakage, {'flat_images': found.flat}, 'the records give')
+    if not crowded or 'crowded_buckets' not in leakage:
+        return problems
+    noted = leakage['crowded_buckets']
+    buckets = [(band, value, images) for band, value, images, _ in found.crowded]
+    try:
+        same = sorted((b['band'], b['value'], b['images']) for b in noted) == sorted(buckets)
+    except (TypeError, KeyError):
+        same = False
+    if not same:
+        problems.append(f'{metadata.SUMMARY}: leakage crowded_buckets are not the '
+                        f'{len(buckets)} bucket(s) of more than {MAX_BUCKET} images the '
+                        'records give')
+    return problems
+
+
+@dataclasses.dataclass
+class _Line:
+    """A line of leakage.jsonl: its members {(split, source digest): source}, the distance of
+    its closest pair, and its counts."""
+    number: int
+    members: dict[tuple[str, int], str]
+    distance: int
+    sizes: Sizes
+
+    def named(self) -> str:
+        split, source = min(((s, n) for (s, _), n in self.members.items()),
+                            key=lambda m: (SPLITS.index(m[0]), m[1]))
+        return f'{source} ({split})'
+
+
+def _parsed(number: int, line) -> _Line | None:
+    """A line of leakage.jsonl as this tool writes it, else None."""
+    try:
+        members, closest = line['members'], line['closest']
+        if not (isinstance(members, dict) and members and set(members) <= set(SPLITS)
+                and all(isinstance(s, str) for sources in members.values() for s in sources)
+                and isinstance(closest['distance'], int)
+                and line['images'] == sum(map(len, members.values()))):
+            return None
+        named = {(split, source_digest(s)): s for split, sources in members.items()
+                 for s in sources}
+        return _Line(number, named, closest['distance'],
+                     ({split: len(s) for split, s in members.items()},
+                      closest['exact'] is True, closest['mirrored'] is True))
+    except (TypeError, KeyError, AttributeError, IndexError):
+        return None
+
+
+def _lines(listed: Iterator, limit: int, found: str) -> Iterator[_Line | str]:
+    """The parsed lines of leakage.jsonl; a problem (str) ends them: a line that is not one
+    this tool writes, or more than `limit` lines (`found`: what says how many)."""
     for number, line in listed:
-        try:
-            keys.append(_key(line))
-        except (TypeError, KeyError, AttributeError, IndexError):
-            return [f'{metadata.LEAKAGE}: line {number} is not a cluster this tool wrote']
-        if len(keys) > len(wanted):
-            return [f'{metadata.LEAKAGE}: lists more than {len(wanted)} cluster(s), the records '
-                    f'give {len(wanted)}']
-    if sorted(keys) != wanted:
-        return [f'{metadata.LEAKAGE}: lists {len(keys)} cluster(s), the records give '
-                f'{len(found)}']
-    return []
+        parsed = _parsed(number, line)
+        if parsed is None:
+            yield f'{metadata.LEAKAGE}: line {number} is not a cluster this tool wrote'
+            return
+        if number > limit:
+            yield f'{metadata.LEAKAGE}: lists more than {limit} cluster(s), {found} {limit}'
+            return
+        yield parsed
+
+
+def _cluster_problems(listed: Iterator, clusters_found: list[Cluster], places: Places
+                      ) -> list[str]:
+    """Each line of leakage.jsonl that is not a cluster the records give (naming the cluster
+    and the members that differ), and each cluster the records give that no line lists."""
+    members = [{(split, s) for split, sources in c.members for s in sources}
+               for c in clusters_found]
+    by_member = {m: i for i, found in enumerate(members) for m in found}
+    problems, listed_clusters = [], set()
+    for line in _lines(listed, len(clusters_found), 'the records give'):
+        if isinstance(line, str):
+            return problems + [line]
+        overlap = collections.Counter(by_member[m] for m in line.members if m in by_member)
+        if not overlap:
+            problems.append(f'{metadata.LEAKAGE}: line {line.number} lists a cluster of '
+                            f'{len(line.members)} images, of {line.named()}, that the records '
+                            'do not give')
+            continue
+        index = overlap.most_common(1)[0][0]
+        listed_clusters.add(index)
+        differences = _member_differences(line, members[index], by_member, places)
+        distance = clusters_found[index].closest.distance
+        if line.distance != distance:
+            differences.append(f'its closest pair is {line.distance} bits apart, the records '
+                               f'give {distance}')
+        if differences:
+            problems.append(f'{metadata.LEAKAGE}: line {line.number}, the cluster of '
+                            f'{line.named()}: ' + '; '.join(differences))
+    for index in sorted(set(range(len(clusters_found))) - listed_clusters):
+        closest = clusters_found[index].closest
+        problems.append(f'{metadata.LEAKAGE}: does not list the cluster of '
+                        f'{_named(closest.first, places)} and {_named(closest.second, places)} '
+                        f'({clusters_found[index].images} images) that the records give')
+    return problems
+
+
+def _member_differences(line: _Line, found: set, by_member: dict, places: Places
+                        ) -> list[str]:
+    """The members of `line` that the records put elsewhere or nowhere, and those of its
+    cluster in the records (`found`) that it leaves out (a few of each)."""
+    differences = []
+    for member in sorted(set(line.members) - found)[:EXAMPLES]:
+        split, digest = member
+        held = places.find(digest)
+        elsewhere = ('which the records put in another cluster' if member in by_member
+                     else 'which no record is' if held is None
+                     else f'which the records ({where(held)}) do not put in it')
+        differences.append(f'lists {line.members[member]} ({split}), {elsewhere}')
+    for split, digest in sorted(found - set(line.members))[:EXAMPLES]:
+        differences.append(f'leaves out {_named((split, digest), places)}, which the records '
+                           'put in it')
+    return differences
+
+
+def _named(member: tuple[str, int], places: Places) -> str:
+    """A record named by its place (a cluster member: (split, source digest))."""
+    held = places.find(member[1])
+    return where(held) if held is not None else f'a record of {member[0]}'
+
+
+def _dropped_problems(summary: dict, leakage: dict, listed: Iterator, found: Leakage,
+                      places: Places) -> list[str]:
+    """After --leakage=drop: the records give no cluster, each line's members in the cluster's
+    earliest split are records and those in later splits are not, and summary.json counts the
+    lines and the dropped copies."""
+    problems, tally, dropped = [], _Tally(), collections.Counter()
+    if found.clusters:
+        problems.append(f'{metadata.LEAKAGE}: --leakage=drop left out the members in later '
+                        f'splits of each cluster it lists, yet the records give '
+                        f'{len(found.clusters)} cluster(s) across splits')
+    limit = leakage['clusters'] if isinstance(leakage['clusters'], int) else 0
+    for line in _lines(listed, limit, f'{metadata.SUMMARY} says'):
+        if isinstance(line, str):
+            return problems + [line]
+        tally.add(line.sizes)
+        first = min((split for split, _ in line.members), key=SPLITS.index)
+        for (split, digest), source in sorted(line.members.items()):
+            held = places.find(digest)
+            if split == first and held is None:
+                problems.append(f'{metadata.LEAKAGE}: line {line.number} lists {source} '
+                                f'({split}), which no record is')
+            elif split != first:
+                dropped[split] += 1
+                if held is not None:
+                    problems.append(
+                        f'{metadata.LEAKAGE}: line {line.number} lists {source} ({split}), '
+                        f'which --leakage=drop left out, yet the records hold it '
+                        f'({where(held)})')
+    problems += _compared_problems(leakage, tally.counts, f'{metadata.LEAKAGE} gives')
+    for split, noted in sorted(summary['splits'].items()):
+        if isinstance(noted, dict) and noted.get('dropped_copies', 0) != dropped[split]:
+            problems.append(f'{metadata.SUMMARY}: {split} has {noted.get("dropped_copies")!r} '
+                            f'dropped_copies, {metadata.LEAKAGE} lists {dropped[split]} '
+                            'members of later splits')
+    return problems
+
