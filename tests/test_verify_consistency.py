@@ -12,6 +12,7 @@ import shutil
 import pytest
 from PIL import Image
 
+from benchmarks.fuzz_verify_metadata import fuzz
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.tools import verify
@@ -103,8 +104,8 @@ def test_a_committed_dataset_with_copies_and_near_duplicates_passes_with_its_fin
     root = os.path.dirname(os.path.dirname(os.path.dirname(
         _source(_read_shard(shard_paths(dataset, 'test')[0])[0]))))
     copies = [line for line in out if line.startswith('  e.g. ')]
-    assert out[0] == ('exact copies within a split: 3 record(s) hold the image of an earlier record '
-                      'of their split (train 3); a data-quality finding, not damage')
+    assert out[0] == ('exact copies within a split: 3 record(s) hold the image of an earlier '
+                      'record of their split (train 3); a data-quality finding, not damage')
     assert len(copies) == 3 and all(' is a copy of ' in line for line in copies)
     named = {os.path.relpath(n.split(' (')[1].split(')')[0], root) for n in
              (part for line in copies for part in line.split(' is a copy of '))}
@@ -222,6 +223,11 @@ def _file_formats(out: str) -> list[str]:
             "declares ['tfrecord']"]
 
 
+def _empty_classes(out: str) -> list[str]:
+    _edit_summary(out, lambda s: s['splits']['test'].update(empty_classes=['c1']))
+    return ["summary.json: test has empty_classes ['c1'], its classes without records are []"]
+
+
 def _damaged_kept(out: str) -> list[str]:
     _edit_summary(out, lambda s: s.update(damaged_images='keep'))
     return ["damaged-train.jsonl: line 1 says 'skip', summary.json says --damaged_images=keep",
@@ -232,7 +238,7 @@ def _damaged_kept(out: str) -> list[str]:
 @pytest.mark.parametrize('tamper', [
     _dali_index_false, _dali_index_false_and_indexes_damaged, _index_of_no_shard, _run_id,
     _clusters, _between, _passed_through, _leakage_deleted, _leakage_off, _dropped_copies,
-    _file_formats, _damaged_kept])
+    _file_formats, _empty_classes, _damaged_kept])
 def test_a_summary_that_says_otherwise_than_the_files_is_named(copy, tamper):
     expected = tamper(copy)
     code, out, err = _verify(copy)
@@ -334,9 +340,25 @@ def test_an_edited_leakage_entry_names_its_cluster_and_the_member_that_differs(c
     code, _, err = _verify(copy)
     assert (code, err) == (1, [
         f'leakage.jsonl: line 1, the cluster of {train} (train): lists /elsewhere/near.jpg '
-        f'(test), which no record is; leaves out {place}, which the '
-        f'records put in it; its closest pair is {line["closest"]["distance"]} bits apart, the '
-        f'records give {line["closest"]["distance"] - 3}'])
+        f'(test), which no record is; leaves out {place}, which the records put in it; its '
+        f'closest pair names {original["test"][0]} (test), not one of its members; its closest '
+        f'pair is {line["closest"]["distance"]} bits apart, the records give '
+        f'{line["closest"]["distance"] - 3}'])
+
+
+def test_a_leakage_entry_whose_closest_pair_is_edited_names_what_the_records_say(copy):
+    def edit(line):
+        line['closest']['distance'] += 5
+        line['closest']['exact'] = True
+    line = _edit_leakage(copy, edit)
+    pair = [f'{line["closest"][f"source_{end}"]} ({line["closest"][f"split_{end}"]})'
+            for end in 'ab']
+    code, _, err = _verify(copy)
+    assert (code, err) == (1, [
+        f'leakage.jsonl: line 1, the cluster of {pair[0]}: its closest pair is '
+        f'{line["closest"]["distance"]} bits apart, the records\' hashes of {pair[0]} and '
+        f'{pair[1]} are {line["closest"]["distance"] - 5} apart; its closest pair is marked '
+        "exact, the records' images are not identical"])
 
 
 def test_a_leakage_entry_deleted_names_the_cluster_it_leaves_out(copy):
@@ -345,3 +367,9 @@ def test_a_leakage_entry_deleted_names_the_cluster_it_leaves_out(copy):
     assert code == 1
     assert err[0].startswith('leakage.jsonl: does not list the cluster of train shard ')
     assert err[0].endswith(' (2 images) that the records give')
+
+
+def test_verify_on_mutated_summary_and_leakage_files_ends_as_promised(dataset):
+    """A few seconds of the fuzzer `python -m benchmarks.fuzz_verify_metadata` runs for
+    minutes: exit 0 or 1, each stderr line naming a file, bounded, within bounded memory."""
+    assert fuzz(dataset, seconds=3, seed=7) >= 10

@@ -21,6 +21,13 @@ from pipeline.output import bounded_reads, metadata, output_folder, records, sha
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
 
 
+def shown(value, limit: int = 60) -> str:
+    """A value read from a file as a problem line shows it: its repr, escaped, at most `limit`
+    characters."""
+    text = printable(repr(value))
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
 def note_kinds(kinds: dict[str, str | None], example: dict) -> None:
     """Notes in `kinds` the type of each feature of a decoded record: 'int', 'float' or
     'bytes' (None while the feature was only seen empty)."""
@@ -98,8 +105,8 @@ def _report_lines(output_dir: str, name: str, split: str, noted: int | None,
         if not isinstance(entry, dict) or entry.get('split') != split or 'source' not in entry:
             return f'line {number} is not an entry of split {split!r}'
         if action is not None and entry.get('action', action) != action:
-            return (f'line {number} says {printable(repr(entry["action"]))[:40]}, '
-                    f'{metadata.SUMMARY} says --damaged_images={action}')
+            return (f'line {number} says {shown(entry["action"])}, '
+                    f'{metadata.SUMMARY} says --damaged_images={printable(str(action))[:40]}')
         count = number
         if noted is not None and count > noted:
             return f'more than {noted} entries, {metadata.SUMMARY} says {noted}'
@@ -113,8 +120,8 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
     records_total = sum(r.records for r in shards)
     facts = {'records': records_total, 'shards': len(shards),
              'bytes': int(info_split['numBytes'])}
-    problems = [f'{metadata.SUMMARY}: {split} has {noted.get(key)} {key}, the dataset has {value}'
-                for key, value in facts.items() if noted.get(key) != value]
+    problems = [f'{metadata.SUMMARY}: {split} has {shown(noted.get(key))} {key}, the dataset '
+                f'has {value}' for key, value in facts.items() if noted.get(key) != value]
     sizes = noted.get('shard_bytes', [r.bytes for r in shards])
     firsts = noted.get('shard_first', [''] * len(shards))   # Datasets of earlier versions: ''.
     contents = noted.get('shard_content', [''] * len(shards))
@@ -124,7 +131,7 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
             continue
         if report.bytes != noted_bytes:
             problems.append(f'{where}: {report.bytes} bytes, {metadata.SUMMARY} says '
-                            f'{noted_bytes} (shards swapped or replaced?)')
+                            f'{shown(noted_bytes)} (shards swapped or replaced?)')
         elif content and report.content != content:
             problems.append(f'{where}: its records are not those the run wrote there, in that '
                             f'order ({metadata.SUMMARY}: shards swapped, records reordered or '
@@ -138,14 +145,19 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
     if {c: n for c, n in noted.get('classes', {}).items() if n} != classes:
         problems.append(f'{metadata.SUMMARY}: the records per class of {split} are not those '
                         'of its shards')
+    empty = sorted(c for c, n in noted.get('classes', {}).items() if not n)
+    if noted.get('empty_classes', empty) != empty:
+        problems.append(f'{metadata.SUMMARY}: {split} has empty_classes '
+                        f'{shown(noted["empty_classes"])}, its classes without records are '
+                        f'{shown(empty)}')
     passed = noted.get('passed_through', 0)
     if not isinstance(passed, int) or not 0 <= passed <= records_total:
-        problems.append(f'{metadata.SUMMARY}: {split} has {passed!r} passed_through, not a '
+        problems.append(f'{metadata.SUMMARY}: {split} has {shown(passed)} passed_through, not a '
                         f'count of its {records_total} records')
     accounted = records_total + noted.get('skipped', 0) + noted.get('dropped_copies', 0)
     if noted.get('inputs') != accounted:
-        problems.append(f'{metadata.SUMMARY}: {split} has {noted.get("inputs")} inputs, but '
-                        f'{accounted} records, skipped inputs and dropped copies')
+        problems.append(f'{metadata.SUMMARY}: {split} has {shown(noted.get("inputs"))} inputs, '
+                        f'but {accounted} records, skipped inputs and dropped copies')
     for name, key, action in ((metadata.error_report_name(split), 'skipped', None),
                               (metadata.damaged_report_name(split), 'damaged', damaged_images)):
         lines = _report_lines(output_dir, name, split,
@@ -155,8 +167,8 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
         if isinstance(lines, str):
             problems.append(f'{name}: {lines}')
         elif key in noted and lines != noted[key]:
-            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says {noted[key]} '
-                            f'{key} inputs')
+            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says '
+                            f'{shown(noted[key])} {key} inputs')
     return problems
 
 
@@ -182,14 +194,14 @@ def _not_own(info: dict, summary) -> str:
     try:
         output_folder.check_run_id(summary.get('run_id'))
     except ValueError:
-        return (f'its run id {printable(repr(summary.get("run_id")))[:40]} is not one this tool '
+        return (f'its run id {shown(summary.get("run_id"))} is not one this tool '
                 'gives (16 hexadecimal digits)')
     if summary.get('dataset') != info.get('name'):
-        return (f'it names the dataset {printable(repr(summary.get("dataset")))[:40]}, '
+        return (f'it names the dataset {shown(summary.get("dataset"))}, '
                 f'{metadata.DATASET_INFO} {info.get("name")!r}')
     splits = sorted(str(s.get('name')) for s in info['splits'] if isinstance(s, dict))
     if sorted(map(str, summary['splits'])) != splits:
-        return (f'its splits {printable(sorted(map(str, summary["splits"])))[:80]} are not '
+        return (f'its splits {shown(sorted(map(str, summary["splits"])))} are not '
                 f'those of {metadata.DATASET_INFO} {splits}')
     return f'{metadata.DATASET_INFO} does not name {metadata.MODULE} as its module'
 
@@ -199,7 +211,7 @@ def _formats_problems(info: dict, summary: dict) -> list[str]:
     declared = [f.name for f in shard_formats.declared(info)]
     noted = summary.get('file_formats', declared)
     return [] if noted == declared else [
-        f'{metadata.SUMMARY}: file_formats {noted!r}, {metadata.DATASET_INFO} declares '
+        f'{metadata.SUMMARY}: file_formats {shown(noted)}, {metadata.DATASET_INFO} declares '
         f'{declared!r}']
 
 

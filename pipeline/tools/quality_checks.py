@@ -1,8 +1,11 @@
 """What `verify` checks of the data-quality findings, recomputed from the records: the strict
-libjpeg-turbo verdict on each stored image; exact copies (records of one image) within a split
-and across splits; and the clusters of near-duplicates across splits from the records'
-perceptual hashes (from the images themselves for datasets written before records carried
-them), against leakage.jsonl, line by line, and against the counts of summary.json.
+libjpeg-turbo verdict on each stored image (the damaged JPEGs --damaged_images=keep kept are a
+finding, counted against summary.json); exact copies (records of one image) within a split and
+across splits (a finding; summary.json's `exact_copies`, where noted, must be the records'); and
+the clusters of near-duplicates across splits from the records' perceptual hashes (from the
+images themselves for datasets written before records carried them), against summary.json's
+counts and leakage.jsonl, line by line: its members, and its closest pair's distance and
+exactness against the two records' hashes and images.
 
 The shard readers send each record as a RECORD row (its number in its shard, its SHA-256's
 first 16 bytes, its hashes and a digest of its source): a few dozen bytes a record and no text,
@@ -24,9 +27,11 @@ from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
 from pipeline.quality.pairing import (MAX_BUCKET, RADIUS, ROW, WINDOW, Cluster, Table, clusters,
                                       filings, leaking, link_band, record_ids, reduce_links)
 from pipeline.quality.phash import FLAT, perceptual_hashes, to_int64
+from pipeline.tools.metadata_checks import shown
 
 HASH_FEATURES = records.HASH_FEATURES
 EXAMPLES = 3   # Examples printed of each finding.
+NAME_LIMIT = 200   # Characters of a source from leakage.jsonl shown in a problem line.
 
 # A record as a shard's reader sends it: its number in the shard, the first 16 bytes of its
 # image's SHA-256 (two integers), its hash and mirror hash (int64, as stored), and a digest of
@@ -150,7 +155,7 @@ def copies_problems(splits: dict, copies: Copies) -> list[str]:
         if isinstance(noted, dict) and 'exact_copies' in noted:
             found = copies.within.get(split, 0)
             if noted['exact_copies'] != found:
-                problems.append(f'{metadata.SUMMARY}: {split} has {noted["exact_copies"]!r} '
+                problems.append(f'{metadata.SUMMARY}: {split} has {shown(noted["exact_copies"])} '
                                 f'exact_copies, the records give {found}')
     return problems
 
@@ -162,7 +167,8 @@ def damaged_lines(counts: dict[str, int], examples: list[tuple[Place, str, str]]
         return []
     return [f'damaged JPEGs kept (--damaged_images=keep): {sum(counts.values())} '
             f'({_counts({s: n for s, n in counts.items() if n})}); see damaged-SPLIT.jsonl'
-            ] + [f'  e.g. {where(place)} ({source}): {reason}' for place, source, reason in examples]
+            ] + [f'  e.g. {where(place)} ({source}): {reason}'
+                 for place, source, reason in examples]
 
 
 def damaged_problems(summary: dict, counts: dict[str, int], sample: float) -> list[str]:
@@ -178,8 +184,9 @@ def damaged_problems(summary: dict, counts: dict[str, int], sample: float) -> li
         found, damaged = counts.get(split, 0), noted.get('damaged')
         exact = sample >= 1 and not noted.get('dropped_copies')
         if not isinstance(damaged, int) or found > damaged or (exact and found != damaged):
-            problems.append(f'{metadata.SUMMARY}: {split} has {damaged!r} damaged, the records '
-                            f'hold {found} damaged JPEGs (--damaged_images=keep keeps each)')
+            problems.append(f'{metadata.SUMMARY}: {split} has {shown(damaged)} damaged, the '
+                            f'records hold {found} damaged JPEGs (--damaged_images=keep keeps '
+                            'each)')
     return problems
 
 
@@ -221,11 +228,22 @@ class Places:
         self._sorted = table['source'][self._order]
         self._table = table
 
-    def find(self, digest: int) -> Place | None:
+    def row(self, digest: int) -> np.void | None:
+        """The PLACED row of the record whose source has `digest`, None when there is none."""
         at = int(np.searchsorted(self._sorted, np.uint64(digest)))
         if at == len(self._sorted) or int(self._sorted[at]) != digest:
             return None
-        return _place(self._table[self._order[at]])
+        return self._table[self._order[at]]
+
+    def find(self, digest: int) -> Place | None:
+        row = self.row(digest)
+        return None if row is None else _place(row)
+
+
+def leakage_action(summary: dict) -> str | None:
+    """What summary.json says --leakage was (None for a version before the leakage check)."""
+    leakage = summary.get('leakage')
+    return leakage.get('action') if isinstance(leakage, dict) else None
 
 
 def leakage_lines(found: Leakage) -> list[str]:
@@ -241,8 +259,10 @@ def leakage_problems(output_dir: str, summary: dict, found: Leakage, places: Pla
     records give (`found`); after --leakage=drop, against each other and the records left.
     `hashed`: whether the records carry perceptual hashes."""
     leakage = summary.get('leakage')
-    if not isinstance(leakage, dict):   # A version before the leakage check.
+    if leakage is None:   # A version before the leakage check.
         return []
+    if not isinstance(leakage, dict):
+        return [f'{metadata.SUMMARY}: leakage is {shown(leakage)}, not what this tool writes']
     path, action = fileio.join(output_dir, metadata.LEAKAGE), leakage.get('action')
     if action == 'off':
         return _off_problems(path, hashed)
@@ -263,7 +283,7 @@ def leakage_problems(output_dir: str, summary: dict, found: Leakage, places: Pla
                    cluster.closest.mirrored))
     return (problems + _compared_problems(leakage, tally.counts, 'the records give')
             + _cluster_problems(listed, found.clusters, places)
-            + [f'{metadata.SUMMARY}: {split} has {noted.get("dropped_copies")!r} '
+            + [f'{metadata.SUMMARY}: {split} has {shown(noted.get("dropped_copies"))} '
                f'dropped_copies, yet --leakage={action} drops none'
                for split, noted in sorted(summary['splits'].items())
                if isinstance(noted, dict) and noted.get('dropped_copies', 0) != 0])
@@ -282,8 +302,8 @@ def _off_problems(path: str, hashed: bool) -> list[str]:
 
 
 def _constant_problems(leakage: dict) -> list[str]:
-    return [f'{metadata.SUMMARY}: leakage {key} is {leakage.get(key)!r}, this tool\'s is {value}'
-            for key, value in (('radius', RADIUS), ('window', WINDOW))
+    return [f'{metadata.SUMMARY}: leakage {key} is {shown(leakage.get(key))}, this tool\'s is '
+            f'{value}' for key, value in (('radius', RADIUS), ('window', WINDOW))
             if leakage.get(key) != value]
 
 
@@ -314,7 +334,7 @@ class _Tally:
 def _compared_problems(leakage: dict, counts: dict, source: str) -> list[str]:
     """summary.json's leakage counts (those it has: older versions noted fewer) against
     `counts`, which `source` gives."""
-    return [f'{metadata.SUMMARY}: leakage {key} is {leakage[key]!r}, {source} {value}'
+    return [f'{metadata.SUMMARY}: leakage {key} is {shown(leakage[key])}, {source} {value}'
             for key, value in counts.items() if key in leakage and leakage[key] != value]
 
 
@@ -345,11 +365,16 @@ class _Line:
     members: dict[tuple[str, int], str]
     distance: int
     sizes: Sizes
+    pair: tuple[tuple[str, int], tuple[str, int]]   # Its closest pair: (split, digest) each.
+    pair_names: dict[tuple[str, int], str]          # ... and their sources.
 
-    def named(self) -> str:
-        split, source = min(((s, n) for (s, _), n in self.members.items()),
-                            key=lambda m: (SPLITS.index(m[0]), m[1]))
-        return f'{source} ({split})'
+    def named(self, member: tuple[str, int] | None = None) -> str:
+        """A member (or one of the closest pair) as the line names it (default: the first of
+        its earliest split)."""
+        split, source = (member[0], {**self.pair_names, **self.members}[member]) if member else (
+            min(((s, n) for (s, _), n in self.members.items()),
+                key=lambda m: (SPLITS.index(m[0]), m[1])))
+        return f'{source if len(source) <= NAME_LIMIT else source[:NAME_LIMIT] + "..."} ({split})'
 
 
 def _parsed(number: int, line) -> _Line | None:
@@ -363,11 +388,39 @@ def _parsed(number: int, line) -> _Line | None:
             return None
         named = {(split, source_digest(s)): s for split, sources in members.items()
                  for s in sources}
+        ends = [(closest[f'split_{end}'], closest[f'source_{end}']) for end in 'ab']
+        if not all(split in SPLITS and isinstance(s, str) for split, s in ends):
+            return None
+        pair_names = {(split, source_digest(s)): s for split, s in ends}
+        if len(pair_names) != 2:
+            return None
         return _Line(number, named, closest['distance'],
                      ({split: len(s) for split, s in members.items()},
-                      closest['exact'] is True, closest['mirrored'] is True))
+                      closest['exact'] is True, closest['mirrored'] is True),
+                     tuple(pair_names), pair_names)
     except (TypeError, KeyError, AttributeError, IndexError):
         return None
+
+
+def _pair_problems(line: _Line, places: Places) -> tuple[str | None, str | None]:
+    """What the records say otherwise of a line's closest pair (where both are records): of
+    its distance (the first's hash against the second's, or when mirrored against the other's
+    mirror hash), and of whether its two images are identical."""
+    a, b = (places.row(digest) for _, digest in line.pair)
+    if a is None or b is None:
+        return None, None
+    _, exact, mirrored = line.sizes
+    pairs = ((a['phash'], b['mirror']), (a['mirror'], b['phash'])) if mirrored else (
+        (a['phash'], b['phash']),)
+    distances = sorted({bin((int(x) ^ int(y)) & ((1 << 64) - 1)).count('1') for x, y in pairs})
+    identical = (a['sha_a'], a['sha_b']) == (b['sha_a'], b['sha_b'])
+    return (None if line.distance in distances else
+            f'its closest pair is {line.distance} bits apart, the records\' hashes of '
+            f'{line.named(line.pair[0])} and {line.named(line.pair[1])} are '
+            f'{" or ".join(map(str, distances))} apart',
+            None if exact == identical else
+            f'its closest pair is {"" if exact else "not "}marked exact, the records\' images '
+            f'are {"" if identical else "not "}identical')
 
 
 def _lines(listed: Iterator, limit: int, found: str) -> Iterator[_Line | str]:
@@ -404,10 +457,16 @@ def _cluster_problems(listed: Iterator, clusters_found: list[Cluster], places: P
         index = overlap.most_common(1)[0][0]
         listed_clusters.add(index)
         differences = _member_differences(line, members[index], by_member, places)
+        strangers = [m for m in line.pair if m not in line.members]
+        if strangers:
+            differences.append(f'its closest pair names {line.named(strangers[0])}, not one of '
+                               'its members')
+        distance_wrong, exact_wrong = (None, None) if strangers else _pair_problems(line, places)
         distance = clusters_found[index].closest.distance
-        if line.distance != distance:
-            differences.append(f'its closest pair is {line.distance} bits apart, the records '
-                               f'give {distance}')
+        if distance_wrong or line.distance != distance:
+            differences.append(distance_wrong or f'its closest pair is {line.distance} bits '
+                               f'apart, the records give {distance}')
+        differences += [exact_wrong] if exact_wrong else []
         if differences:
             problems.append(f'{metadata.LEAKAGE}: line {line.number}, the cluster of '
                             f'{line.named()}: ' + '; '.join(differences))
@@ -430,11 +489,15 @@ def _member_differences(line: _Line, found: set, by_member: dict, places: Places
         elsewhere = ('which the records put in another cluster' if member in by_member
                      else 'which no record is' if held is None
                      else f'which the records ({where(held)}) do not put in it')
-        differences.append(f'lists {line.members[member]} ({split}), {elsewhere}')
+        differences.append(f'lists {line.named(member)}, {elsewhere}')
     for split, digest in sorted(found - set(line.members))[:EXAMPLES]:
         differences.append(f'leaves out {_named((split, digest), places)}, which the records '
                            'put in it')
     return differences
+
+
+def _more(items: list) -> str:
+    return f' and {len(items) - 1} more' if len(items) > 1 else ''
 
 
 def _named(member: tuple[str, int], places: Places) -> str:
@@ -459,22 +522,21 @@ def _dropped_problems(summary: dict, leakage: dict, listed: Iterator, found: Lea
             return problems + [line]
         tally.add(line.sizes)
         first = min((split for split, _ in line.members), key=SPLITS.index)
-        for (split, digest), source in sorted(line.members.items()):
-            held = places.find(digest)
-            if split == first and held is None:
-                problems.append(f'{metadata.LEAKAGE}: line {line.number} lists {source} '
-                                f'({split}), which no record is')
-            elif split != first:
-                dropped[split] += 1
-                if held is not None:
-                    problems.append(
-                        f'{metadata.LEAKAGE}: line {line.number} lists {source} ({split}), '
-                        f'which --leakage=drop left out, yet the records hold it '
-                        f'({where(held)})')
+        later = [member for member in line.members if member[0] != first]
+        dropped.update(split for split, _ in later)
+        absent = [m for m in line.members if m[0] == first and places.find(m[1]) is None]
+        held = [(m, place) for m in later if (place := places.find(m[1])) is not None]
+        if absent:
+            problems.append(f'{metadata.LEAKAGE}: line {line.number} lists '
+                            f'{line.named(absent[0])}{_more(absent)}, which no record is')
+        if held:
+            problems.append(f'{metadata.LEAKAGE}: line {line.number} lists '
+                            f'{line.named(held[0][0])}{_more(held)}, which --leakage=drop left '
+                            f'out, yet the records hold it ({where(held[0][1])})')
     problems += _compared_problems(leakage, tally.counts, f'{metadata.LEAKAGE} gives')
     for split, noted in sorted(summary['splits'].items()):
         if isinstance(noted, dict) and noted.get('dropped_copies', 0) != dropped[split]:
-            problems.append(f'{metadata.SUMMARY}: {split} has {noted.get("dropped_copies")!r} '
+            problems.append(f'{metadata.SUMMARY}: {split} has {shown(noted.get("dropped_copies"))} '
                             f'dropped_copies, {metadata.LEAKAGE} lists {dropped[split]} '
                             'members of later splits')
     return problems

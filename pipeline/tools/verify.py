@@ -242,8 +242,8 @@ def _index_files(expected: dict[str, ShardFormat], files: set[str], summary: dic
         else:
             problems.append(f'{name}: the DALI index of no shard of this dataset; remove it')
     if indexed and summary and not wrote:
-        problems.append(f'{metadata.SUMMARY}: dali_index is {summary.get("dali_index")!r}, '
-                        f'yet {len(indexed)} TFRecord shard(s) have a DALI index (e.g. '
+        problems.append(f'{metadata.SUMMARY}: dali_index is '
+                        f'{metadata_checks.shown(summary.get("dali_index"))}, yet {len(indexed)} TFRecord shard(s) have a DALI index (e.g. '
                         f'{min(indexed)}.{dali_index.SUFFIX}); the run that wrote the dataset '
                         'wrote none')
     return problems, tfrecords if wrote else indexed
@@ -306,7 +306,8 @@ def sources_at(output_dir: str, info: dict, places: set[Place]) -> dict[Place, s
         wanted[place[:2]][place[2]] = place
     shard_format, names = shard_formats.declared(info)[0], {}
     for (split, shard), numbers in sorted(wanted.items()):
-        path, last = metadata.shard_paths(output_dir, info, split, shard_format)[shard], max(numbers)
+        path = metadata.shard_paths(output_dir, info, split, shard_format)[shard]
+        last = max(numbers)
         try:
             for number, data in enumerate(shard_format.read_records(path)):
                 if number in numbers:
@@ -337,7 +338,7 @@ def _quality_problems(output_dir: str, info: dict, summary: dict, primary: list[
     problems = (quality_checks.copies_problems(summary.get('splits', {}), copies)
                 + quality_checks.damaged_problems(summary, damaged, sample))
     hashed = any(records.PHASH in r.kinds for r in primary)
-    if (summary.get('leakage') or {}).get('action') == 'off':
+    if quality_checks.leakage_action(summary) == 'off':
         lines.append('leakage: not checked by the conversion (--leakage=off)')
         found = quality_checks.Leakage([], {}, [])
     else:
@@ -412,12 +413,11 @@ def _tasks(output_dir: str, info: dict, summary: dict, names: list[str], sample:
     """A task per shard; a second format's records must equal the first's, so only the
     first's images are decoded and hashed."""
     formats = shard_formats.declared(info)
-    leakage = summary.get('leakage')
-    action = leakage.get('action') if isinstance(leakage, dict) else None
+    action = quality_checks.leakage_action(summary)
     return [ShardTask(f, s['name'], i, path, tuple(names), sample if f == formats[0] else 0.0,
                       fileio.basename(path) in indexed,
                       None if action is None else action != 'off',
-                      f == formats[0] and leakage is None,
+                      f == formats[0] and summary.get('leakage') is None,
                       summary.get('damaged_images') == 'keep')
             for f in formats for s in info['splits']
             for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name'], f))]
