@@ -12,8 +12,6 @@ process's peak memory within MEMORY_LIMIT of its peak before the runs. The suite
 few seconds (tests/test_verify_fuzz.py).
 """
 import argparse
-import contextlib
-import io
 import json
 import os
 import random
@@ -27,7 +25,7 @@ import time
 from PIL import Image
 
 from pipeline.testing import imagemaker
-from pipeline.tools import verify
+from tests.verify_helpers import run_verify
 
 LINE_LIMIT = 1000
 MEMORY_LIMIT = 300 << 20
@@ -131,13 +129,6 @@ def _check(code: int, err: str) -> None:
         assert _NAMED.match(line) and len(line) <= LINE_LIMIT and line.isprintable(), line[:300]
 
 
-def _run(work: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = verify.main([work, '--processes=1'])
-    return code, err.getvalue()
-
-
 def fuzz(dataset: str, seconds: float, seed: int = 0) -> int:
     """Runs verify on mutations of `dataset`'s summary.json and leakage.jsonl (in a copy) for
     `seconds`; asserts each run's promise; returns how many runs there were."""
@@ -163,7 +154,8 @@ def fuzz(dataset: str, seconds: float, seed: int = 0) -> int:
                 json.dump(mutated, stream)
             with open(os.path.join(work, 'leakage.jsonl'), 'wb') as stream:
                 stream.writelines(lines)
-            _check(*_run(work))
+            result = run_verify(work)
+            _check(result.returncode, result.stderr)
             runs += 1
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         assert peak - baseline < MEMORY_LIMIT, (baseline, peak)

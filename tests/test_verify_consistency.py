@@ -3,7 +3,6 @@ committed (exact copies within a split, near-duplicates across splits, a damaged
 DALI indexes) passes with its findings printed; summary.json is checked against the records,
 the files present and leakage.jsonl; each check runs on its own, so a shard with several
 problems gets a line for each. verify's main runs in-process on tampered copies of one dataset."""
-import contextlib
 import io
 import json
 import os
@@ -15,8 +14,8 @@ from PIL import Image
 from benchmarks.fuzz_verify_metadata import fuzz
 from pipeline.output import records
 from pipeline.testing import imagemaker
-from pipeline.tools import verify
 from tests.helpers import convert, shard_paths as _paths, write_tree
+from tests.verify_helpers import copy_of, edit_json, read_shard, run_verify, swap, write_shard
 
 
 def _photo(seed: int, quality: int = 90) -> bytes:
@@ -50,39 +49,17 @@ def dataset(tmp_path_factory) -> str:
 
 @pytest.fixture
 def copy(dataset, tmp_path) -> str:
-    target = str(tmp_path / 'copy')
-    shutil.copytree(dataset, target)
-    return target
+    return copy_of(dataset, tmp_path)
 
 
 def _verify(path: str) -> tuple[int, list[str], list[str]]:
     """verify's main on `path`: (exit code, lines of stdout, lines of stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = verify.main([path, '--processes=1'])
-    return code, out.getvalue().splitlines(), err.getvalue().splitlines()
-
-
-def _edit_json(path: str, edit) -> None:
-    with open(path) as stream:
-        document = json.load(stream)
-    edit(document)
-    with open(path, 'w') as stream:
-        json.dump(document, stream)
+    result = run_verify(path)
+    return result.returncode, result.stdout.splitlines(), result.stderr.splitlines()
 
 
 def _edit_summary(out: str, edit) -> None:
-    _edit_json(os.path.join(out, 'summary.json'), edit)
-
-
-def _read_shard(path: str) -> list[bytes]:
-    with open(path, 'rb') as stream:
-        return list(records.read_records(stream))
-
-
-def _write_shard(path: str, found: list[bytes]) -> None:
-    with open(path, 'wb') as stream:
-        stream.write(b''.join(records.frame_record(record) for record in found))
+    edit_json(os.path.join(out, 'summary.json'), edit)
 
 
 def _source(record: bytes) -> str:
@@ -102,7 +79,7 @@ def test_a_committed_dataset_with_copies_and_near_duplicates_passes_with_its_fin
     code, out, err = _verify(dataset)
     assert (code, err) == (0, [])
     root = os.path.dirname(os.path.dirname(os.path.dirname(
-        _source(_read_shard(shard_paths(dataset, 'test')[0])[0]))))
+        _source(read_shard(shard_paths(dataset, 'test')[0])[0]))))
     copies = [line for line in out if line.startswith('  e.g. ')]
     assert out[0] == ('exact copies within a split: 3 record(s) hold the image of an earlier '
                       'record of their split (train 3); a data-quality finding, not damage')
@@ -263,11 +240,11 @@ def _first_line(path: str) -> str:
 def test_records_reordered_beside_an_index_are_named_twice(copy):
     """The index's line mismatch and the shard's content: two checks, two lines."""
     path = shard_paths(copy, 'train')[0]
-    found = _read_shard(path)
+    found = read_shard(path)
     at = next(i for i in range(len(found) - 1) if len(found[i]) != len(found[i + 1]))
     found[at:at + 2] = found[at + 1], found[at]
     index = open(path + '.idx').read().splitlines()
-    _write_shard(path, found)
+    write_shard(path, found)
     offset = int(index[at].split()[0])
     code, _, err = _verify(copy)
     assert (code, err) == (1, [
@@ -278,11 +255,11 @@ def test_records_reordered_beside_an_index_are_named_twice(copy):
 def test_an_edited_record_beside_an_index_is_named_for_each_problem(copy):
     """A record's label edited (and framed again): its label, and the shard's content."""
     path = shard_paths(copy, 'train')[1]
-    found = _read_shard(path)
+    found = read_shard(path)
     example = {k: v[0] for k, v in records.decode_example(found[0]).items()}
     example[records.LABEL] = 1 - example[records.LABEL]
     found[0] = records.encode_example(example)
-    _write_shard(path, found)
+    write_shard(path, found)
     text = example[records.TEXT].decode()
     other = f'c{example[records.LABEL]}'
     code, _, err = _verify(copy)
@@ -294,13 +271,11 @@ def test_an_edited_record_beside_an_index_is_named_for_each_problem(copy):
 def test_two_shards_swapped_beside_their_indexes_are_named_for_each_problem(copy):
     first, second = shard_paths(copy, 'train')
     sizes = [os.path.getsize(first), os.path.getsize(second)]
-    lengths = [len(_read_shard(first)), len(_read_shard(second))]
+    lengths = [len(read_shard(first)), len(read_shard(second))]
     assert lengths[0] != lengths[1]
     wanted = [_first_line(path) for path in (second, first)]
     found = [_first_line(path) for path in (first, second)]
-    os.rename(first, first + '.x')
-    os.rename(second, first)
-    os.rename(first + '.x', second)
+    swap(first, second)
     code, _, err = _verify(copy)
     assert code == 1
     assert err == [
@@ -335,7 +310,7 @@ def test_an_edited_leakage_entry_names_its_cluster_and_the_member_that_differs(c
     [train] = original['train']
     [place] = [f'test shard {shard} record {number}'
                for shard, path in enumerate(shard_paths(copy, 'test'))
-               for number, record in enumerate(_read_shard(path))
+               for number, record in enumerate(read_shard(path))
                if _source(record) == original['test'][0]]
     code, _, err = _verify(copy)
     assert (code, err) == (1, [

@@ -1,20 +1,15 @@
 """`python -m pipeline.tools.verify` checks every file of a dataset against what the run wrote:
 each tampering below is one line naming the file, exit 1, never a traceback."""
-import contextlib
-import io
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
 from PIL import Image
 
-from pipeline.output import records
 from pipeline.testing import imagemaker
-from pipeline.tools import verify
 from tests.helpers import convert, run_measured, shard_paths, write_tree
+from tests.verify_helpers import copy_of, edit_json, read_shard, run_verify, swap, write_shard
 
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> str:
@@ -29,31 +24,7 @@ def dataset(tmp_path_factory) -> str:
 
 @pytest.fixture
 def copy(dataset, tmp_path) -> str:
-    target = str(tmp_path / 'copy')
-    shutil.copytree(dataset, target)
-    return target
-
-
-def _verify(path: str) -> subprocess.CompletedProcess:
-    """verify's command line, in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = verify.main([path, '--processes=1'])
-    return subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())
-
-
-def _edit_json(path: str, edit) -> None:
-    with open(path) as stream:
-        document = json.load(stream)
-    edit(document)
-    with open(path, 'w') as stream:
-        json.dump(document, stream)
-
-
-def _swap(first: str, second: str) -> None:
-    os.rename(first, first + '.x')
-    os.rename(second, first)
-    os.rename(first + '.x', second)
+    return copy_of(dataset, tmp_path)
 
 
 def _swap_shards(out: str) -> list[str]:
@@ -65,7 +36,7 @@ def _swap_shards(out: str) -> list[str]:
     paths = [shard_paths(out, 'train')[i] for i in (first, second)]
     sizes = [os.path.getsize(path) for path in paths]
     assert sizes[0] != sizes[1]
-    _swap(*paths)
+    swap(*paths)
     return [f'train shard {index} ({os.path.basename(path)}): {size} bytes, summary.json says '
             f'{noted} (shards swapped or replaced?)'
             for index, path, size, noted in zip((first, second), paths, sizes[::-1], sizes)]
@@ -84,14 +55,14 @@ def _reorder_class_names(out: str) -> list[str]:
 def _float_height(out: str) -> list[str]:
     def edit(features):
         features['featuresDict']['features']['image/height']['tensor']['dtype'] = 'float32'
-    _edit_json(os.path.join(out, 'features.json'), edit)
+    edit_json(os.path.join(out, 'features.json'), edit)
     return ['features.json: image/height is not described as this tool describes it (int)']
 
 
 def _edit_record_count(out: str) -> list[str]:
     def edit(summary):
         summary['splits']['train']['records'] += 1
-    _edit_json(os.path.join(out, 'summary.json'), edit)
+    edit_json(os.path.join(out, 'summary.json'), edit)
     return ['summary.json: train has 19 records, the dataset has 18']
 
 
@@ -110,7 +81,7 @@ def _edit_leakage(out: str) -> list[str]:
                                     _edit_record_count, _empty_error_report, _edit_leakage])
 def test_tampered_file_is_one_line(copy, tamper):
     expected = tamper(copy)
-    result = _verify(copy)
+    result = run_verify(copy)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == expected
     assert result.stdout.endswith(f'{len(expected)} problem(s)\n')
@@ -120,19 +91,19 @@ def test_a_dataset_written_before_summary_noted_shards_and_digests_verifies(copy
     """Its files are still checked against each other: the class names, for one."""
     def older(summary):
         del summary['digests'], summary['splits']['train']['shard_bytes']
-    _edit_json(os.path.join(copy, 'summary.json'), older)
-    result = _verify(copy)
+    edit_json(os.path.join(copy, 'summary.json'), older)
+    result = run_verify(copy)
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith('OK: no problems found\n')
     expected = _reorder_class_names(copy)
-    assert _verify(copy).stderr.splitlines() == expected
+    assert run_verify(copy).stderr.splitlines() == expected
 
 
 def _many_shard_lengths(count: int):
     def tamper(out: str) -> None:
         def edit(info):
             info['splits'][0]['shardLengths'] = ['1'] * count
-        _edit_json(os.path.join(out, 'dataset_info.json'), edit)
+        edit_json(os.path.join(out, 'dataset_info.json'), edit)
     return tamper
 
 
@@ -174,16 +145,6 @@ def _equal_records(tmp_path, *flags: str) -> str:
     return out
 
 
-def _read_shard(path: str) -> list[bytes]:
-    with open(path, 'rb') as stream:
-        return list(records.read_records(stream))
-
-
-def _write_shard(path: str, found: list[bytes]) -> None:
-    with open(path, 'wb') as stream:
-        stream.write(b''.join(records.frame_record(record) for record in found))
-
-
 def _records_moved(where: str) -> list[str]:
     return [f'train shard {index} ({os.path.basename(path)}): its records are not those the '
             'run wrote there, in that order (summary.json: shards swapped, records reordered '
@@ -194,11 +155,11 @@ def test_two_records_swapped_within_a_shard_are_named(tmp_path):
     """The last two records of a shard swapped: its bytes and first record are unchanged."""
     out = _equal_records(tmp_path, '--num_shards=2')
     path = shard_paths(out, 'train')[0]
-    found = _read_shard(path)
+    found = read_shard(path)
     assert len(found) >= 3
     found[-2:] = found[:-3:-1]
-    _write_shard(path, found)
-    result = _verify(out)
+    write_shard(path, found)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == _records_moved([(0, path)])
 
@@ -206,12 +167,12 @@ def test_two_records_swapped_within_a_shard_are_named(tmp_path):
 def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=4')
     paths = shard_paths(out, 'train')
-    first, fourth = _read_shard(paths[0]), _read_shard(paths[3])
+    first, fourth = read_shard(paths[0]), read_shard(paths[3])
     assert len(first) >= 2 and len(fourth) >= 2 and len(first[-1]) == len(fourth[-1])
     first[-1], fourth[-1] = fourth[-1], first[-1]
-    _write_shard(paths[0], first)
-    _write_shard(paths[3], fourth)
-    result = _verify(out)
+    write_shard(paths[0], first)
+    write_shard(paths[3], fourth)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == _records_moved([(0, paths[0]), (3, paths[3])])
 
@@ -222,11 +183,11 @@ def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=6')
     def older(summary):
         del summary['splits']['train']['shard_content'], summary['digests']
-    _edit_json(os.path.join(out, 'summary.json'), older)
-    assert _verify(out).returncode == 0
+    edit_json(os.path.join(out, 'summary.json'), older)
+    assert run_verify(out).returncode == 0
     first, second = shard_paths(out, 'train')[:2]
-    _swap(first, second)
-    result = _verify(out)
+    swap(first, second)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
         f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
@@ -239,8 +200,8 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=6')
     first, second = shard_paths(out, 'train')[:2]
     assert os.path.getsize(first) == os.path.getsize(second)
-    _swap(first, second)
-    result = _verify(out)
+    swap(first, second)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
         f'train shard {index} ({os.path.basename(path)}): its records are not those the run '
@@ -268,7 +229,7 @@ def _long_line(out: str) -> list[str]:
                          ids=['deep-errors', 'deep-damaged', 'long-line'])
 def test_a_hostile_report_line_is_one_line(copy, tamper):
     expected = tamper(copy)
-    result = _verify(copy)
+    result = run_verify(copy)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == expected
 
@@ -327,9 +288,9 @@ def test_many_problems_of_one_kind_are_capped(copy):
         info['splits'][0]['shardLengths'] += ['0'] * 30
     def noted(summary):
         summary['splits']['train']['shards'] += 30
-    _edit_json(os.path.join(copy, 'dataset_info.json'), edit)
-    _edit_json(os.path.join(copy, 'summary.json'), noted)
-    lines = _verify(copy).stderr.splitlines()
+    edit_json(os.path.join(copy, 'dataset_info.json'), edit)
+    edit_json(os.path.join(copy, 'summary.json'), noted)
+    lines = run_verify(copy).stderr.splitlines()
     missing = [line for line in lines if line.endswith('-of-00036: missing shard')]
     assert len(missing) == 20
     assert lines[-1] == ('... and 32 more problem(s) of the kinds shown above, not shown: '
