@@ -10,7 +10,7 @@ this tool does, with the type the records hold; and that every metadata file has
 the run noted (datasets written before summary.json carried `shard_bytes` and `digests` get
 every other check). A shard verify could not read to its end is left out of the checks of its
 bytes and content; any other problem of it is not. Copies, damaged JPEGs kept and leakage.jsonl
-are checked apart (quality_checks.py).
+are checked apart (quality_checks.py, leakage_checks.py).
 """
 import collections
 

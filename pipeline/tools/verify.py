@@ -13,8 +13,8 @@ shard's framing; when summary.json says the run wrote them every TFRecord shard 
 and no other file may be named as the index of a shard. The files beside the shards are
 checked against the records and against what the run noted in summary.json
 (pipeline/tools/metadata_checks.py), and the data-quality findings are recomputed from the
-records (pipeline/tools/quality_checks.py): exact copies within and across splits, and the
-clusters of near-duplicates across splits against leakage.jsonl. Every check runs on its own:
+records: exact copies within and across splits (pipeline/tools/quality_checks.py), and the
+clusters of near-duplicates across splits against leakage.jsonl (leakage_checks.py). Every check runs on its own:
 a shard with a bad record is still checked against summary.json, its twin and its index.
 
 Prints the findings (exact copies, damaged JPEGs kept by --damaged_images=keep, leakage) and
@@ -40,7 +40,7 @@ from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata
                              output_lock, records, shard_formats)
 from pipeline.output.shard_formats import ShardFormat
 from pipeline.errors import DatasetError, printable
-from pipeline.tools import metadata_checks, quality_checks
+from pipeline.tools import leakage_checks, metadata_checks, quality_checks
 from pipeline.tools.quality_checks import Place
 
 Image.MAX_IMAGE_PIXELS = None
@@ -243,7 +243,8 @@ def _index_files(expected: dict[str, ShardFormat], files: set[str], summary: dic
             problems.append(f'{name}: the DALI index of no shard of this dataset; remove it')
     if indexed and summary and not wrote:
         problems.append(f'{metadata.SUMMARY}: dali_index is '
-                        f'{metadata_checks.shown(summary.get("dali_index"))}, yet {len(indexed)} TFRecord shard(s) have a DALI index (e.g. '
+                        f'{metadata_checks.shown(summary.get("dali_index"))}, yet '
+                        f'{len(indexed)} TFRecord shard(s) have a DALI index (e.g. '
                         f'{min(indexed)}.{dali_index.SUFFIX}); the run that wrote the dataset '
                         'wrote none')
     return problems, tfrecords if wrote else indexed
@@ -338,28 +339,17 @@ def _quality_problems(output_dir: str, info: dict, summary: dict, primary: list[
     problems = (quality_checks.copies_problems(summary.get('splits', {}), copies)
                 + quality_checks.damaged_problems(summary, damaged, sample))
     hashed = any(records.PHASH in r.kinds for r in primary)
-    if quality_checks.leakage_action(summary) == 'off':
+    if leakage_checks.leakage_action(summary) == 'off':
         lines.append('leakage: not checked by the conversion (--leakage=off)')
-        found = quality_checks.Leakage([], {}, [])
+        found = leakage_checks.Leakage([], {}, [])
     else:
-        found = quality_checks.find_leakage(table)
-        lines += quality_checks.leakage_lines(found)
-    problems += quality_checks.leakage_problems(output_dir, summary, found,
-                                                quality_checks.Places(table), hashed)
+        found = leakage_checks.find_leakage(table)
+        lines += leakage_checks.leakage_lines(found)
+    problems += leakage_checks.leakage_problems(output_dir, summary, found,
+                                                leakage_checks.Places(table), hashed)
     for line in lines:
         print(printable(line))
     return problems
-
-
-def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
-    for file_format in (f.name for f in shard_formats.declared(info)):
-        for split in info['splits']:
-            shards = [r for r in reports
-                      if r.split == split['name'] and r.file_format == file_format]
-            print(f"{split['name']:<12}{sum(r.records for r in shards):>10} records"
-                  f"{len(shards):>6} {file_format + ' shards':<20}"
-                  f"{sum(r.bytes for r in shards) / 1e6:>8.1f} MB")
-    print(f'{len(problems)} problem(s)' if problems else 'OK: no problems found')
 
 
 LINES_PER_KIND = 20   # Problems of one kind printed; the rest are counted in the last line.
@@ -413,7 +403,7 @@ def _tasks(output_dir: str, info: dict, summary: dict, names: list[str], sample:
     """A task per shard; a second format's records must equal the first's, so only the
     first's images are decoded and hashed."""
     formats = shard_formats.declared(info)
-    action = quality_checks.leakage_action(summary)
+    action = leakage_checks.leakage_action(summary)
     return [ShardTask(f, s['name'], i, path, tuple(names), sample if f == formats[0] else 0.0,
                       fileio.basename(path) in indexed,
                       None if action is None else action != 'off',
@@ -469,6 +459,17 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     problems += _quality_problems(output_dir, info, own, primary, sample)
     _print_summary(info, reports, problems)
     return problems
+
+
+def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
+    for file_format in (f.name for f in shard_formats.declared(info)):
+        for split in info['splits']:
+            shards = [r for r in reports
+                      if r.split == split['name'] and r.file_format == file_format]
+            print(f"{split['name']:<12}{sum(r.records for r in shards):>10} records"
+                  f"{len(shards):>6} {file_format + ' shards':<20}"
+                  f"{sum(r.bytes for r in shards) / 1e6:>8.1f} MB")
+    print(f'{len(problems)} problem(s)' if problems else 'OK: no problems found')
 
 
 def main(argv: list[str] | None = None) -> int:
