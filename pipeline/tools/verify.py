@@ -270,7 +270,8 @@ def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
         shards = noted.get('shards') if isinstance(noted, dict) else None
         if shards != count:
             problems.append(f"{metadata.DATASET_INFO}: {split['name']} lists {count} shards, "
-                            f'{metadata.SUMMARY} says {shards}; no shard was read')
+                            f'{metadata.SUMMARY} says {metadata_checks.shown(shards)}; no shard '
+                            'was read')
     return problems
 
 
