@@ -223,6 +223,21 @@ def test_a_summary_that_says_otherwise_than_the_files_is_named(copy, tamper):
     assert out[-1] == f'{len(expected)} problem(s)'
 
 
+def test_a_shard_that_is_a_folder_is_named_and_the_rest_still_checked(copy):
+    """It has no records: its problem and those it causes, no traceback."""
+    path = shard_paths(copy, 'test')[1]
+    held = len(read_shard(path))
+    os.remove(path)
+    os.mkdir(path)
+    code, _, err = _verify(copy)
+    assert code == 1
+    assert err[:4] == [
+        f'{_name(path)}: missing shard',
+        f'test shard 1 ({_name(path)}) not a regular file (a folder, pipe or device)',
+        f'test shard 1 ({_name(path)}): 0 records, dataset_info.json says {held}',
+        f'summary.json: test has 4 records, the dataset has {4 - held}']
+
+
 def _content_line(index: int, path: str) -> str:
     return (f'train shard {index} ({_name(path)}): its records are not those the run wrote '
             'there, in that order (summary.json: shards swapped, records reordered or replaced?)')

@@ -78,20 +78,22 @@ class ShardReport:
     index_problems: list = dataclasses.field(default_factory=list)  # Of its DALI index.
     content: str = ''             # records.content_digest of its records.
     first: str = ''               # records.record_digest of record 0.
-    rows: list = dataclasses.field(default_factory=list)   # quality_checks.RECORD, then an array.
+    rows: np.ndarray = dataclasses.field(   # A quality_checks.RECORD row per record.
+        default_factory=lambda: np.zeros(0, quality_checks.RECORD))
     damaged: int = 0              # Damaged JPEGs, where kept (--damaged_images=keep).
     damaged_examples: list = dataclasses.field(default_factory=list)  # (number, source, reason)
     classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     kinds: dict = dataclasses.field(default_factory=dict)      # Record key -> type of values.
 
 
-def _check_record(data: bytes, number: int, task: ShardTask, report: ShardReport) -> list[str]:
-    """Problems of one record; counts its class, notes its value types, its RECORD row and
-    (where kept) its damage in `report`."""
+def _check_record(data: bytes, number: int, task: ShardTask,
+                  report: ShardReport) -> tuple[list[str], tuple | None]:
+    """Problems of one record and its RECORD row (None when it has not the keys to make
+    one); counts its class, notes its value types and (where kept) its damage in `report`."""
     try:
         example = records.decode_example(data)
     except ValueError as exc:
-        return [f'does not parse as tf.train.Example ({exc})']
+        return [f'does not parse as tf.train.Example ({exc})'], None
     metadata_checks.note_kinds(report.kinds, example)
     problems = []
     for key, kind in records.IMAGE_FEATURES.items():
@@ -103,7 +105,7 @@ def _check_record(data: bytes, number: int, task: ShardTask, report: ShardReport
         if not ok_type:
             problems.append(f'{key} is missing or not a single {kind}')
     if problems:
-        return problems
+        return problems, None
     value = {key: example[key][0] for key in records.IMAGE_FEATURES if key in example}
     label, text = value[records.LABEL], value[records.TEXT].decode(errors='replace')
     source = value[records.SOURCE].decode(errors='replace')
@@ -119,8 +121,7 @@ def _check_record(data: bytes, number: int, task: ShardTask, report: ShardReport
     if int.from_bytes(digest[:4], 'big') < task.sample * 2**32:
         problems += _image_problems(value, number, source, task, report)
     hashes = quality_checks.stored_hashes(example, task.compute_hashes)
-    report.rows.append(quality_checks.record_row(number, digest, hashes, source))
-    return problems
+    return problems, quality_checks.record_row(number, digest, hashes, source)
 
 
 def _image_problems(value: dict, number: int, source: str, task: ShardTask,
@@ -160,7 +161,7 @@ def check_shard(task: ShardTask) -> ShardReport:
     report = ShardReport(task.shard_format.name, task.split, task.index,
                          fileio.basename(task.path))
     content = hashlib.sha256()   # records.content_digest, a record at a time.
-    sizes = []                   # Each record's size on disk, from its framing.
+    sizes, rows = [], []         # Each record's size on disk (from its framing), its row.
     path = task.path
     if not fileio.is_gcs(path) and os.path.exists(path) and not os.path.isfile(path):
         report.problems.append('not a regular file (a folder, pipe or device)')
@@ -169,8 +170,9 @@ def check_shard(task: ShardTask) -> ShardReport:
         for number, data in enumerate(task.shard_format.read_records(path)):
             content.update(hashlib.sha256(data).digest())
             report.first = report.first or records.record_digest(data)
-            report.problems += [f'record {number}: {p}'
-                                for p in _check_record(data, number, task, report)]
+            problems, row = _check_record(data, number, task, report)
+            report.problems += [f'record {number}: {p}' for p in problems]
+            rows += [row] if row else []
             report.records += 1
             report.bytes += len(data) + 16
             sizes.append(len(data) + dali_index.FRAMING)
@@ -184,7 +186,7 @@ def check_shard(task: ShardTask) -> ShardReport:
         report.problems.append(f'cannot read: {reason}')
     if task.indexed and report.complete:
         report.index_problems = _index_problems(path, sizes)
-    report.rows = np.array(report.rows, dtype=quality_checks.RECORD)
+    report.rows = np.array(rows, dtype=quality_checks.RECORD)
     return report
 
 
