@@ -118,6 +118,13 @@ def test_both_formats_index_the_tfrecord_shards_alike(tmp_path, inputs):
     assert indexes == {n: data for n, data in output_files(f'{tmp_path}/tf').items()
                        if n.endswith('.idx')}
     assert _verify(f'{tmp_path}/both').returncode == 0
+    shutil.copy(f'{tmp_path}/both/dataset-train.tfrecord-00000-of-00002.idx',
+                f'{tmp_path}/both/dataset-train.array_record-00000-of-00002.idx')
+    beside = _verify(f'{tmp_path}/both')
+    assert beside.returncode == 1
+    assert beside.stderr == ('dataset-train.array_record-00000-of-00002.idx: a DALI index '
+                             'beside dataset-train.array_record-00000-of-00002, a shard in '
+                             'array_record (DALI indexes TFRecord shards only); remove it\n')
 
 
 @pytest.mark.slow
@@ -134,6 +141,13 @@ def test_copies_dropped_from_the_shards_are_dropped_from_the_indexes(tmp_path):
     assert _check_indexes(output_files(out)) == 4
     checked = _verify(out)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    summary['splits']['validation']['dropped_copies'] -= 1   # And one input fewer: accounted.
+    summary['splits']['validation']['inputs'] -= 1
+    open(f'{out}/summary.json', 'w').write(json.dumps(summary))
+    tampered = _verify(out)
+    assert tampered.returncode == 1
+    assert tampered.stderr == ('summary.json: validation has 4 dropped_copies, leakage.jsonl lists '
+                               '5 members of later splits\n')
 
 
 @pytest.mark.slow

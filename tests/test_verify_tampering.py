@@ -2,16 +2,14 @@
 each tampering below is one line naming the file, exit 1, never a traceback."""
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
 from PIL import Image
 
-from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, run_measured, shard_paths, write_tree
+from tests.verify_helpers import copy_of, edit_json, read_shard, run_verify, swap, write_shard
 
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> str:
@@ -26,28 +24,7 @@ def dataset(tmp_path_factory) -> str:
 
 @pytest.fixture
 def copy(dataset, tmp_path) -> str:
-    target = str(tmp_path / 'copy')
-    shutil.copytree(dataset, target)
-    return target
-
-
-def _verify(path: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', path, '--processes=1'],
-                          capture_output=True, text=True, timeout=300)
-
-
-def _edit_json(path: str, edit) -> None:
-    with open(path) as stream:
-        document = json.load(stream)
-    edit(document)
-    with open(path, 'w') as stream:
-        json.dump(document, stream)
-
-
-def _swap(first: str, second: str) -> None:
-    os.rename(first, first + '.x')
-    os.rename(second, first)
-    os.rename(first + '.x', second)
+    return copy_of(dataset, tmp_path)
 
 
 def _swap_shards(out: str) -> list[str]:
@@ -59,7 +36,7 @@ def _swap_shards(out: str) -> list[str]:
     paths = [shard_paths(out, 'train')[i] for i in (first, second)]
     sizes = [os.path.getsize(path) for path in paths]
     assert sizes[0] != sizes[1]
-    _swap(*paths)
+    swap(*paths)
     return [f'train shard {index} ({os.path.basename(path)}): {size} bytes, summary.json says '
             f'{noted} (shards swapped or replaced?)'
             for index, path, size, noted in zip((first, second), paths, sizes[::-1], sizes)]
@@ -78,14 +55,14 @@ def _reorder_class_names(out: str) -> list[str]:
 def _float_height(out: str) -> list[str]:
     def edit(features):
         features['featuresDict']['features']['image/height']['tensor']['dtype'] = 'float32'
-    _edit_json(os.path.join(out, 'features.json'), edit)
+    edit_json(os.path.join(out, 'features.json'), edit)
     return ['features.json: image/height is not described as this tool describes it (int)']
 
 
 def _edit_record_count(out: str) -> list[str]:
     def edit(summary):
         summary['splits']['train']['records'] += 1
-    _edit_json(os.path.join(out, 'summary.json'), edit)
+    edit_json(os.path.join(out, 'summary.json'), edit)
     return ['summary.json: train has 19 records, the dataset has 18']
 
 
@@ -104,7 +81,7 @@ def _edit_leakage(out: str) -> list[str]:
                                     _edit_record_count, _empty_error_report, _edit_leakage])
 def test_tampered_file_is_one_line(copy, tamper):
     expected = tamper(copy)
-    result = _verify(copy)
+    result = run_verify(copy)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == expected
     assert result.stdout.endswith(f'{len(expected)} problem(s)\n')
@@ -114,19 +91,19 @@ def test_a_dataset_written_before_summary_noted_shards_and_digests_verifies(copy
     """Its files are still checked against each other: the class names, for one."""
     def older(summary):
         del summary['digests'], summary['splits']['train']['shard_bytes']
-    _edit_json(os.path.join(copy, 'summary.json'), older)
-    result = _verify(copy)
+    edit_json(os.path.join(copy, 'summary.json'), older)
+    result = run_verify(copy)
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith('OK: no problems found\n')
     expected = _reorder_class_names(copy)
-    assert _verify(copy).stderr.splitlines() == expected
+    assert run_verify(copy).stderr.splitlines() == expected
 
 
 def _many_shard_lengths(count: int):
     def tamper(out: str) -> None:
         def edit(info):
             info['splits'][0]['shardLengths'] = ['1'] * count
-        _edit_json(os.path.join(out, 'dataset_info.json'), edit)
+        edit_json(os.path.join(out, 'dataset_info.json'), edit)
     return tamper
 
 
@@ -168,16 +145,6 @@ def _equal_records(tmp_path, *flags: str) -> str:
     return out
 
 
-def _read_shard(path: str) -> list[bytes]:
-    with open(path, 'rb') as stream:
-        return list(records.read_records(stream))
-
-
-def _write_shard(path: str, found: list[bytes]) -> None:
-    with open(path, 'wb') as stream:
-        stream.write(b''.join(records.frame_record(record) for record in found))
-
-
 def _records_moved(where: str) -> list[str]:
     return [f'train shard {index} ({os.path.basename(path)}): its records are not those the '
             'run wrote there, in that order (summary.json: shards swapped, records reordered '
@@ -188,11 +155,11 @@ def test_two_records_swapped_within_a_shard_are_named(tmp_path):
     """The last two records of a shard swapped: its bytes and first record are unchanged."""
     out = _equal_records(tmp_path, '--num_shards=2')
     path = shard_paths(out, 'train')[0]
-    found = _read_shard(path)
+    found = read_shard(path)
     assert len(found) >= 3
     found[-2:] = found[:-3:-1]
-    _write_shard(path, found)
-    result = _verify(out)
+    write_shard(path, found)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == _records_moved([(0, path)])
 
@@ -200,12 +167,12 @@ def test_two_records_swapped_within_a_shard_are_named(tmp_path):
 def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=4')
     paths = shard_paths(out, 'train')
-    first, fourth = _read_shard(paths[0]), _read_shard(paths[3])
+    first, fourth = read_shard(paths[0]), read_shard(paths[3])
     assert len(first) >= 2 and len(fourth) >= 2 and len(first[-1]) == len(fourth[-1])
     first[-1], fourth[-1] = fourth[-1], first[-1]
-    _write_shard(paths[0], first)
-    _write_shard(paths[3], fourth)
-    result = _verify(out)
+    write_shard(paths[0], first)
+    write_shard(paths[3], fourth)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == _records_moved([(0, paths[0]), (3, paths[3])])
 
@@ -216,11 +183,11 @@ def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=6')
     def older(summary):
         del summary['splits']['train']['shard_content'], summary['digests']
-    _edit_json(os.path.join(out, 'summary.json'), older)
-    assert _verify(out).returncode == 0
+    edit_json(os.path.join(out, 'summary.json'), older)
+    assert run_verify(out).returncode == 0
     first, second = shard_paths(out, 'train')[:2]
-    _swap(first, second)
-    result = _verify(out)
+    swap(first, second)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
         f'train shard {index} ({os.path.basename(path)}): its first record is not the one the '
@@ -233,8 +200,8 @@ def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
     out = _equal_records(tmp_path, '--num_shards=6')
     first, second = shard_paths(out, 'train')[:2]
     assert os.path.getsize(first) == os.path.getsize(second)
-    _swap(first, second)
-    result = _verify(out)
+    swap(first, second)
+    result = run_verify(out)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
         f'train shard {index} ({os.path.basename(path)}): its records are not those the run '
@@ -262,7 +229,7 @@ def _long_line(out: str) -> list[str]:
                          ids=['deep-errors', 'deep-damaged', 'long-line'])
 def test_a_hostile_report_line_is_one_line(copy, tamper):
     expected = tamper(copy)
-    result = _verify(copy)
+    result = run_verify(copy)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == expected
 
@@ -315,14 +282,17 @@ def test_a_shard_count_not_the_folders_is_one_line_without_a_summary(copy):
 
 
 def test_many_problems_of_one_kind_are_capped(copy):
-    """36 shards listed, none of them present: twenty named, the rest counted in one line."""
+    """36 shards listed, 30 of them absent: twenty of each kind of problem named (missing,
+    unreadable), the rest counted by kind in one last line."""
     def edit(info):
         info['splits'][0]['shardLengths'] += ['0'] * 30
     def noted(summary):
         summary['splits']['train']['shards'] += 30
-    _edit_json(os.path.join(copy, 'dataset_info.json'), edit)
-    _edit_json(os.path.join(copy, 'summary.json'), noted)
-    lines = _verify(copy).stderr.splitlines()
+    edit_json(os.path.join(copy, 'dataset_info.json'), edit)
+    edit_json(os.path.join(copy, 'summary.json'), noted)
+    lines = run_verify(copy).stderr.splitlines()
     missing = [line for line in lines if line.endswith('-of-00036: missing shard')]
     assert len(missing) == 20
-    assert '... and 16 more: missing shard' in lines
+    assert lines[-1] == ('... and 32 more problem(s) of the kinds shown above, not shown: '
+                         "missing shard (16 more); [Errno N] No such file or directory: '...' "
+                         '(16 more)')

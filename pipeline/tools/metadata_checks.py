@@ -1,19 +1,31 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
 the run noted in summary.json: that summary.json is this dataset's (pipeline/output/
-output_folder.is_own_dataset) and agrees with the records (per split: records, shards, bytes,
-each shard's bytes and content (its first record before shard_content), records per class, inputs accounted for) and with the error and damage
-reports (a line per input it counts, read a line at a time); that TFDS's class-names file holds labels.txt's names in
-their order; that features.json describes each record key as this tool does, with the type the
-records hold; and that every metadata file has the SHA-256 the run noted (datasets written
-before summary.json carried `shard_bytes` and `digests` get every other check). leakage.jsonl
-is checked apart (quality_checks.py).
+output_folder.is_own_dataset; else one line saying why) with its file formats, and agrees with
+the records (per split: records, shards, bytes, each shard's bytes and content (its first record
+before shard_content), records per class, inputs accounted for, passed-through records within
+its records) and with the error and damage reports (a line per input it counts, read a line at a
+time; each damaged entry's action is summary.json's damaged_images); that TFDS's class-names
+file holds labels.txt's names in their order; that features.json describes each record key as
+this tool does, with the type the records hold; and that every metadata file has the SHA-256
+the run noted (datasets written before summary.json carried `shard_bytes` and `digests` get
+every other check). A shard verify could not read to its end is left out of the checks of its
+bytes and content; any other problem of it is not. Copies, damaged JPEGs kept and leakage.jsonl
+are checked apart (quality_checks.py, leakage_checks.py).
 """
 import collections
 
+from pipeline.errors import printable
 from pipeline.io import fileio
-from pipeline.output import bounded_reads, metadata, output_folder, records
+from pipeline.output import bounded_reads, metadata, output_folder, records, shard_formats
 
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
+
+
+def shown(value, limit: int = 60) -> str:
+    """A value read from a file as a problem line shows it: its repr, escaped, at most `limit`
+    characters."""
+    text = printable(repr(value))
+    return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def note_kinds(kinds: dict[str, str | None], example: dict) -> None:
@@ -80,9 +92,11 @@ def _labels_problems(output_dir: str, labels: bytes) -> list[str]:
     return problems
 
 
-def _report_lines(output_dir: str, name: str, split: str, noted: int | None) -> int | str:
-    """The number of entries of a split's error or damage report, or what is wrong with it;
-    read a line at a time, stopping at the first bad line or past `noted` entries."""
+def _report_lines(output_dir: str, name: str, split: str, noted: int | None,
+                  action: str | None = None) -> int | str:
+    """The number of entries of a split's error or damage report, or what is wrong with it
+    (an entry whose action is not `action`, where given); read a line at a time, stopping at
+    the first bad line or past `noted` entries."""
     lines = bounded_reads.jsonl_lines(fileio.join(output_dir, name))
     if lines is None:
         return 'missing'
@@ -90,6 +104,9 @@ def _report_lines(output_dir: str, name: str, split: str, noted: int | None) -> 
     for number, entry in lines:
         if not isinstance(entry, dict) or entry.get('split') != split or 'source' not in entry:
             return f'line {number} is not an entry of split {split!r}'
+        if action is not None and entry.get('action', action) != action:
+            return (f'line {number} says {shown(entry["action"])}, '
+                    f'{metadata.SUMMARY} says --damaged_images={printable(str(action))[:40]}')
         count = number
         if noted is not None and count > noted:
             return f'more than {noted} entries, {metadata.SUMMARY} says {noted}'
@@ -97,24 +114,24 @@ def _report_lines(output_dir: str, name: str, split: str, noted: int | None) -> 
 
 
 def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
-                    shards: list) -> list[str]:
+                    shards: list, damaged_images: str | None) -> list[str]:
     """summary.json's counts of one split against dataset_info.json, the split's shards (each
     verify's report of a shard) and its error and damage reports."""
     records_total = sum(r.records for r in shards)
     facts = {'records': records_total, 'shards': len(shards),
              'bytes': int(info_split['numBytes'])}
-    problems = [f'{metadata.SUMMARY}: {split} has {noted.get(key)} {key}, the dataset has {value}'
-                for key, value in facts.items() if noted.get(key) != value]
+    problems = [f'{metadata.SUMMARY}: {split} has {shown(noted.get(key))} {key}, the dataset '
+                f'has {value}' for key, value in facts.items() if noted.get(key) != value]
     sizes = noted.get('shard_bytes', [r.bytes for r in shards])
     firsts = noted.get('shard_first', [''] * len(shards))   # Datasets of earlier versions: ''.
     contents = noted.get('shard_content', [''] * len(shards))
     for report, noted_bytes, first, content in zip(shards, sizes, firsts, contents):
         where = f'{split} shard {report.index} ({report.name})'
-        if report.problems:
+        if not report.complete:   # Its bytes and content are not known.
             continue
         if report.bytes != noted_bytes:
             problems.append(f'{where}: {report.bytes} bytes, {metadata.SUMMARY} says '
-                            f'{noted_bytes} (shards swapped or replaced?)')
+                            f'{shown(noted_bytes)} (shards swapped or replaced?)')
         elif content and report.content != content:
             problems.append(f'{where}: its records are not those the run wrote there, in that '
                             f'order ({metadata.SUMMARY}: shards swapped, records reordered or '
@@ -128,21 +145,30 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
     if {c: n for c, n in noted.get('classes', {}).items() if n} != classes:
         problems.append(f'{metadata.SUMMARY}: the records per class of {split} are not those '
                         'of its shards')
+    empty = sorted(c for c, n in noted.get('classes', {}).items() if not n)
+    if noted.get('empty_classes', empty) != empty:
+        problems.append(f'{metadata.SUMMARY}: {split} has empty_classes '
+                        f'{shown(noted["empty_classes"])}, its classes without records are '
+                        f'{shown(empty)}')
+    passed = noted.get('passed_through', 0)
+    if not isinstance(passed, int) or not 0 <= passed <= records_total:
+        problems.append(f'{metadata.SUMMARY}: {split} has {shown(passed)} passed_through, not a '
+                        f'count of its {records_total} records')
     accounted = records_total + noted.get('skipped', 0) + noted.get('dropped_copies', 0)
     if noted.get('inputs') != accounted:
-        problems.append(f'{metadata.SUMMARY}: {split} has {noted.get("inputs")} inputs, but '
-                        f'{accounted} records, skipped inputs and dropped copies')
-    for name, key in ((metadata.error_report_name(split), 'skipped'),
-                      (metadata.damaged_report_name(split), 'damaged')):
+        problems.append(f'{metadata.SUMMARY}: {split} has {shown(noted.get("inputs"))} inputs, '
+                        f'but {accounted} records, skipped inputs and dropped copies')
+    for name, key, action in ((metadata.error_report_name(split), 'skipped', None),
+                              (metadata.damaged_report_name(split), 'damaged', damaged_images)):
         lines = _report_lines(output_dir, name, split,
-                              noted[key] if isinstance(noted.get(key), int) else None)
+                              noted[key] if isinstance(noted.get(key), int) else None, action)
         if lines == 'missing' and key not in noted:   # Written before this report existed.
             continue
         if isinstance(lines, str):
             problems.append(f'{name}: {lines}')
         elif key in noted and lines != noted[key]:
-            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says {noted[key]} '
-                            f'{key} inputs')
+            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says '
+                            f'{shown(noted[key])} {key} inputs')
     return problems
 
 
@@ -161,13 +187,40 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
     return problems
 
 
+def _not_own(info: dict, summary) -> str:
+    """Why `summary` is not the summary of the dataset `info` (dataset_info.json) describes."""
+    if not isinstance(summary, dict) or not isinstance(summary.get('splits'), dict):
+        return 'missing or not a summary this tool wrote'
+    try:
+        output_folder.check_run_id(summary.get('run_id'))
+    except ValueError:
+        return (f'its run id {shown(summary.get("run_id"))} is not one this tool '
+                'gives (16 hexadecimal digits)')
+    if summary.get('dataset') != info.get('name'):
+        return (f'it names the dataset {shown(summary.get("dataset"))}, '
+                f'{metadata.DATASET_INFO} {info.get("name")!r}')
+    splits = sorted(str(s.get('name')) for s in info['splits'] if isinstance(s, dict))
+    if sorted(map(str, summary['splits'])) != splits:
+        return (f'its splits {shown(sorted(map(str, summary["splits"])))} are not '
+                f'those of {metadata.DATASET_INFO} {splits}')
+    return f'{metadata.DATASET_INFO} does not name {metadata.MODULE} as its module'
+
+
+def _formats_problems(info: dict, summary: dict) -> list[str]:
+    """summary.json's file formats (where noted) against dataset_info.json's."""
+    declared = [f.name for f in shard_formats.declared(info)]
+    noted = summary.get('file_formats', declared)
+    return [] if noted == declared else [
+        f'{metadata.SUMMARY}: file_formats {shown(noted)}, {metadata.DATASET_INFO} declares '
+        f'{declared!r}']
+
+
 def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list) -> list[str]:
     """Every problem of the files beside the shards (see the module docstring); `reports` are
     verify's reports of the shards of the dataset's first format."""
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
     if not output_folder.is_own_dataset(info, summary):
-        return [f'{metadata.SUMMARY}: missing or not the summary of this dataset (run id, '
-                'dataset name and splits of dataset_info.json)']
+        return [f'{metadata.SUMMARY}: {_not_own(info, summary)}']
     names = labels.decode(errors='replace').splitlines()
     kinds = {}
     for report in reports:
@@ -175,13 +228,14 @@ def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list)
             if kind is not None or key not in kinds:
                 kinds[key] = kind
     try:
-        problems = _labels_problems(output_dir, labels) + _features_problems(
-            output_dir, len(names), kinds)
+        problems = (_labels_problems(output_dir, labels)
+                    + _features_problems(output_dir, len(names), kinds)
+                    + _formats_problems(info, summary))
         for entry in info['splits']:
             split = entry['name']
             shards = sorted((r for r in reports if r.split == split), key=lambda r: r.index)
             problems += _split_problems(output_dir, split, summary['splits'][split], entry,
-                                        shards)
+                                        shards, summary.get('damaged_images'))
         reported = {problem.split(':', 1)[0] for problem in problems}
         return problems + _digest_problems(output_dir, dict(summary.get('digests', {})),
                                            reported)

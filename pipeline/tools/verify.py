@@ -5,15 +5,22 @@ Reads every shard in parallel (one process per core) and checks each record's in
 tf.train.Example with the expected keys and types, its label against the label names, its
 SHA-256 key against its bytes, and (for all, or a `--sample` fraction) that the image decodes to
 the stored size; then that shard names, shard counts and bytes agree with dataset_info.json,
-that no shard is missing or left from another run, and that no image occurs twice within a split
-or in two splits. A dataset written in two formats is read in both: each shard of the second
-must hold exactly the records (byte for byte) of its twin in the first, whose images are the
-ones decoded. When summary.json says the run wrote DALI indexes (--dali_index), each TFRecord
-shard's SHARD.idx must hold exactly the offsets and sizes of its records, read from the shard's
-framing. The files beside the shards are checked against the records and against what
-the run noted in summary.json (pipeline/tools/metadata_checks.py): counts, each shard's bytes
-and content (records swapped within or between shards), class names, feature types and each metadata file's SHA-256. Prints every
-problem with shard and record index (or the file's name) and exits non-zero if there is any; a held lock and temporary folders of unfinished runs are warnings, an interrupted commit an error (exit 2) that says how to complete it.
+and that no shard is missing or left from another run. A dataset written in two formats is
+read in both: each shard of the second must hold exactly the records (byte for byte) of its
+twin in the first, whose images are the ones decoded. Each TFRecord shard's SHARD.idx (DALI's
+index, --dali_index) must hold exactly the offsets and sizes of its records, read from the
+shard's framing; when summary.json says the run wrote them every TFRecord shard must have one,
+and no other file may be named as the index of a shard. The files beside the shards are
+checked against the records and against what the run noted in summary.json
+(pipeline/tools/metadata_checks.py), and the data-quality findings are recomputed from the
+records: exact copies within and across splits (pipeline/tools/quality_checks.py), and the
+clusters of near-duplicates across splits against leakage.jsonl (leakage_checks.py). Every check runs on its own:
+a shard with a bad record is still checked against summary.json, its twin and its index.
+
+Prints the findings (exact copies, damaged JPEGs kept by --damaged_images=keep, leakage) and
+every problem with shard and record index (or the file's name), and exits non-zero if there is
+any problem; a held lock and temporary folders of unfinished runs are warnings, an interrupted
+commit an error (exit 2) that says how to complete it.
 """
 import argparse
 import collections
@@ -25,15 +32,37 @@ import os
 import re
 import sys
 
+import numpy as np
 from PIL import Image
 
 from pipeline.io import fileio
 from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata, output_folder,
                              output_lock, records, shard_formats)
+from pipeline.output.shard_formats import ShardFormat
 from pipeline.errors import DatasetError, printable
-from pipeline.tools import metadata_checks, quality_checks
+from pipeline.tools import leakage_checks, metadata_checks, quality_checks
+from pipeline.tools.quality_checks import Place
 
 Image.MAX_IMAGE_PIXELS = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One shard to read, and how: `sample` the fraction of images decoded (0 for a twin),
+    `indexed` whether its DALI index is read, `hashed` whether its records must carry
+    perceptual hashes (None: they may), `compute_hashes` whether those without are computed
+    (datasets of versions before hashes), `damaged_kept` whether a damaged JPEG is a finding
+    (--damaged_images=keep) rather than a problem."""
+    shard_format: ShardFormat
+    split: str
+    index: int
+    path: str
+    names: tuple[str, ...]
+    sample: float
+    indexed: bool
+    hashed: bool | None
+    compute_hashes: bool
+    damaged_kept: bool
 
 
 @dataclasses.dataclass
@@ -44,55 +73,74 @@ class ShardReport:
     name: str
     records: int = 0
     bytes: int = 0
-    problems: list = dataclasses.field(default_factory=list)
-    digests: list = dataclasses.field(default_factory=list)   # (16-byte digest, record index)
-    content: str = ''                                 # records.content_digest of its records.
-    first: str = ''                                            # records.record_digest of record 0.
-    hashes: list = dataclasses.field(default_factory=list)     # (source, sha256, hash, mirror)
+    complete: bool = False        # Read to its end: its bytes and content are known.
+    problems: list = dataclasses.field(default_factory=list)        # Of its records, its reading.
+    index_problems: list = dataclasses.field(default_factory=list)  # Of its DALI index.
+    content: str = ''             # records.content_digest of its records.
+    first: str = ''               # records.record_digest of record 0.
+    rows: np.ndarray = dataclasses.field(   # A quality_checks.RECORD row per record.
+        default_factory=lambda: np.zeros(0, quality_checks.RECORD))
+    damaged: int = 0              # Damaged JPEGs, where kept (--damaged_images=keep).
+    damaged_examples: list = dataclasses.field(default_factory=list)  # (number, source, reason)
     classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     kinds: dict = dataclasses.field(default_factory=dict)      # Record key -> type of values.
 
 
-def _check_record(data: bytes, names: list[str], sample: float,
-                  report: ShardReport) -> tuple[list[str], bytes, tuple]:
-    """Problems of one record, the digest of its image, and (source, sha256, hashes); counts
-    its class and notes its value types in `report`."""
+def _check_record(data: bytes, number: int, task: ShardTask,
+                  report: ShardReport) -> tuple[list[str], tuple | None]:
+    """Problems of one record and its RECORD row (None when it has not the keys to make
+    one); counts its class, notes its value types and (where kept) its damage in `report`."""
     try:
         example = records.decode_example(data)
     except ValueError as exc:
-        return [f'does not parse as tf.train.Example ({exc})'], b'', ()
+        return [f'does not parse as tf.train.Example ({exc})'], None
     metadata_checks.note_kinds(report.kinds, example)
     problems = []
     for key, kind in records.IMAGE_FEATURES.items():
         values = example.get(key)
-        if key in quality_checks.HASH_FEATURES and values is None:   # Written before hashes.
+        if key in quality_checks.HASH_FEATURES and values is None and not task.hashed:
             continue
         ok_type = values is not None and len(values) == 1 and isinstance(
             values[0], int if kind == 'int' else bytes)
         if not ok_type:
             problems.append(f'{key} is missing or not a single {kind}')
     if problems:
-        return problems, b'', ()
+        return problems, None
     value = {key: example[key][0] for key in records.IMAGE_FEATURES if key in example}
-    label, text = value[records.LABEL], value[records.TEXT].decode()
+    label, text = value[records.LABEL], value[records.TEXT].decode(errors='replace')
+    source = value[records.SOURCE].decode(errors='replace')
     report.classes[text] += 1
-    if not 0 <= label < len(names):
-        problems.append(f'label {label} is out of range 0..{len(names) - 1}')
-    elif names[label] != text:
-        problems.append(f'label {label} is {names[label]!r} in the label names but the record says {text!r}')
+    if not 0 <= label < len(task.names):
+        problems.append(f'label {label} is out of range 0..{len(task.names) - 1}')
+    elif task.names[label] != text:
+        problems.append(f'label {label} is {task.names[label]!r} in the label names but the '
+                        f'record says {text!r}')
     digest = hashlib.sha256(value[records.ENCODED]).digest()
-    if digest.hex() != value[records.SHA256].decode():
+    if digest.hex() != value[records.SHA256].decode(errors='replace'):
         problems.append('image/key/sha256 does not match the image bytes')
-    if int.from_bytes(digest[:4], 'big') < sample * 2**32:
-        problems += _check_image(value)
-    hashes = (value[records.SOURCE].decode(), digest.hex(), *quality_checks.stored_hashes(example))
-    return problems, digest[:16], hashes
+    if int.from_bytes(digest[:4], 'big') < task.sample * 2**32:
+        problems += _image_problems(value, number, source, task, report)
+    hashes = quality_checks.stored_hashes(example, task.compute_hashes)
+    return problems, quality_checks.record_row(number, digest, hashes, source)
 
 
-def _check_image(value: dict) -> list[str]:
-    damage = quality_checks.damage(value[records.ENCODED], value[records.WIDTH], value[records.HEIGHT])
-    if damage:
+def _image_problems(value: dict, number: int, source: str, task: ShardTask,
+                    report: ShardReport) -> list[str]:
+    """Problems of a record's decoded image; a damaged JPEG that the run kept
+    (`task.damaged_kept`) is counted in `report` instead."""
+    damage = quality_checks.damage(value[records.ENCODED], value[records.WIDTH],
+                                   value[records.HEIGHT])
+    if damage is None:
+        return _decode_problems(value)
+    if not task.damaged_kept:
         return [damage]
+    report.damaged += 1
+    if len(report.damaged_examples) < quality_checks.EXAMPLES:
+        report.damaged_examples.append((number, source, damage))
+    return []
+
+
+def _decode_problems(value: dict) -> list[str]:
     try:
         image = Image.open(io.BytesIO(value[records.ENCODED]))
         image.load()
@@ -107,37 +155,38 @@ def _check_image(value: dict) -> list[str]:
     return problems
 
 
-def check_shard(task: tuple) -> ShardReport:
-    """Reads one shard and checks every record, and its DALI index when `indexed` (runs in a
-    worker process)."""
-    shard_format, split, index, path, names, sample, indexed = task
-    report = ShardReport(shard_format.name, split, index, fileio.basename(path))
+def check_shard(task: ShardTask) -> ShardReport:
+    """Reads one shard and checks every record, and its DALI index when `task.indexed` (runs
+    in a worker process)."""
+    report = ShardReport(task.shard_format.name, task.split, task.index,
+                         fileio.basename(task.path))
     content = hashlib.sha256()   # records.content_digest, a record at a time.
-    sizes = []                   # Each record's size on disk, from its framing.
+    sizes, rows = [], []         # Each record's size on disk (from its framing), its row.
+    path = task.path
     if not fileio.is_gcs(path) and os.path.exists(path) and not os.path.isfile(path):
         report.problems.append('not a regular file (a folder, pipe or device)')
         return report
     try:
-        for number, data in enumerate(shard_format.read_records(path)):
+        for number, data in enumerate(task.shard_format.read_records(path)):
             content.update(hashlib.sha256(data).digest())
             report.first = report.first or records.record_digest(data)
-            problems, digest, hashes = _check_record(data, names, sample, report)
+            problems, row = _check_record(data, number, task, report)
             report.problems += [f'record {number}: {p}' for p in problems]
-            report.hashes += [hashes] if hashes else []
-            report.digests.append((digest, number))
+            rows += [row] if row else []
             report.records += 1
             report.bytes += len(data) + 16
             sizes.append(len(data) + dali_index.FRAMING)
-        if indexed:
-            report.problems += _index_problems(path, sizes)
-        if not shard_format.joins_parts:  # The file's own size, index and footer included.
+        if not task.shard_format.joins_parts:  # The file's own size, index and footer included.
             report.bytes = fileio.size(path)
-        report.content = content.hexdigest()
+        report.content, report.complete = content.hexdigest(), True
     except records.RecordError as exc:
         report.problems.append(str(exc))
     except Exception as exc:  # A missing or unreadable file.
         reason = (str(exc) or type(exc).__name__).splitlines()[0][:200]
         report.problems.append(f'cannot read: {reason}')
+    if task.indexed and report.complete:
+        report.index_problems = _index_problems(path, sizes)
+    report.rows = np.array(rows, dtype=quality_checks.RECORD)
     return report
 
 
@@ -158,16 +207,49 @@ def _index_problems(path: str, sizes: list[int]) -> list[str]:
     return [f'index {name}: {wrong}'] if wrong else []
 
 
-def _layout_problems(output_dir: str, info: dict) -> list[str]:
-    expected = {fileio.basename(p) for f in shard_formats.declared(info) for s in info['splits']
-                for p in metadata.shard_paths(output_dir, info, s['name'], f)}
-    found = {entry.name for entry in fileio.list_dir(output_dir)
-             if not entry.is_dir and output_folder.is_shard_name(entry.name)}
-    problems = [f'{name}: missing shard' for name in sorted(expected - found)]
-    for name in sorted(found - expected):
+def _shard_names(info: dict, formats: list[ShardFormat]) -> dict[str, ShardFormat]:
+    """The name of every shard dataset_info.json lists, with its format."""
+    return {metadata.shard_name(info['name'], s['name'], i, len(s['shardLengths']), f): f
+            for f in formats for s in info['splits'] for i in range(len(s['shardLengths']))}
+
+
+def _layout_problems(expected: dict[str, ShardFormat], files: set[str]) -> list[str]:
+    found = {name for name in files if output_folder.is_shard_name(name)}
+    problems = [f'{name}: missing shard' for name in sorted(set(expected) - found)]
+    for name in sorted(found - set(expected)):
         problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
                         'remove it')
     return problems
+
+
+def _index_files(expected: dict[str, ShardFormat], files: set[str], summary: dict
+                 ) -> tuple[list[str], set[str]]:
+    """The problems of the DALI indexes in the folder as a whole (an index of no shard, beside
+    a shard of another format, or present where `summary`, this dataset's summary.json or {},
+    says the run wrote none), and the TFRecord shards whose index is read: all when the run
+    wrote them, else those that have one."""
+    wrote = summary.get('dali_index') is True
+    tfrecords = {name for name, f in expected.items() if f == dali_index.FORMAT}
+    problems, indexed = [], set()
+    for name in sorted(files):
+        shard = name.removesuffix(f'.{dali_index.SUFFIX}')
+        if shard == name or not output_folder.is_shard_name(shard):
+            continue
+        if shard in tfrecords:
+            indexed.add(shard)
+        elif shard in expected:
+            problems.append(f'{name}: a DALI index beside {shard}, a shard in '
+                            f'{expected[shard].name} (DALI indexes TFRecord shards only); '
+                            'remove it')
+        else:
+            problems.append(f'{name}: the DALI index of no shard of this dataset; remove it')
+    if indexed and summary and not wrote:
+        problems.append(f'{metadata.SUMMARY}: dali_index is '
+                        f'{metadata_checks.shown(summary.get("dali_index"))}, yet '
+                        f'{len(indexed)} TFRecord shard(s) have a DALI index (e.g. '
+                        f'{min(indexed)}.{dali_index.SUFFIX}); the run that wrote the dataset '
+                        'wrote none')
+    return problems, tfrecords if wrote else indexed
 
 
 def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
@@ -190,31 +272,115 @@ def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
         shards = noted.get('shards') if isinstance(noted, dict) else None
         if shards != count:
             problems.append(f"{metadata.DATASET_INFO}: {split['name']} lists {count} shards, "
-                            f'{metadata.SUMMARY} says {shards}; no shard was read')
+                            f'{metadata.SUMMARY} says {metadata_checks.shown(shards)}; no shard '
+                            'was read')
     return problems
 
 
-LINES_PER_KIND = 20   # Problems of one kind printed before "... and N more".
+def _shard_problems(info: dict, reports: list[ShardReport], first: str) -> list[str]:
+    """Each shard's own problems, its records against dataset_info.json, a second format's
+    shard against its twin in the `first` format, and each split's bytes."""
+    twins = {(r.split, r.index): r for r in reports if r.file_format == first}
+    problems = []
+    for split in info['splits']:
+        lengths = [int(n) for n in split['shardLengths']]
+        for report in (r for r in reports if r.split == split['name']):
+            where = f"{split['name']} shard {report.index} ({report.name})"
+            problems += [f'{where} {p}' for p in report.problems + report.index_problems]
+            if report.records != lengths[report.index]:
+                problems.append(f'{where}: {report.records} records, dataset_info.json says '
+                                f'{lengths[report.index]}')
+            twin = twins[(report.split, report.index)]
+            if (report is not twin and report.complete and twin.complete
+                    and report.content != twin.content):
+                problems.append(f'{where}: records differ from {twin.name}')
+        shards = [r for key, r in twins.items() if key[0] == split['name']]
+        total = sum(r.bytes for r in shards)
+        if all(r.complete for r in shards) and total != int(split['numBytes']):
+            problems.append(f"{split['name']}: {total} bytes, dataset_info.json says "
+                            f"{split['numBytes']}")
+    return problems
+
+
+def sources_at(output_dir: str, info: dict, places: set[Place]) -> dict[Place, str]:
+    """The image/source of the records at `places`, each shard read again up to the last
+    record wanted of it (a few records: the examples verify prints)."""
+    wanted: dict[tuple[str, int], dict[int, Place]] = collections.defaultdict(dict)
+    for place in places:
+        wanted[place[:2]][place[2]] = place
+    shard_format, names = shard_formats.declared(info)[0], {}
+    for (split, shard), numbers in sorted(wanted.items()):
+        path = metadata.shard_paths(output_dir, info, split, shard_format)[shard]
+        last = max(numbers)
+        try:
+            for number, data in enumerate(shard_format.read_records(path)):
+                if number in numbers:
+                    source = records.decode_example(data)[records.SOURCE][0]
+                    names[numbers[number]] = source.decode(errors='replace')
+                if number >= last:
+                    break
+        except Exception:   # Named by place alone; verify reported why it cannot be read.
+            continue
+    return names
+
+
+def _quality_problems(output_dir: str, info: dict, summary: dict, primary: list[ShardReport],
+                      sample: float) -> list[str]:
+    """Prints the data-quality findings the records give (exact copies, damaged JPEGs kept,
+    leakage); returns their problems: where summary.json or leakage.jsonl say otherwise."""
+    table = np.concatenate([quality_checks.placed(r.split, r.index, r.rows) for r in primary]
+                           or [np.zeros(0, quality_checks.PLACED)])
+    copies = quality_checks.exact_copies(table)
+    names = sources_at(output_dir, info, {p for pair in copies.examples for p in pair})
+    damaged = collections.Counter()
+    for report in primary:
+        damaged[report.split] += report.damaged
+    examples = [((r.split, r.index, number), source, reason)
+                for r in primary for number, source, reason in r.damaged_examples]
+    lines = (quality_checks.copies_lines(copies, names)
+             + quality_checks.damaged_lines(damaged, examples[:quality_checks.EXAMPLES]))
+    problems = (quality_checks.copies_problems(summary.get('splits', {}), copies)
+                + quality_checks.damaged_problems(summary, damaged, sample))
+    hashed = any(records.PHASH in r.kinds for r in primary)
+    if leakage_checks.leakage_action(summary) == 'off':
+        lines.append('leakage: not checked by the conversion (--leakage=off)')
+        found = leakage_checks.Leakage([], {}, [])
+    else:
+        found = leakage_checks.find_leakage(table)
+        lines += leakage_checks.leakage_lines(found)
+    problems += leakage_checks.leakage_problems(output_dir, summary, found,
+                                                leakage_checks.Places(table), hashed)
+    for line in lines:
+        print(printable(line))
+    return problems
+
+
+LINES_PER_KIND = 20   # Problems of one kind printed; the rest are counted in the last line.
 
 
 def capped(problems: list[str]) -> list[str]:
-    """`problems` with at most LINES_PER_KIND of each kind (the text after the first ': ',
-    digits aside), the rest of a kind counted in one line after its last."""
-    kinds = collections.Counter(_kind(p) for p in problems)
-    shown, lines = collections.Counter(), []
+    """`problems` with at most LINES_PER_KIND of each kind (_kind), then one line that counts
+    the problems not shown, by kind."""
+    shown, hidden, lines = collections.Counter(), collections.Counter(), []
     for problem in problems:
         kind = _kind(problem)
         shown[kind] += 1
         if shown[kind] <= LINES_PER_KIND:
             lines.append(problem)
-        elif shown[kind] == kinds[kind]:
-            lines.append(f'... and {kinds[kind] - LINES_PER_KIND} more: '
-                         f'{problem.split(": ", 1)[-1]}')
+        else:
+            hidden[kind] += 1
+    if hidden:
+        lines.append(f'... and {sum(hidden.values())} more problem(s) of the kinds shown '
+                     'above, not shown: ' + '; '.join(f'{kind} ({n} more)'
+                                                      for kind, n in hidden.items()))
     return lines
 
 
 def _kind(problem: str) -> str:
-    return re.sub(r'\d+', 'N', problem.split(': ', 1)[-1])
+    """What a problem is, without where (the text after its first ': '), with numbers as N and
+    quoted text as '...'."""
+    text = problem.split(': ', 1)[-1]
+    return re.sub(r'\d+', 'N', re.sub(r"'[^']*'", "'...'", text))
 
 
 def warnings(output_dir: str) -> list[str]:
@@ -233,6 +399,33 @@ def warnings(output_dir: str) -> list[str]:
             found.append(f'{folder.path}: temporary folder of an unfinished run ({size}); '
                          'rerunning it resumes from there, --clean_temp or --overwrite removes it')
     return found
+
+
+def _tasks(output_dir: str, info: dict, summary: dict, names: list[str], sample: float,
+           indexed: set[str]) -> list[ShardTask]:
+    """A task per shard; a second format's records must equal the first's, so only the
+    first's images are decoded and hashed."""
+    formats = shard_formats.declared(info)
+    action = leakage_checks.leakage_action(summary)
+    return [ShardTask(f, s['name'], i, path, tuple(names), sample if f == formats[0] else 0.0,
+                      fileio.basename(path) in indexed,
+                      None if action is None else action != 'off',
+                      f == formats[0] and summary.get('leakage') is None,
+                      summary.get('damaged_images') == 'keep')
+            for f in formats for s in info['splits']
+            for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name'], f))]
+
+
+def _read_shards(tasks: list[ShardTask], formats: list[ShardFormat],
+                 processes: int | None) -> list[ShardReport]:
+    """check_shard of every task, in a pool of `processes` (here when 1), in dataset order."""
+    if processes == 1:
+        reports = list(map(check_shard, tasks))
+    else:
+        with multiprocessing.get_context('spawn').Pool(processes) as pool:
+            reports = list(pool.imap_unordered(check_shard, tasks))
+    order = [f.name for f in formats]
+    return sorted(reports, key=lambda r: (order.index(r.file_format), r.split, r.index))
 
 
 def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
@@ -254,50 +447,19 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     if mismatched:   # No shard is read nor named one by one: the counts already disagree.
         print(f'{len(mismatched)} problem(s)')
         return mismatched
-    problems = _layout_problems(output_dir, info)
-    formats = shard_formats.declared(info)
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
-    indexed = isinstance(summary, dict) and summary.get('dali_index') is True
-    # A second format's records must equal the first's, so only the first's images are decoded.
-    tasks = [(f, s['name'], i, path, names, sample if f == formats[0] else 0.0,
-              indexed and f == dali_index.FORMAT)
-             for f in formats for s in info['splits']
-             for i, path in enumerate(metadata.shard_paths(output_dir, info, s['name'], f))]
-    with multiprocessing.get_context('spawn').Pool(processes) as pool:
-        reports = sorted(pool.imap_unordered(check_shard, tasks),
-                         key=lambda r: ([f.name for f in formats].index(r.file_format), r.split,
-                                        r.index))
-    primary = {(r.split, r.index): r for r in reports if r.file_format == formats[0].name}
-    seen: dict[bytes, tuple] = {}
-    for split in info['splits']:
-        lengths = [int(n) for n in split['shardLengths']]
-        for report in (r for r in reports if r.split == split['name']):
-            where = f"{split['name']} shard {report.index} ({report.name})"
-            problems += [f'{where} {p}' for p in report.problems]
-            if report.records != lengths[report.index]:
-                problems.append(f'{where}: {report.records} records, dataset_info.json says '
-                                f'{lengths[report.index]}')
-            twin = primary[(report.split, report.index)]
-            if report is not twin:
-                if not report.problems and not twin.problems and report.content != twin.content:
-                    problems.append(f'{where}: records differ from {twin.name}')
-                continue
-            for digest, number in report.digests:
-                if digest and digest in seen:
-                    other = seen[digest]
-                    kind = 'within a split' if other[0] == split['name'] else 'across splits (leakage)'
-                    problems.append(f'{where} record {number}: same image as {other[0]} shard '
-                                    f'{other[1]} record {other[2]}: duplicate {kind}')
-                elif digest:
-                    seen[digest] = (split['name'], report.index, number)
-        shards = [r for key, r in primary.items() if key[0] == split['name']]
-        total = sum(r.bytes for r in shards)
-        if not any(r.problems for r in shards) and total != int(split['numBytes']):
-            problems.append(f"{split['name']}: {total} bytes, dataset_info.json says {split['numBytes']}")
-    problems += metadata_checks.metadata_problems(output_dir, info, labels,
-                                                  list(primary.values()))
-    problems += quality_checks.leakage_problems(
-        output_dir, [(r.split, *h) for r in primary.values() for h in r.hashes])
+    own = summary if output_folder.is_own_dataset(info, summary) else {}
+    formats = shard_formats.declared(info)
+    expected = _shard_names(info, formats)
+    files = {entry.name for entry in fileio.list_dir(output_dir) if not entry.is_dir}
+    index_problems, indexed = _index_files(expected, files, own)
+    problems = _layout_problems(expected, files) + index_problems
+    reports = _read_shards(_tasks(output_dir, info, own, names, sample, indexed), formats,
+                           processes)
+    problems += _shard_problems(info, reports, formats[0].name)
+    primary = [r for r in reports if r.file_format == formats[0].name]
+    problems += metadata_checks.metadata_problems(output_dir, info, labels, primary)
+    problems += _quality_problems(output_dir, info, own, primary, sample)
     _print_summary(info, reports, problems)
     return problems
 
