@@ -22,7 +22,7 @@ import time
 from typing import Iterator
 
 from pipeline import beam_internals
-from pipeline.errors import STOPPING_SIGNALS, DatasetError, Terminated
+from pipeline.errors import STOPPING_SIGNALS, DatasetError
 from pipeline.worker_processes import NAME as WORKER_NAME
 
 GRACE_SECONDS = 3.0        # For the runner to fail on its own once a worker died.

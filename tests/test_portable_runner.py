@@ -4,7 +4,6 @@ and which jobs the command line hands to a service instead of running them to th
 import os
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import job
 from pipeline.launch import resolve

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pipeline import job, worker_processes
+from pipeline import job
 from pipeline.launch import resolve
 from pipeline.testing import imagemaker
 from pipeline.worker_watch import start_time, worker_processes as workers_below

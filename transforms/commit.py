@@ -17,7 +17,7 @@ import threading
 import apache_beam as beam
 
 from pipeline import faults
-from pipeline.base.choices import DamagedAction, LeakageAction
+from pipeline.base.choices import DamagedAction
 from pipeline.io import fileio
 from pipeline.output import (commit_journal, dali_index, metadata, output_folder, output_lock,
                              shard_formats)

@@ -9,15 +9,17 @@ through the runner.
 2. A link task takes a band and a range of its values (as many ranges as keep each at about
    GROUP_SIZE filings), reads that range of every run, links the near-duplicates of its buckets
    and reduces the links to a spanning forest and the closest pair across splits of each cluster
-   (LinkGroup: at most two links a record, with the records they join), kept in the temporary
-   folder for a rerun after a crash (linked_groups.py).
+   (LinkGroup: at most two links a record), kept in the temporary folder for a rerun after a
+   crash (linked_groups.py).
 3. The forests are joined into the clusters of the whole dataset (JoinLinks, a combine that
    keeps them reduced: about 40 bytes per record that has a near-duplicate), and only the
-   clusters that span splits are kept (Leaking: a side input).
-4. Each group's records of those clusters go to the partition of their cluster (as many
-   partitions as groups per band), where the clusters are made (ClusterList) with their records'
-   sources (found by id: record_sources.py), each partition's written as a part of leakage.jsonl
-   where it is found (findings.py).
+   clusters that span splits are kept (pairing.leaking: their records' ids and roots, and each
+   one's closest link; a side input of about 16 bytes per record in them).
+4. The clusters are cut into partitions by their roots (about GROUP_SIZE records each), and
+   each partition's clusters are made from its records' ids alone: what a cluster tells of a
+   record (its source, label, place) is found by id in its part's sidecar (part_records.py).
+   Each partition's clusters are written as a part of leakage.jsonl where they are made
+   (findings.py).
 
 With --leakage=drop the members of each cluster in its later splits (after the earliest of
 train, validation, test it spans) are left out of their shards when the shards' parts are
@@ -41,7 +43,7 @@ from pipeline.quality.pairing import (BAND_BITS, BANDS, FILING, LINK, MAX_BUCKET
                                       leaking, link_band, record_ids, reduce_links, sha_digest)
 from pipeline.quality.phash import FLAT
 from transforms import linked_groups
-from transforms.record_sources import RecordSources
+from transforms.part_records import PartRecords
 
 NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
 GROUP_SIZE = 1 << 16   # Filings a link task expects: a few MB, whatever the dataset's size.
@@ -83,15 +85,6 @@ class Filed:
     flat: dict
 
 
-@dataclasses.dataclass(frozen=True)
-class GroupLinks:
-    """A link task's reduced links (pairing.reduce_links), the records they join, and the
-    task's bits (which give the number of partitions of the clusters)."""
-    links: np.ndarray
-    members: Table
-    bits: int
-
-
 def _link_tasks(runs: list, plans: dict) -> Iterator[tuple[int, int, int]]:
     """(band, top bits of its values, bits) of every link task."""
     bits = group_bits(sum(plan.count for plan in plans.values()))
@@ -101,8 +94,9 @@ def _link_tasks(runs: list, plans: dict) -> Iterator[tuple[int, int, int]]:
 
 
 class LinkGroup(beam.DoFn):
-    """A link task -> GroupLinks of the near-duplicates in its buckets; a crowded bucket goes to
-    the 'crowded' output as (band, value, images, a few sources).
+    """A link task -> the reduced links (pairing.reduce_links) of the near-duplicates in its
+    buckets; a crowded bucket goes to the 'crowded' output as (band, value, images, a few
+    sources).
 
     At most MAX_BUCKET + 1 members of a bucket are kept (the first by record id), so memory
     stays bounded by the task's size however degenerate its hashes. Each task's result is kept
@@ -125,24 +119,21 @@ class LinkGroup(beam.DoFn):
         saved = linked_groups.load(where) if self._resuming else None
         if saved is None:
             links, full = link_band(members, band, counts)
-            links = reduce_links(links)
-            sources = RecordSources(self._temp_dir, chunk_fps)
-            full = [crowded(b, v, n, sources.of(members.rows['id'][places]))
-                    for b, v, n, places in full]
-            linked = np.flatnonzero(np.isin(members.rows['id'],
-                                            np.concatenate([links['a'], links['b']])))
-            saved = links, members.take(linked, members.mirrored[linked]), full
+            records = PartRecords(self._temp_dir, chunk_fps)
+            saved = reduce_links(links), [
+                crowded(b, v, n, records.sources(members.rows['id'][places]))
+                for b, v, n, places in full]
             linked_groups.save(where, *saved)
             faults.crash_point('links', counted=True)
             self._linked.inc()
         else:
             self._reused.inc()
-        links, linked_members, full = saved
+        links, full = saved
         for bucket in full:
             self._crowded.inc()
             yield beam.pvalue.TaggedOutput('crowded', bucket)
         if len(links):
-            yield GroupLinks(links, linked_members, bits)
+            yield links
 
 
 def _members(filed_rows: np.ndarray, band: int) -> tuple[Table, np.ndarray]:
@@ -159,8 +150,8 @@ def _members(filed_rows: np.ndarray, band: int) -> tuple[Table, np.ndarray]:
 
 
 class JoinLinks(beam.CombineFn):
-    """GroupLinks' links -> the Leaking clusters of the whole dataset (pairing.leaking); the
-    links are reduced whenever they have doubled, so memory follows the records linked."""
+    """Link tasks' links -> the clusters of the whole dataset that span splits (pairing.leaking);
+    the links are reduced whenever they have doubled, so memory follows the records linked."""
 
     def create_accumulator(self) -> list:
         return []
@@ -190,24 +181,24 @@ def cluster_partition(roots: np.ndarray, bits: int) -> np.ndarray:
     return (mixed >> np.uint64(64 - bits)) if bits else np.zeros(len(roots), np.uint64)
 
 
-def _by_partition(group: GroupLinks, spanning: tuple) -> Iterator[tuple[int, Table]]:
-    """The group's records of clusters that span splits, one Table per partition of the
-    clusters (cluster_partition)."""
-    nodes, roots, _ = spanning
-    ids = group.members.rows['id']
-    chosen = np.flatnonzero(np.isin(ids, nodes))
-    partitions = cluster_partition(roots[np.searchsorted(nodes, ids[chosen])], group.bits)
-    for partition in np.unique(partitions).tolist():
-        picked = chosen[partitions == partition]
-        yield partition, group.members.take(picked, group.members.mirrored[picked])
+def _cluster_partitions(spanning: tuple) -> Iterator[tuple[int, int]]:
+    """(partition, bits) of each partition of the clusters that span splits: as many as keep
+    each at about GROUP_SIZE records."""
+    nodes = spanning[0]
+    if not len(nodes):
+        return
+    bits = max(0, -(-len(nodes) // GROUP_SIZE) - 1).bit_length()
+    for partition in range(1 << bits):
+        yield partition, bits
 
 
-def _clusters(partition: tuple[int, Iterable[Table]], spanning: tuple, temp_dir: str,
+def _clusters(partition: tuple[int, int], spanning: tuple, temp_dir: str,
               chunk_fps: dict) -> tuple[Cluster, ...]:
-    """The clusters of a partition, from its groups' records, with their sources."""
-    members = Table.concatenate(partition[1])
-    members.sources = RecordSources(temp_dir, chunk_fps).of(members.rows['id'])
-    return tuple(clusters(members, *spanning))
+    """The clusters of a partition, made from their records' ids (part_records.py)."""
+    nodes, roots, closest = spanning
+    chosen = cluster_partition(roots, partition[1]) == np.uint64(partition[0])
+    members = PartRecords(temp_dir, chunk_fps).table(nodes[chosen])
+    return tuple(clusters(members, nodes, roots, closest))
 
 
 class FindLeakage(beam.PTransform):
@@ -239,15 +230,12 @@ class FindLeakage(beam.PTransform):
                   | 'Link Within Buckets' >> beam.ParDo(
                       LinkGroup(self._temp_dir, self._resuming), beam.pvalue.AsSingleton(runs),
                       self._chunk_fps).with_outputs('crowded', main='links'))
-        spanning = beam.pvalue.AsSingleton(
-            groups.links
-            | 'Links' >> beam.Map(lambda group: group.links)
-            | 'Join Links' >> beam.CombineGlobally(JoinLinks()))
-        found = (groups.links
-                 | 'Members By Cluster' >> beam.FlatMap(_by_partition, spanning)
-                 | 'Group Clusters' >> beam.GroupByKey()
-                 | 'Make Clusters' >> beam.Map(_clusters, spanning, self._temp_dir,
-                                               self._chunk_fps)
+        spanning = groups.links | 'Join Links' >> beam.CombineGlobally(JoinLinks())
+        found = (spanning
+                 | 'Cluster Partitions' >> beam.FlatMap(_cluster_partitions)
+                 | 'Spread Partitions' >> beam.Reshuffle()
+                 | 'Make Clusters' >> beam.Map(_clusters, beam.pvalue.AsSingleton(spanning),
+                                               self._temp_dir, self._chunk_fps)
                  | 'Any Cluster' >> beam.Filter(len))
         return {'clusters': found, 'flat': flat, 'crowded': groups.crowded}
 

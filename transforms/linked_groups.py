@@ -1,8 +1,8 @@
 """A shuffle group's links, kept in the run's temporary folder so that a rerun after a crash
 reuses them (as resume.py reuses chunks):
 
-    links/<band>-<top bits>-<fingerprint>.npz   the group's reduced links, the records they
-                                                join and its crowded buckets
+    links/<band>-<top bits>-<fingerprint>.npz   the group's reduced links and its crowded
+                                                buckets
 
 The fingerprint covers the group's key and every record the group was given (its hashes and
 place; a record's source is found by its place), in their fixed order (leakage._members), so a
@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, output_folder
-from pipeline.quality.pairing import LINK, ROW, Table
+from pipeline.quality.pairing import LINK, Table
 
 
 def fingerprint(key: tuple, members: Table) -> str:
@@ -33,31 +33,29 @@ def path(temp_dir: str, key: tuple, members: Table) -> str:
     return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, members)}.npz')
 
 
-def save(where: str, links: np.ndarray, members: Table, crowded: list[tuple]) -> None:
+def save(where: str, links: np.ndarray, crowded: list[tuple]) -> None:
     """Keeps a group's result at `where`."""
     out = io.BytesIO()
-    np.savez(out, links=links, rows=members.rows, mirrored=members.mirrored,
-             crowded=_text(crowded))
+    np.savez(out, links=links, crowded=_text(crowded))
     fileio.write_bytes_atomic(where, out.getvalue())
 
 
-def load(where: str) -> tuple[np.ndarray, Table, list[tuple]] | None:
-    """(links, the records they join, crowded buckets) kept at `where`; None when there is
-    none or it cannot be read (the group is then linked again)."""
+def load(where: str) -> tuple[np.ndarray, list[tuple]] | None:
+    """(links, crowded buckets) kept at `where`; None when there is none or it cannot be read
+    (the group is then linked again)."""
     data = bounded_reads.read_file(where)
     if data is None:
         return None
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as saved:
-            links, rows = saved['links'], saved['rows']
-            if links.dtype != LINK or rows.dtype != ROW:
+            links = saved['links']
+            if links.dtype != LINK:
                 return None
-            members = Table(rows, None, saved['mirrored'])
             crowded = [(band, value, count, examples)
                        for band, value, count, examples in json.loads(saved['crowded'].tobytes())]
     except (ValueError, KeyError, OSError, TypeError):
         return None
-    return links, members, crowded
+    return links, crowded
 
 
 def _text(value) -> np.ndarray:

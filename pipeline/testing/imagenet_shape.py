@@ -1,6 +1,7 @@
 """A folder of many small distinct JPEGs shaped as ImageNet is (1,000 class folders, 4% of the
 images in validation/), for the tests and benchmarks of memory per input: made once per size
-and reused. Images are 24-40 px of coarse random colour blocks (~0.7 KB); no two are alike."""
+and reused. Images are 24-40 px of random waves of colour (~0.7 KB): no two are alike, and no
+two are near-duplicates to the perceptual hash (which random blocks of colour would be)."""
 import os
 import random
 from concurrent.futures import ProcessPoolExecutor
@@ -10,6 +11,7 @@ import simplejpeg
 
 CLASSES = 1000
 VALIDATION_SHARE = 0.04
+WAVES = 4
 
 
 def make(root: str, count: int, classes: int = CLASSES, seed: int = 0) -> str:
@@ -37,8 +39,19 @@ def _write(task: tuple) -> None:
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
         side = int(rng.integers(24, 41))
-        blocks = rng.integers(0, 256, (side // 8 + 1, side // 8 + 1, 3), dtype=np.uint8)
-        pixels = np.ascontiguousarray(blocks.repeat(8, 0).repeat(8, 1)[:side, :side])
+        pixels = _waves(rng, side)
         pixels[0, 0] = (index & 255, (index >> 8) & 255, (index >> 16) & 255)   # Distinct.
         with open(os.path.join(folder, f'{index:08d}.JPEG'), 'wb') as stream:
             stream.write(simplejpeg.encode_jpeg(pixels, quality=80))
+
+
+def _waves(rng: np.random.Generator, side: int) -> np.ndarray:
+    """A side x side RGB image: per channel, a sum of WAVES cosine waves of random direction,
+    frequency and phase."""
+    y, x = np.mgrid[:side, :side].astype(np.float32) / side
+    waves = rng.uniform(-6, 6, (3, WAVES, 2)).astype(np.float32)
+    phases = rng.uniform(0, 2 * np.pi, (3, WAVES, 1, 1)).astype(np.float32)
+    planes = np.cos(2 * np.pi * (waves[..., 0, None, None] * x + waves[..., 1, None, None] * y)
+                    + phases).sum(axis=1)
+    return np.ascontiguousarray((127.5 + 127.5 / WAVES * planes).transpose(1, 2, 0)
+                                .clip(0, 255).astype(np.uint8))

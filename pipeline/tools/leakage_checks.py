@@ -14,7 +14,7 @@ import numpy as np
 
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, metadata, records
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 from pipeline.quality.pairing import (MAX_BUCKET, RADIUS, ROW, WINDOW, Cluster, Table, clusters,
                                       filings, leaking, link_band, record_ids, reduce_links)
 from pipeline.quality.phash import FLAT

@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 
 from pipeline.output import metadata, records
-from pipeline.output.metadata import SPLITS
+from pipeline.base.splits import SPLITS
 from pipeline.quality.jpeg_check import DAMAGED, check_jpeg
 from pipeline.quality.phash import perceptual_hashes, to_int64
 from pipeline.tools.metadata_checks import shown
