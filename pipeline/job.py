@@ -161,7 +161,7 @@ def _check_buckets(paths: list[str | None]) -> None:
     buckets = {}   # Bucket -> a path in it.
     for path in paths:
         if path and fileio.is_gcs(path):
-            buckets.setdefault(fileio.split_gcs(path)[0], path)
+            buckets.setdefault(gcs.split_gcs(path)[0], path)
     for path in buckets.values():
         fileio.check_bucket(path)
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.parse
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -156,10 +157,11 @@ class FlakyProxy:
     `every`-th request is answered with HTTP 503, the transient error Cloud Storage returns
     under load (every=0: never); requests that read (`READS`) wait `read_latency` seconds
     before they are forwarded, requests that write (`WRITES`) `write_latency` seconds, as a
-    round trip from a worker costs. Counts the operations it forwards, by kind (`operations`),
-    and the most requests of each kind it held at once (`max_in_flight`; `max_reads_in_flight`
-    for object reads); `overlaps` counts, per (kind, other kind), the requests of a kind that
-    arrived while one of the other kind was held.
+    round trip from a worker costs. Counts the operations it forwards, by kind (`operations`;
+    lists also by the prefix listed, `listed`), and the most requests of each kind it held at
+    once (`max_in_flight`; `max_reads_in_flight` for object reads); `overlaps` counts, per
+    (kind, other kind), the requests of a kind that arrived while one of the other kind was
+    held.
 
     Each connection has its own thread and a delay holds no lock, so the proxy is not what
     limits how many requests are in flight.
@@ -171,7 +173,7 @@ class FlakyProxy:
         import http.client
         proxy = self
         self.failures = self.requests = 0
-        self.operations = collections.Counter()
+        self.operations, self.listed = collections.Counter(), collections.Counter()
         self.max_in_flight, in_flight = collections.Counter(), collections.Counter()
         self.overlaps = collections.Counter()
         lock = threading.Lock()
@@ -194,6 +196,9 @@ class FlakyProxy:
                     return
                 with lock:
                     proxy.operations.update(kinds)
+                    if kinds == ['list']:
+                        query = urllib.parse.parse_qs(self.path.partition('?')[2])
+                        proxy.listed[query.get('prefix', [''])[0]] += 1
                     proxy.overlaps.update((kind, held) for kind in kinds
                                           for held, count in in_flight.items() if count > 0)
                     in_flight.update(kinds)
