@@ -67,7 +67,8 @@ def load_hint(summary: dict) -> str:
 
 
 def quality_lines(summary: dict) -> list[str]:
-    """The end-of-run table's lines on damaged JPEGs and leakage (none for older summaries)."""
+    """The end-of-run table's lines on damaged JPEGs, exact copies and leakage (none for older
+    summaries)."""
     lines = []
     damaged = {split: s['damaged'] for split, s in summary['splits'].items() if s.get('damaged')}
     if damaged:
@@ -76,6 +77,7 @@ def quality_lines(summary: dict) -> list[str]:
         lines.append(f'damaged JPEGs (strict libjpeg-turbo): {sum(damaged.values())}, {action} ('
                      + ', '.join(f'{split} {n}' for split, n in damaged.items())
                      + '; see damaged-SPLIT.jsonl)')
+    lines += _copies_lines(summary)
     leakage = summary.get('leakage')
     if leakage is None:
         return lines
@@ -104,6 +106,19 @@ def quality_lines(summary: dict) -> list[str]:
                      f'than {MAX_BUCKET} images ({images} in all: a degenerate look, e.g. '
                      f'{leakage["crowded_buckets"][0]["examples"][0]}) were not paired')
     return lines
+
+
+def _copies_lines(summary: dict) -> list[str]:
+    """The line on exact copies within splits, with an example."""
+    copies = {split: s['exact_copies'] for split, s in summary['splits'].items()
+              if s.get('exact_copies')}
+    if not copies:
+        return []
+    examples = [pair for pairs in summary.get('copy_examples', {}).values() for pair in pairs]
+    example = (f'; e.g. {printable(examples[0][0])} is {printable(examples[0][1])}'
+               if examples else '')
+    return [f'exact copies within a split: {sum(copies.values())} ({_counts(_in_split_order(copies))}'
+            f'): byte-identical images under other names, each stored as a record{example}']
 
 
 def _in_split_order(counts: dict) -> tuple[tuple[str, int], ...]:

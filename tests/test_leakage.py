@@ -20,7 +20,7 @@ from pipeline.base.splits import SPLITS
 from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, convert, read_split, run_cli, write_tree
+from tests.helpers import IN_PROCESS, cli, convert, read_split, run_cli, write_tree
 from transforms import leakage
 
 pytestmark = pytest.mark.slow
@@ -262,3 +262,29 @@ def test_off_computes_no_hashes_and_writes_no_leakage_report(tmp_path):
                               '--processes=1'], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
     assert 'leakage: not checked by the conversion (--leakage=off)' in checked.stdout
+
+
+@pytest.mark.parametrize('flags', [(), ('--leakage=off',)])
+def test_exact_copies_within_a_split_are_counted_named_and_verified(tmp_path, capsys, flags):
+    """Byte-identical images under other names in one split are a finding: counted per split in
+    summary.json and at the end of the run, with an example, and verify agrees (exit 0)."""
+    image = imagemaker.jpeg(48, 40, seed=7)
+    root = write_tree(tmp_path / 'in', {
+        **{f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(48, 40, seed=100 + i) for i in range(6)},
+        'train/c0/twin.jpg': image, 'train/c1/twin-again.jpg': image, 'train/c1/first.jpg': image,
+        'test/c0/other.jpg': image, 'test/c1/1.jpg': imagemaker.jpeg(48, 40, seed=200)})
+    out = f'{tmp_path}/out'
+    result = cli(f'--input_dir={root}', f'--output_dir={out}', *flags)
+    assert result.returncode == 0, result.stderr
+    summary = json.load(open(f'{out}/summary.json'))
+    assert {s: summary['splits'][s]['exact_copies'] for s in ('train', 'test')} == {
+        'train': 2, 'test': 0}   # Three records of one image in train; its test copy is not.
+    (copy, original), *_ = summary['copy_examples']['train']
+    assert {os.path.basename(copy), os.path.basename(original)} <= {
+        'twin.jpg', 'twin-again.jpg', 'first.jpg'}
+    assert [line for line in result.stdout.splitlines() if line.startswith('exact copies')] == [
+        f'exact copies within a split: 2 (train 2): byte-identical images under other names, '
+        f'each stored as a record; e.g. {copy} is {original}']
+    capsys.readouterr()
+    assert verify(out, processes=1) == []   # The same count, from the records.
+    assert 'exact copies within a split: 2 record(s)' in capsys.readouterr().out

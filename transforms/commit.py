@@ -35,17 +35,17 @@ class CommitDataset(beam.PTransform):
     """Shard results -> the run summary, once the dataset is in place (see the module docstring)."""
 
     def __init__(self, settings: ConversionSettings, label_map: beam.PCollection,
-                 facts: beam.PCollection, leakage: dict | None = None):
+                 facts: beam.PCollection, written: dict):
         super().__init__()
         self._settings, self._label_map, self._facts = settings, label_map, facts
-        self._leakage = leakage   # FindLeakage's outputs: 'clusters', 'flat', 'crowded'.
+        self._leakage = written   # WriteShards' 'copies' and FindLeakage's outputs.
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
-        found = {}
+        found = {'copies': beam.pvalue.AsDict(self._leakage['copies'])}
         if self._settings.hashed:
-            found = {'leakage': beam.pvalue.AsSingleton(
+            found['leakage'] = beam.pvalue.AsSingleton(
                 self._leakage['clusters'] | 'Collect Leakage' >> CollectLeakage(
-                    self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))}
+                    self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))
         return (results
                 | 'Collect Results' >> beam.combiners.ToList()
                 | 'Put In Place' >> beam.Map(commit_dataset,
@@ -55,7 +55,8 @@ class CommitDataset(beam.PTransform):
 
 
 def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: DatasetFacts,
-                   settings: ConversionSettings, leakage: Leakage = Leakage()) -> dict:
+                   settings: ConversionSettings, copies: dict, leakage: Leakage = Leakage()
+                   ) -> dict:
     """Puts the new dataset in place (see the module docstring); returns the run summary."""
     out, temp = settings.output_dir, settings.temp_dir
     lock = output_lock.check_lock(out, settings.lock_token)
@@ -79,7 +80,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     _check_shard_files(results, settings)
     output_folder.start_temp(out, settings.run_id)
     installs, summary = _stage(by_split, errors, label_map, facts, settings,
-                               fileio.join(temp, 'final'), leakage)
+                               fileio.join(temp, 'final'), copies, leakage)
     output_folder.refuse_foreign(out, output_folder.foreign_files(
         out, [target for _, target in installs], old))
     old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)
@@ -113,7 +114,8 @@ def _check_shard_files(results: list[ShardResult], settings: ConversionSettings)
 
 
 def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFacts,
-           settings: ConversionSettings, staged: str, leakage: Leakage) -> tuple[list, dict]:
+           settings: ConversionSettings, staged: str, copies: dict,
+           leakage: Leakage) -> tuple[list, dict]:
     """Writes the metadata into `staged`; returns the (source in the temporary folder, final
     name) moves and the summary."""
     moves, splits_info = [], {}
@@ -149,9 +151,12 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
             'passed_through': sum(r.passed_through for r in kept),
             'damaged': sum(r.damaged for r in shard_results),
             'dropped_copies': sum(len(r.dropped) for r in shard_results),
+            'exact_copies': copies.get(split, {}).get('count', 0),
             'classes': dict(sorted(class_counts.items())),
             'empty_classes': sorted(name for name, n in class_counts.items() if not n),
         }
+    summary['copy_examples'] = {split: found['examples'] for split, found in sorted(copies.items())
+                                if found['examples']}
     summary['damaged_images'] = DamagedAction(settings.image.damaged_images).value
     summary['leakage'] = leakage.summary(settings.leakage)
     if settings.hashed:

@@ -9,9 +9,9 @@ dataset size, and waits on a round trip to Cloud Storage only when conversion ou
 Inputs that cannot become records are reported, never fatal; a file that cannot be written
 (disk full, no permission) is a DatasetError naming it. A finished part is marked by its sidecar,
 which keeps what its shard's join and the quality checks read of it (resume.py); what passes
-through the runner is a small PartDone per part. Each part's records are filed for the leakage
-check into the bundle's sorted runs (leakage.py), whose descriptions leave the bundle on the
-'filed' output.
+through the runner is a small PartDone per part. Each part's records are filed for the count of
+exact copies and the leakage check into the bundle's sorted runs (copies.py, leakage.py), whose
+descriptions leave the bundle on the 'filed' output.
 """
 import contextlib
 import dataclasses
@@ -34,7 +34,7 @@ from pipeline.io import failures, fileio, read_ahead
 from pipeline.io.sorted_runs import RunWriter
 from pipeline.output import output_folder, records, shard_formats
 from pipeline.quality.phash import to_int64
-from transforms import entries, resume
+from transforms import copies, entries, resume
 from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
 from transforms.labels import LabelMap
 from transforms.leakage import NAMESPACE, Filed, file_part, part_table
@@ -187,8 +187,10 @@ class EncodeChunks(beam.DoFn):
         return results
 
     def _file(self, result: ShardResult) -> None:
-        """Files a part's records for the leakage check (none with --leakage=off)."""
+        """Files a part's records for the count of exact copies and, unless --leakage=off, for
+        the leakage check."""
         table = part_table(result)
+        copies.file_copies(self._filer, table)
         if self._settings.hashed:
             flat = file_part(self._filer, table)
             if flat:

@@ -251,6 +251,15 @@ def dropped_copies(found: tuple[Cluster, ...]) -> Iterator[tuple[tuple, tuple]]:
             yield (split, shard, chunk, place), (reason, source, label, passed)
 
 
+def dropped_id(copy: tuple[tuple, tuple]) -> int:
+    """A dropped copy's record id (pairing.record_ids)."""
+    (split, shard, chunk, place), _ = copy
+    rows = np.zeros(1, dtype=ROW)
+    rows['split'], rows['shard'], rows['chunk'], rows['index'] = (SPLITS.index(split), shard,
+                                                                   chunk, place)
+    return int(record_ids(rows)[0])
+
+
 def by_shard(copy: tuple[tuple, tuple]) -> tuple[tuple[str, int], tuple]:
     """A dropped copy keyed by its shard: ((split, shard), (chunk, place, reason, source, label
     id, passed through))."""

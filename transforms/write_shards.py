@@ -7,7 +7,7 @@ is done; EncodeChunks (encode_chunks.py) then converts each task's chunks into p
 per shard a chunk's examples fall in. WriteShard makes a shard's part files, in chunk order,
 into the temporary shard file of each output format, and with --dali_index writes the TFRecord
 shard's DALI index from the sizes of the records the parts noted as they framed them. The parts'
-records are clustered for leakage (leakage.py). Both
+records are counted for exact copies (copies.py) and clustered for leakage (leakage.py). Both
 tasks' examples and the parts' records pass between stages in files of the run's temporary
 folder, so the runner carries no input (listing.py). Finished parts and shards are marked so
 that a rerun after a crash reuses them (resume.py).
@@ -26,7 +26,9 @@ from pipeline.io import fileio
 from pipeline.output import dali_index, output_folder, records, shard_formats
 from transforms import entries, resume, sharding
 from transforms.encode_chunks import EncodeChunks, FingerprintChunks
-from transforms.leakage import NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies
+from transforms.copies import CountCopies
+from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
+                                dropped_id)
 from transforms.shard_results import PartDone, ShardKey, ShardResult, shard_line, shows_shard
 
 LOG = logging.getLogger('image_tfrecords')
@@ -34,8 +36,8 @@ LOG = logging.getLogger('image_tfrecords')
 
 class WriteShards(beam.PTransform):
     """Listed (a bundle's listing, listing.py) -> {'shards': ShardResult of every temporary
-    shard file, and the outputs of FindLeakage: 'clusters', 'flat', 'crowded' (none with
-    --leakage=off)}.
+    shard file, 'copies': the exact copies of each split (copies.py), and the outputs of
+    FindLeakage: 'clusters', 'flat', 'crowded' (none with --leakage=off)}.
 
     (See the module docstring.) With --leakage=drop the later-split members of clusters are
     left out when a shard's parts are joined."""
@@ -68,19 +70,21 @@ class WriteShards(beam.PTransform):
             shard_fps).with_outputs('filed', main='parts')
         leakage = (encoded.filed | 'Find Leakage' >> FindLeakage(
             plans, chunk_fps, settings.temp_dir, settings.resuming) if settings.hashed else {})
-        drops = {}
+        drops, left_out = {}, ()
         if settings.leakage == LeakageAction.DROP:
-            drops['dropped'] = beam.pvalue.AsMultiMap(
-                leakage['clusters']
-                | 'Later-Split Members' >> beam.FlatMap(dropped_copies)
-                | 'One Reason Each' >> beam.CombinePerKey(min)
-                | 'By Shard' >> beam.Map(by_shard))
+            later = (leakage['clusters']
+                     | 'Later-Split Members' >> beam.FlatMap(dropped_copies)
+                     | 'One Reason Each' >> beam.CombinePerKey(min))
+            drops['dropped'] = beam.pvalue.AsMultiMap(later | 'By Shard' >> beam.Map(by_shard))
+            left_out = (later | 'Dropped Ids' >> beam.Map(dropped_id),)
+        copies = encoded.filed | 'Count Copies' >> CountCopies(settings.temp_dir, chunk_fps,
+                                                              *left_out)
         shards = (encoded.parts
                   | 'Key By Shard' >> beam.Map(_shard_key)
                   | 'Group By Shard' >> beam.GroupByKey()
                   | 'Write Shards' >> beam.ParDo(WriteShard(settings),
                                                  plans=plans, shard_fps=shard_fps, **drops))
-        return {'shards': shards, **leakage}
+        return {'shards': shards, 'copies': copies, **leakage}
 
 
 def _chunk_of_shards(chunk_fp: tuple, plans: dict) -> Iterator[tuple[ShardKey, tuple[int, str]]]:
