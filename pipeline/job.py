@@ -21,7 +21,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipeline import console, output_state, sample_data, worker_watch
 from pipeline.base.choices import LeakageAction
-from pipeline.base.settings import ConversionSettings
+from pipeline.base.settings import FEW_ERRORS, ConversionSettings
 from pipeline.inputs.classic_config import ImageClassificationConfig
 from pipeline.errors import DatasetError
 from pipeline.graph import build_pipeline, build_plan_pipeline
@@ -151,7 +151,9 @@ def _settings(launch: Launch, source: Source, output_dir: str) -> ConversionSett
         output_formats=tuple(f.name for f in shard_formats.parse(opts.output_format)),
         version=source.version, leakage=LeakageAction(opts.leakage), dali_index=opts.dali_index,
         description=opts.description or source.description,
-        max_error_ratio=opts.max_error_ratio, reads_in_flight=opts.reads_in_flight,
+        max_error_ratio=opts.max_error_ratio,
+        few_errors=0 if 'max_error_ratio' in launch.given else FEW_ERRORS,
+        reads_in_flight=opts.reads_in_flight,
         max_input_bytes=opts.max_input_mb << 20, overwrite=opts.overwrite,
         release_lock=launch.remote)
 

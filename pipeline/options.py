@@ -9,7 +9,7 @@ import argparse
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.base.choices import DamagedAction, LeakageAction, values
-from pipeline.base.settings import ConversionSettings, ImageOptions
+from pipeline.base.settings import FEW_ERRORS, ConversionSettings, ImageOptions
 from pipeline.inputs import registry
 from pipeline.output import shard_formats
 from pipeline.quality.pairing import RADIUS
@@ -121,8 +121,9 @@ class ConverterOptions(PipelineOptions):
              'reserves id 0 for a background class (default 0).')
         flag('num_labels', type=int, default=None, help='Fail if there are more distinct labels.')
         flag('max_error_ratio', type=float, default=DEFAULT_MAX_ERROR_RATIO,
-             help='Fail, committing nothing, if a larger fraction of a split cannot be converted '
-             f'(default {DEFAULT_MAX_ERROR_RATIO}).')
+             help='Fail, committing nothing, if a larger fraction of a split cannot be converted; '
+             f'left out, a split may also always skip up to {FEW_ERRORS} inputs, at most a tenth '
+             f'of it (default {DEFAULT_MAX_ERROR_RATIO}).')
         switch('skip_duplicates', False, 'Drop inputs listed twice in a split (reported) instead '
                'of failing')
         switch('plan_only', False, 'List the inputs and print what the conversion would write '

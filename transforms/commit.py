@@ -220,11 +220,19 @@ def _check_error_ratio(errors: dict, by_split: dict, facts: DatasetFacts,
                   'many members lay behind the damage cannot be known, so only '
                   '--max_error_ratio 1 accepts it; nothing was committed. Fetch the archive '
                   'again, or pass --max_error_ratio=1 to convert what it holds')
-        if inputs and count / inputs > settings.max_error_ratio:
+        if inputs and count > tolerated_errors(inputs, settings):
             _fail(by_split, split, settings,
                   f'{count} of {inputs} inputs of split {split!r} '
                   f'({100 * count / inputs:.1f}%) could not be converted, more than '
                   f'--max_error_ratio {settings.max_error_ratio}; nothing was committed')
+
+
+def tolerated_errors(inputs: int, settings: ConversionSettings) -> float:
+    """How many of a split's inputs may fail: --max_error_ratio of them, and, where the flag was
+    left at its default, always a few files of a small split (settings.few_errors, at most a
+    tenth of it): a handful of broken files is the normal case, a wrong column or an unreadable
+    bucket fails every input."""
+    return max(settings.max_error_ratio * inputs, min(settings.few_errors, inputs // 10))
 
 
 def _fail(by_split: dict, split: str, settings: ConversionSettings, reason: str) -> None:

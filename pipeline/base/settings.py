@@ -28,6 +28,7 @@ class ImageOptions:
     damaged_images: DamagedAction = DamagedAction.SKIP
 
 
+FEW_ERRORS = 5   # Inputs of a small split that may fail where --max_error_ratio is left out.
 MAX_LABEL_ID = 1_000_000   # Label ids are 0..N-1 below this: a name is made for each id.
 
 
@@ -61,6 +62,7 @@ class ConversionSettings:
     description: str = _per_run('')      # Stored in dataset_info.json only.
     version: str = _per_run('1.0.0')     # Stored in dataset_info.json only.
     max_error_ratio: float = _per_run(0.01)
+    few_errors: int = _per_run(0)        # Inputs a small split may always fail (commit.py).
     reads_in_flight: int = _per_run(32)  # Image reads a worker thread keeps going (Cloud Storage).
     # The most bytes read for one input (--max_input_mb); a chunk's fingerprint covers it.
     max_input_bytes: int = _per_run(DEFAULT_MAX_INPUT)
