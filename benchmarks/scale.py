@@ -2,8 +2,8 @@
 
     python -m benchmarks.scale [--sizes 100000 1000000 10000000]
 
-The product's own stages (ListExamples, ResolveLabels, PlanShards, chunk assignment and its
-GroupByKey) run on DirectRunner (2 worker processes) over a synthetic partition type defined
+The product's own stages (ListExamples spilling refs into sorted runs, ResolveLabels, PlanShards,
+tasks reading their chunks' refs back) run on the local runner (2 worker processes) over a synthetic partition type defined
 here, which yields example refs of ~110 KB images without touching storage. Each size runs four
 pipelines, each one stage longer, as its own process tree; a stage's time is the difference of
 consecutive pipelines, and peak RSS is sampled for the launcher and the largest worker. The
@@ -30,16 +30,17 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from benchmarks.benchmark import measure
+from pipeline.local_runner import LocalRunner
 from pipeline.output import records
 from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
 from transforms.listing import ListExamples
 from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import LabelSettings
-from transforms.sharding import (
-    AssignChunks, Histogram, PlanShards, bucket_bits, plan_shards, shard_count)
+from transforms.encode_chunks import task_chunks
+from transforms.sharding import PlanShards, bucket_bits, plan_shards, shard_count, tasks
 
-STAGES = ('list', 'facts and labels', 'plan shards', 'assign chunks')
+STAGES = ('list', 'facts and labels', 'plan shards', 'read tasks')
 PARTITIONS = 200
 
 
@@ -63,29 +64,37 @@ def run_stages(n: int, stages: int) -> None:
     per = n // PARTITIONS
     partitions = [Synthetic(k * per, per) for k in range(PARTITIONS)]
     options = PipelineOptions(direct_running_mode='multi_processing', direct_num_workers=2)
-    with beam.Pipeline(options=options) as p:
-        refs = p | 'List Examples' >> ListExamples(partitions, measure_sizes=False)
-        last = refs
+    with tempfile.TemporaryDirectory() as runs, beam.Pipeline(runner=LocalRunner(),
+                                                              options=options) as p:
+        listed = p | 'List Examples' >> ListExamples(partitions, runs, measure_sizes=False)
+        last = listed
         if stages >= 2:
-            facts, _ = refs | 'Resolve Labels' >> ResolveLabels(('train',), LabelSettings())
+            facts, _ = listed | 'Resolve Labels' >> ResolveLabels(('train',), LabelSettings())
             last = facts
         if stages >= 3:
-            last = plans = refs | 'Plan Shards' >> PlanShards(0, 128)
+            last = plans = listed | 'Plan Shards' >> PlanShards(0, 128)
         if stages >= 4:
-            last = (refs
-                    | 'Assign Chunks' >> beam.ParDo(AssignChunks(), plans=beam.pvalue.AsDict(plans))
-                    | 'Group By Chunk' >> beam.GroupByKey())
+            all_runs = beam.pvalue.AsSingleton(listed | beam.FlatMap(lambda found: found.runs)
+                                               | beam.combiners.ToList())
+            last = (plans
+                    | 'Tasks' >> beam.FlatMap(lambda split_plan: [
+                        (task, split_plan[1]) for task in tasks(*split_plan)])
+                    | 'Spread Tasks' >> beam.Reshuffle()
+                    | 'Read Tasks' >> beam.FlatMap(lambda task_plan, found: [
+                        len(refs) for _, refs in task_chunks(*task_plan[:1], found, task_plan[1])],
+                        all_runs))
         _ = last | 'Count' >> beam.combiners.Count.Globally()
 
 
 def planner_alone(n: int) -> tuple[float, float, int]:
     """(seconds, peak MiB of this process, chunks) to plan n examples from their histogram."""
     bits = bucket_bits(n)
-    histogram = Histogram(bits)
-    histogram.dense = np.random.default_rng(0).poisson(n / (1 << bits), 1 << bits)
-    count = int(histogram.dense.sum())
+    counts = np.random.default_rng(0).poisson(n / (1 << bits), 1 << bits)
+    buckets = np.flatnonzero(counts)
+    count = int(counts.sum())
     started = time.perf_counter()
-    plan = plan_shards(histogram, count, shard_count(count, count * 110_000, 0, 128))
+    plan = plan_shards(buckets, counts[buckets], bits, count,
+                       shard_count(count, count * 110_000, 0, 128))
     seconds = time.perf_counter() - started
     return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, plan.num_chunks
 
