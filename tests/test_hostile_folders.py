@@ -673,8 +673,11 @@ def test_a_report_name_of_a_split_the_dataset_does_not_have_is_left_alone(tmp_pa
 # --- 5. Links in place of temporary folders ------------------------------------------------------
 
 def _run_id(inputs: str, out: str) -> str:
+    """The run id of these flags, from a plan-only job (which takes no lock, writes nothing)."""
     from pipeline import job
-    return job.prepare(_flags(inputs, out, '--dry_run=true')).settings.run_id
+    prepared = job.prepare(_flags(inputs, out), plan_only=True)
+    os.remove(prepared.plan_path)
+    return prepared.settings.run_id
 
 
 def test_linked_temp_folder_of_this_run_is_refused(tmp_path, inputs):
