@@ -4,11 +4,11 @@ read, or reported as one input or refused in one line naming it, within the time
 bounds of benchmarks/fuzzing.py."""
 import pytest
 
-from benchmarks import fuzz_brace_patterns
+from benchmarks import fuzz_brace_patterns, fuzz_webdataset
 
 SECONDS = 1.0
 
 
-@pytest.mark.parametrize('fuzzer', [fuzz_brace_patterns], ids=lambda f: f.__name__.split('.')[-1])
+@pytest.mark.parametrize('fuzzer', [fuzz_brace_patterns, fuzz_webdataset], ids=lambda f: f.__name__.split('.')[-1])
 def test_every_fuzzed_input_is_read_or_reported(fuzzer):
     assert fuzzer.fuzz(SECONDS, seed=0) > 0
