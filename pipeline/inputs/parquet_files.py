@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import DatasetError, printable
-from pipeline.inputs import archives
+from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.inputs.refs import ExampleRef
 from pipeline.inputs.split_names import split_of
@@ -42,6 +42,8 @@ from transforms.settings import LabelSettings
 PARQUET = '.parquet'
 BATCH_ROWS = 16            # Rows decoded at once: a row group is never held whole.
 READ_BUFFER = 8 << 20      # Bytes of images pyarrow reads at a time (one ranged read on gs://).
+METADATA_BYTES = 64 << 20  # Of the schema's huggingface metadata, at most (a million names fit).
+MAX_PATH = 4096            # Characters of an image's path that is used, at most.
 
 
 def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
@@ -100,6 +102,7 @@ class Columns:
     image: str
     label: str
     classes: tuple[str, ...] | None   # The ClassLabel's names in id order; None: as stored.
+    path: str | None = None           # The column of the images' paths (`IMAGE.path`), if any.
 
     def label_of(self, value) -> tuple[str | int | None, str | None]:
         """(label, None) for a stored label value, or (None, why it is not one)."""
@@ -159,34 +162,47 @@ def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None)
         raise DatasetError(f'{path}: column {image} holds {kind}, not images (binary, or a '
                            '{bytes, path} struct); name the image column with --image_column')
     feature = features.get(label, {})
+    if not isinstance(feature, dict):
+        raise DatasetError(f'{path}: the feature of column {label} in its huggingface schema '
+                           f'metadata is {label_values.excerpt(feature)}, not an object; write '
+                           'the file again with datasets, or name the columns with '
+                           '--image_column and --label_column')
     if feature.get('_type') == 'ClassLabel':
-        classes = feature.get('names') or [str(i) for i in range(feature.get('num_classes', 0))]
-        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-            raise DatasetError(f'{path}: the ClassLabel of column {label} does not list its class '
-                               'names as text; rewrite the file with datasets, or give '
-                               '--labels_file')
-        twice = sorted({name for name in classes if classes.count(name) > 1})
-        if twice:
-            raise DatasetError(f'{path}: the ClassLabel of column {label} names {twice[0]!r} more '
-                               'than once; labels.txt needs a name per id: give each its own in '
-                               'the file\'s features')
-        return Columns(image, label, tuple(classes))
+        try:
+            classes = label_values.class_label_names(feature)
+        except ValueError as exc:
+            raise DatasetError(f'{path}: the ClassLabel of column {label} {exc}') from None
+        return Columns(image, label, classes, _path_column(image, kind))
     kind = schema.field(label).type
     if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
             or pa.types.is_large_string(kind)):
         raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
                            'class names); name the label column with --label_column')
-    return Columns(image, label, None)
+    return Columns(image, label, None, _path_column(image, schema.field(image).type))
+
+
+def _path_column(image: str, kind: pa.DataType) -> str | None:
+    """`IMAGE.path` when the image column is a struct with one text field `path` (as `datasets`
+    writes it); None when its images have no usable path (plain bytes; a path that is missing,
+    a number or a struct)."""
+    if not pa.types.is_struct(kind) or kind.get_field_index('path') < 0:
+        return None
+    found = kind.field('path').type
+    return f'{image}.path' if pa.types.is_string(found) or pa.types.is_large_string(found) else None
 
 
 def _features(path: str, metadata: bytes) -> dict:
     """The features of the schema's `huggingface` metadata (`info.features`), or a DatasetError
-    naming the file when that is not what `datasets` writes."""
+    naming the file when that is not what `datasets` writes (or more than METADATA_BYTES)."""
     try:
-        features = json.loads(metadata).get('info', {}).get('features', {})
+        if len(metadata) > METADATA_BYTES:
+            raise ValueError(f'{len(metadata):,} bytes, more than the {METADATA_BYTES:,} read')
+        document = label_values.json_value(metadata.decode('utf-8'))
+        info = document.get('info', {}) if isinstance(document, dict) else None
+        features = info.get('features', {}) if isinstance(info, dict) else None
         if not isinstance(features, dict):
-            raise TypeError(f'features are a {type(features).__name__}')
-    except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError('no object at info.features')
+    except ValueError as exc:   # UnicodeDecodeError is one.
         raise DatasetError(f'{path}: its huggingface schema metadata is not what the datasets '
                            f'library writes ({printable(str(exc))[:120]}); rewrite the file with '
                            'datasets, or name the columns with --image_column and --label_column') from None
@@ -271,21 +287,30 @@ class RowGroup(Partition):
     sizes_known = True
 
     def examples(self) -> Iterator[ExampleRef]:
-        image = self.columns.image
-        columns = [self.columns.label] + ([f'{image}.path'] if self.struct else [])
+        image, path_column = self.columns.image, self.columns.path
         read = RowGroupRead(self.path, self.size, self.index, self.first_row,
                             f'{image}.bytes' if self.struct else image)
         row = self.first_row
-        for batch in _batches(self.path, self.size, self.index, columns, whole=True):
-            paths = (batch.column(image).to_pylist() if self.struct else [None] * batch.num_rows)
+        for batch in _batches(self.path, self.size, self.index,
+                              [self.columns.label] + ([path_column] if path_column else []),
+                              whole=True):
+            paths = (_field(batch, path_column).to_pylist() if path_column
+                     else [None] * batch.num_rows)
             for value, path in zip(batch.column(self.columns.label).to_pylist(), paths):
                 key = f'{self.name}:row {row}'
-                filename = fileio.basename((path or {}).get('path') or key)
+                filename = fileio.basename(path if path and len(path) <= MAX_PATH else key)
                 label, problem = self.columns.label_of(value)
                 yield ExampleRef(self.split, key, f'{self.path}:row {row}', filename, label,
                                  self.row_bytes, problem=problem, mtime=self.mtime,
                                  group=None if problem else read)
                 row += 1
+
+
+def _field(batch: pa.RecordBatch, column: str) -> pa.Array:
+    """Column `column` of `batch`, a struct's field (`image.path`) with the struct's nulls."""
+    top, _, field = column.partition('.')
+    values = batch.column(top)
+    return values.flatten()[values.type.get_field_index(field)] if field else values
 
 
 def _batches(path: str, size: int, index: int, columns: list[str],
