@@ -13,7 +13,7 @@ The same fuzzer runs in the suite for a second or so and here for as long as ask
 import argparse
 import random
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 CASE_SECONDS = 10.0       # The largest cases take about a second; this is far from that.
 MEMORY_BOUND = 1 << 30    # Of the fuzzing process, bytes.
@@ -90,5 +90,3 @@ def _shown(case: object) -> str:
     text = repr(case)
     return text if len(text) <= SHOWN else f'{text[:SHOWN]}... ({len(text):,} characters)'
 
-
-Cases = Iterator[object]

@@ -1,7 +1,7 @@
 """The peak resident memory of every process of a command line: its process tree's VmHWM
-sampled every SAMPLE_SECONDS while it runs, and at its end the launcher's own peak and that of
-every process it waited for (wait4), which a process that peaks just before it ends cannot
-hide from."""
+(each process's own high-water mark, so a peak between two samples is not missed) sampled every
+SAMPLE_SECONDS while it runs. (wait4's ru_maxrss is no help: it counts what the process forked
+from held, the test runner's memory.)"""
 import dataclasses
 import os
 import subprocess
@@ -19,12 +19,11 @@ class Measured:
     stdout: str
     stderr: str
     peaks: dict          # pid -> the largest VmHWM sampled, in bytes.
-    waited_peak: int     # The launcher's and every waited-for process's largest, in bytes.
 
     @property
     def largest(self) -> int:
         """The largest peak of any process of the command."""
-        return max([self.waited_peak, *self.peaks.values()])
+        return max(self.peaks.values(), default=0)
 
 
 def run_sampled(*argv, timeout: float = 300) -> Measured:
@@ -36,7 +35,7 @@ def run_sampled(*argv, timeout: float = 300) -> Measured:
         while True:
             for pid in _tree(process.pid):
                 peaks[pid] = max(peaks.get(pid, 0), _peak(pid))
-            done, status, usage = os.wait4(process.pid, os.WNOHANG)
+            done, status = os.waitpid(process.pid, os.WNOHANG)
             if done:
                 break
             if time.monotonic() > deadline:
@@ -46,7 +45,7 @@ def run_sampled(*argv, timeout: float = 300) -> Measured:
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Measured(process.returncode, out.read(), err.read(), peaks, usage.ru_maxrss << 10)
+        return Measured(process.returncode, out.read(), err.read(), peaks)
 
 
 def _tree(pid: int) -> list[int]:

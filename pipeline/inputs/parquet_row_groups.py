@@ -1,0 +1,422 @@
+"""The row groups of a parquet file (pipeline/inputs/parquet_files.py), listed and read within
+bounds, whatever the file claims.
+
+A file's footer is read once per process (`footer`, a cache of the last file's): listing and
+reading a row group opens the file with it, so a file of 20,000 row groups is not parsed
+20,000 times. Its row groups are cut into spans (`spans`: consecutive groups of at least
+SPAN_ROWS rows, or SPAN_BYTES of images, each group whole), each one partition, listed by a
+worker from its label column (and its images' paths), BATCH_ROWS rows at a time: a generator
+over the span's rows, never a list of them. The images are read after the shard plan
+(transforms/grouped_reads.py): a span's refs are brought together, and `RowGroupRead.images`
+reads its image column one row at a time through a READ_BUFFER window (each a ranged read on
+gs://), which the worker writes into one blob that each chunk reads its rows from.
+
+Before pyarrow reads a column chunk, its page headers are walked (pipeline/inputs/parquet_pages.py):
+a page of the label or path column may hold LISTING_PAGE_BYTES, one of the image column
+--max_input_mb (with its compressed bytes and dictionary); the rows of a larger page, and those
+after it in its row group (pages are read in order), are reported, each as `FILE:row N`. A row
+whose image column holds no bytes is read from its path (absolute, or relative to the parquet
+file's folder; local or gs://), as `datasets` reads it.
+"""
+import contextlib
+import dataclasses
+import functools
+import itertools
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline import pickling
+from pipeline.errors import DatasetError, printable
+from pipeline.inputs import label_values, parquet_pages
+from pipeline.inputs.kinds import Partition
+from pipeline.inputs.refs import ExampleRef
+from pipeline.io import failures, fileio
+from pipeline.io.ranged_file import RangedFile
+from transforms.labels import MAX_LABEL_ID
+
+BATCH_ROWS = 16              # Labels and paths decoded at once: a row group is never held whole.
+READ_BUFFER = 8 << 20        # Bytes of images pyarrow reads at a time (one ranged read on gs://).
+LISTING_PAGE_BYTES = 16 << 20   # A page of labels or paths (datasets writes about 1 MiB).
+SPAN_ROWS = 64               # Rows of a span: at least this many, unless its bytes are many.
+SPAN_BYTES = 64 << 20        # Image bytes of a span (as the footer claims them), at least.
+MAX_GROUP_ROWS = 100_000     # Rows of a row group, at most: its refs are held together.
+MAX_PATH = 4096              # Characters of an image's path that is used, at most.
+MAX_LABEL_TEXT = 64 << 10    # Characters of a class name read from a label column, at most.
+MAX_FOOTER = 64 << 20        # Bytes of a file's footer, at most.
+FOOTER_CACHE = 64 << 20      # Bytes of the footers a process keeps (the last one at least).
+_REWRITE = 'write the file again with smaller pages (datasets writes about 1 MiB a page)'
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Where a file's images and labels are."""
+    image: str
+    label: str
+    classes: tuple[str, ...] | None   # The ClassLabel's names in id order; None: as stored.
+    path: str | None = None           # The column of the images' paths (`IMAGE.path`), if any.
+    struct: bool = False              # Whether images are {bytes, path} structs.
+
+    @property
+    def image_bytes(self) -> str:
+        """The column of the images' bytes: `IMAGE.bytes` of a struct, else IMAGE."""
+        return f'{self.image}.bytes' if self.struct else self.image
+
+    def label_of(self, value) -> tuple[str | int | None, str | None]:
+        """(label, None) for a stored label value, or (None, why it is not one)."""
+        if value is None or value == '':
+            return None, f'no label (column {self.label} is null)'
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+                self.classes is not None and isinstance(value, str)):
+            return None, (f'label {label_values.excerpt(value)} in column {self.label} is not a '
+                          'class id' + ('' if self.classes is not None else ' or a class name'))
+        if self.classes is not None and not 0 <= value < len(self.classes):
+            return None, (f'label {value} is not a class id: the ClassLabel of column '
+                          f'{self.label} has ids 0..{len(self.classes) - 1}')
+        if self.classes is not None:
+            return self.classes[value], None
+        if isinstance(value, int) and not 0 <= value < MAX_LABEL_ID:
+            return None, (f'label {value} is not a class id: ids run 0..N-1, below '
+                          f'{MAX_LABEL_ID:,}')
+        if isinstance(value, str) and len(value) > MAX_LABEL_TEXT:
+            return None, (f'label {label_values.excerpt(value)} in column {self.label} is longer '
+                          f'than a class name may be ({MAX_LABEL_TEXT:,} characters)')
+        return value, None
+
+
+def opened(path: str, size: int):
+    """Parquet file `path` of `size` bytes to read: on gs://, every read pyarrow makes is one
+    ranged read of what it asks for."""
+    return RangedFile(path, size) if fileio.is_gcs(path) else open(path, 'rb')
+
+
+@contextlib.contextmanager
+def readable(path: str):
+    """Turns pyarrow's and the OS's errors reading parquet file `path`, and page headers that do
+    not parse, into one DatasetError naming it."""
+    try:
+        yield
+    except (pa.ArrowException, OSError, parquet_pages.DamagedPages) as exc:
+        raise DatasetError(f'{path} cannot be read as a parquet file ({printable(str(exc))[:160]}); '
+                           'replace it with the file as the Hub serves it, or move it away') from None
+
+
+_FOOTERS: dict[tuple, pq.FileMetaData] = {}   # The files' read last first.
+
+
+def footer(path: str, size: int, mtime: float | None) -> pq.FileMetaData:
+    """The footer of a parquet file, read once per process while it is among the files read
+    last whose footers total FOOTER_CACHE bytes; a DatasetError naming the file for one of more
+    than MAX_FOOTER bytes (parsed, it takes about three times that)."""
+    key = path, size, mtime
+    found = _FOOTERS.pop(key, None)
+    if found is None:
+        with opened(path, size) as stream, readable(path):
+            stream.seek(max(0, size - 8))
+            tail = stream.read(8)
+            length = int.from_bytes(tail[:4], 'little') if len(tail) == 8 else 0
+            if tail[4:] == b'PAR1' and length > MAX_FOOTER:
+                raise DatasetError(f'{path}: its footer (the parquet metadata) is {length:,} '
+                                   f'bytes, more than the {MAX_FOOTER:,} read; write the file '
+                                   'with fewer row groups or columns')
+            stream.seek(0)
+            found = pq.ParquetFile(stream).metadata
+    _FOOTERS[key] = found
+    while len(_FOOTERS) > 1 and sum(f.serialized_size for f in _FOOTERS.values()) > FOOTER_CACHE:
+        del _FOOTERS[next(iter(_FOOTERS))]
+    return found
+
+
+def spans(path: str, metadata: pq.FileMetaData,
+          image: str) -> Iterator[tuple[int, int, int, int]]:
+    """(first group, end group, first row, image bytes per row) of each span of a file's row
+    groups: consecutive groups until SPAN_ROWS rows or SPAN_BYTES image bytes (as claimed); a
+    DatasetError naming the file when a group claims more than MAX_GROUP_ROWS rows (a span's
+    refs are held together while its images are read)."""
+    for group in range(metadata.num_row_groups):
+        if metadata.row_group(group).num_rows > MAX_GROUP_ROWS:
+            raise DatasetError(f'{path}: row group {group} holds '
+                               f'{metadata.row_group(group).num_rows:,} rows, more than the '
+                               f'{MAX_GROUP_ROWS:,} read together; write the file with smaller '
+                               'row groups (datasets writes 100 images a group; pyarrow: '
+                               'row_group_size)')
+    columns = [i for i in range(metadata.num_columns)
+               if metadata.schema.column(i).path.split('.')[0] == image]
+    first, first_row, rows, claimed = 0, 0, 0, 0
+    for group in range(metadata.num_row_groups):
+        found = metadata.row_group(group)
+        rows += found.num_rows
+        claimed += sum(found.column(i).total_uncompressed_size for i in columns)
+        if rows >= SPAN_ROWS or claimed >= SPAN_BYTES or group + 1 == metadata.num_row_groups:
+            yield first, group + 1, first_row, claimed // max(1, rows)
+            first, first_row, rows, claimed = group + 1, first_row + rows, 0, 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroups(Partition):
+    """Consecutive row groups of a parquet file, listed from their label column (and their
+    images' paths): a ref per row, with the span's mean image size and a RowGroupRead for its
+    images, or why it cannot be read."""
+    split: str
+    path: str
+    name: str          # The file's path below --input_dir, which starts its examples' keys.
+    size: int
+    mtime: float | None
+    columns: Columns
+    limit: int         # --max_input_mb, in bytes.
+    first_group: int
+    end_group: int
+    first_row: int
+    row_bytes: int
+    sizes_known = True
+
+    def examples(self) -> Iterator[ExampleRef]:
+        read = RowGroupRead(self.path, self.size, self.mtime, self.first_group, self.end_group,
+                            self.first_row, self.columns.image_bytes, self.columns.path,
+                            self.limit)
+        listed = [self.columns.label] + ([self.columns.path] if self.columns.path else [])
+        files = _Opened(self.path, self.size, self.mtime)
+        row = self.first_row
+        for group in range(self.first_group, self.end_group):
+            check = files.check(group, row, listed, LISTING_PAGE_BYTES)
+            values = files.rows(group, self.columns.label, self.columns.path, check.readable,
+                                BATCH_ROWS if check.reason is None else 1)
+            for value, path in values:
+                yield self._ref(row, value, path, read)
+                row += 1
+            for _ in range(check.readable, files.metadata.row_group(group).num_rows):
+                yield self._ref(row, None, None, read, _not_read(check, row, _REWRITE))
+                row += 1
+
+    def _ref(self, row: int, value, path: str | None, read: 'RowGroupRead',
+             problem: str | None = None) -> ExampleRef:
+        key = f'{self.name}:row {row}'
+        label, problem = (None, problem) if problem else self.columns.label_of(value)
+        filename = fileio.basename(path if path and len(path) <= MAX_PATH else key)
+        return ExampleRef(self.split, key, f'{self.path}:row {row}', filename, label,
+                          self.row_bytes, problem=problem, mtime=self.mtime,
+                          group=None if problem else read)
+
+
+def _not_read(check: parquet_pages.ChunkCheck, row: int, fix: str) -> str:
+    return f'row {row} is not read: {check.reason}, and pages are read in order; {fix}'
+
+
+class _Opened:
+    """A parquet file's footer and a window on its bytes, to check and read its row groups."""
+
+    def __init__(self, path: str, size: int, mtime: float | None):
+        self.path, self.size = path, size
+        self.metadata = footer(path, size, mtime)
+        self._window = parquet_pages.Window(path)
+        names = [self.metadata.schema.column(i).path for i in range(self.metadata.num_columns)]
+        self._column = {name: i for i, name in enumerate(names)}
+
+    def check(self, group: int, first_row: int, columns: list[str],
+              limit: int) -> parquet_pages.ChunkCheck:
+        """The rows of row group `group` (whose first is the file's row `first_row`) that
+        pyarrow can read of all `columns` within `limit` bytes a page: the check that stops
+        first."""
+        found = self.metadata.row_group(group)
+        chunks = sorted((found.column(self._column[name]) for name in columns),
+                        key=lambda chunk: chunk.data_page_offset)   # In file order: one window.
+        with readable(self.path):
+            return min((parquet_pages.check_chunk(self._window, chunk, found.num_rows, first_row,
+                                                  limit, chunk.path_in_schema)
+                        for chunk in chunks), key=lambda check: check.readable)
+
+    def rows(self, group: int, label: str | None, path: str | None, count: int,
+             batch_rows: int) -> Iterator[tuple]:
+        """(label value, path: text or None) of the first `count` rows of row group `group`,
+        read `batch_rows` at a time, of the columns named (a None column gives Nones)."""
+        columns = [name for name in (label, path) if name]
+        if count == 0 or not columns:
+            return
+        found = self.metadata.row_group(group)
+        together = sum(found.column(self._column[name]).total_compressed_size
+                       for name in columns) <= READ_BUFFER   # Read at once, else each by window.
+        with opened(self.path, self.size) as stream, readable(self.path):
+            parquet = pq.ParquetFile(stream, metadata=self.metadata, pre_buffer=together,
+                                     buffer_size=0 if together else READ_BUFFER)
+            for batch in parquet.iter_batches(batch_rows, row_groups=[group], columns=columns,
+                                              use_threads=False):
+                batch = batch.slice(0, count)
+                nones = [None] * batch.num_rows
+                yield from zip(_field(batch, label).to_pylist() if label else nones,
+                               _paths(_field(batch, path)) if path else nones)
+                count -= batch.num_rows
+                if count == 0:
+                    return
+
+    def images(self, group: int, column: str, count: int) -> Iterator[memoryview | None]:
+        """The image bytes of the first `count` rows of row group `group`, one at a time, each
+        a view of pyarrow's buffer, valid until the next (None: a null)."""
+        if count == 0:
+            return
+        with opened(self.path, self.size) as stream, readable(self.path):
+            parquet = pq.ParquetFile(stream, metadata=self.metadata, pre_buffer=False,
+                                     buffer_size=READ_BUFFER)
+            for batch in parquet.iter_batches(1, row_groups=[group], columns=[column],
+                                              use_threads=False):
+                yield _view(_field(batch, column))
+                count -= 1
+                if count == 0:
+                    return
+
+
+def _field(batch: pa.RecordBatch, column: str) -> pa.Array:
+    """Column `column` of `batch`, a struct's field (`image.path`) with the struct's nulls."""
+    top, _, field = column.partition('.')
+    values = batch.column(top)
+    return values.flatten()[values.type.get_field_index(field)] if field else values
+
+
+def _view(values: pa.Array) -> memoryview | None:
+    """The one value of binary array `values` as a view of its buffer (a scalar would be a
+    copy), None for a null."""
+    if values.null_count:
+        return None
+    offsets = np.frombuffer(values.buffers()[1], np.int64 if pa.types.is_large_binary(
+        values.type) else np.int32)
+    return memoryview(values.buffers()[2])[offsets[values.offset]:offsets[values.offset + 1]]
+
+
+def _paths(values: pa.Array) -> list[str | None]:
+    """Paths as text, None for a null or empty one and one over MAX_PATH characters (not
+    made)."""
+    length = pc.utf8_length(values)
+    fits = pc.fill_null(pc.and_(pc.greater(length, 0), pc.less_equal(length, MAX_PATH)), False)
+    return pc.if_else(fits, values, pa.scalar(None, values.type)).to_pylist()
+
+
+@pickling.values_only
+@dataclasses.dataclass(frozen=True)
+class RowGroupRead:
+    """How the images of a span's refs are read: in one pass over its image column, a row at a
+    time, up to the last row wanted (transforms/grouped_reads.py brings the refs together)."""
+    path: str
+    size: int
+    mtime: float | None
+    first_group: int
+    end_group: int
+    first_row: int
+    column: str         # `image.bytes` of a struct column, or the column of plain bytes.
+    path_column: str | None
+    limit: int          # --max_input_mb, in bytes: a page's, and an image read from its path.
+
+    @property
+    def key(self) -> str:
+        return f'{self.path}#{self.first_group}'
+
+    def read(self, refs: list[ExampleRef]) -> Iterator[ExampleRef]:
+        """Each of `refs` (rows of this span), in row order, with its image bytes or why it
+        has none."""
+        refs = self.in_order(refs)
+        for ref, data in zip(refs, self.images(refs)):
+            yield (self.without_bytes(ref) if data is None else
+                   dataclasses.replace(ref, group=None, data=bytes(data), size=len(data)))
+
+    def images(self, refs: list[ExampleRef]) -> Iterator[memoryview | bytes | None]:
+        """The image (None: the row has none) of each of `refs`, rows of this span in row order
+        (`in_order`), one at a time: its bytes, or the file its path names."""
+        wanted = [_row(ref) for ref in refs]
+        files, at, first = self._opened, 0, self.first_row
+        for group in range(self.first_group, self.end_group):
+            rows = files.metadata.row_group(group).num_rows
+            mine = [row - first for row in wanted[at:at + rows] if row < first + rows]
+            if mine:
+                readable, chosen = self._checks[group].readable, set(mine)
+                paths = _Paths(files, group, self.path_column)
+                found = files.images(group, self.column, min(readable, mine[-1] + 1))
+                for offset, data in enumerate(found):
+                    if offset in chosen:
+                        path = paths.at(offset) if data is None else None
+                        yield data if path is None else self._from_path(path)
+                yield from [None] * sum(1 for offset in mine if offset >= readable)
+            at, first = at + len(mine), first + rows
+
+    @staticmethod
+    def in_order(refs: list[ExampleRef]) -> list[ExampleRef]:
+        """Refs of rows of this span in the order they are read: by row."""
+        return sorted(refs, key=_row)
+
+    def without_bytes(self, ref: ExampleRef) -> ExampleRef:
+        """`ref`, a row with no image to read, as the input error it is."""
+        return dataclasses.replace(ref, group=None, problem=self._why_not(_row(ref)))
+
+    @functools.cached_property
+    def _opened(self) -> _Opened:
+        return _Opened(self.path, self.size, self.mtime)
+
+    @functools.cached_property
+    def _checks(self) -> dict[int, parquet_pages.ChunkCheck]:
+        """Each row group's check of its image (and path) column's pages."""
+        columns = [self.column] + ([self.path_column] if self.path_column else [])
+        checks, first = {}, self.first_row
+        for group in range(self.first_group, self.end_group):
+            checks[group] = self._opened.check(group, first, columns, self.limit)
+            first += self._opened.metadata.row_group(group).num_rows
+        return checks
+
+    @functools.cached_property
+    def _reasons(self) -> dict[str, str]:
+        """Why the file an image's path names was not read, by path."""
+        return {}
+
+    def _from_path(self, path: str) -> bytes | None:
+        """The image at `path` (absolute, or relative to the parquet file's folder), or None
+        with the reason kept."""
+        where = path if fileio.is_gcs(path) or path.startswith('/') else fileio.join(
+            fileio.dirname(self.path), path)
+        try:
+            return fileio.read_input(where, self.limit)
+        except Exception as exc:   # Whatever stops it, the row's input fails, as a file would.
+            why = failures.unreadable_input(exc) or f'{type(exc).__name__}: {exc}'
+            self._reasons[path] = (f'no image: column {self.column.partition(".")[0]} holds no '
+                                   'bytes, and the file its path names cannot be read '
+                                   f'({where}: {printable(why)[:200]}); put the image there, or '
+                                   'write the file with the images in it (datasets embeds them '
+                                   'in push_to_hub)')
+            return None
+
+    def _why_not(self, row: int) -> str:
+        """Why row `row` has no image: its page, its path, or a null image without a path."""
+        first = self.first_row
+        for group in range(self.first_group, self.end_group):
+            rows = self._opened.metadata.row_group(group).num_rows
+            if row < first + rows:
+                break
+            first += rows
+        check = self._checks[group]
+        if row - first >= check.readable:
+            return _not_read(check, row, f'{_REWRITE}, or raise --max_input_mb')
+        path = self._path(group, row - first)
+        if path is not None and (path in self._reasons or self._from_path(path) is None):
+            return self._reasons[path]
+        return f'no image (column {self.column.partition(".")[0]} holds no bytes)'
+
+    def _path(self, group: int, offset: int) -> str | None:
+        return _Paths(self._opened, group, self.path_column).at(offset)
+
+
+class _Paths:
+    """The images' paths of a row group, read a row at a time as far as asked (not at all
+    unless asked; never into a page past the rows asked for)."""
+
+    def __init__(self, files: _Opened, group: int, column: str | None):
+        self._rows = files.rows(group, None, column, files.metadata.row_group(group).num_rows,
+                                1) if column else iter(())
+        self._next, self._path = 0, None
+
+    def at(self, offset: int) -> str | None:
+        """The path of the row `offset` rows into the group (at or after the last asked)."""
+        for _, self._path in itertools.islice(self._rows, offset + 1 - self._next):
+            self._next += 1
+        return self._path if self._next == offset + 1 else None
+
+
+def _row(ref: ExampleRef) -> int:
+    return int(ref.key.rpartition(':row ')[2])
