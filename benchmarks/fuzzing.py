@@ -18,6 +18,7 @@ from typing import Callable
 CASE_SECONDS = 10.0       # The largest cases take about a second; this is far from that.
 MEMORY_BOUND = 1 << 30    # Of the fuzzing process, bytes.
 SHOWN = 300               # Characters of a failing case in the message.
+MAX_CASE_BYTES = 8 << 20  # Of a case mutations make (hostile sizes are the fuzzers' own).
 
 
 def run(make: Callable[[random.Random], object], check: Callable[[object], None],
@@ -41,18 +42,19 @@ def run(make: Callable[[random.Random], object], check: Callable[[object], None]
 
 
 def mutated(rng: random.Random, seed: bytes, tokens: list[bytes], steps: int = 4) -> bytes:
-    """`seed` with up to `steps` mutations: a token inserted, a byte range dropped, repeated or
-    flipped."""
+    """`seed` with up to `steps` mutations: a token inserted (now and then many times over), a
+    byte range dropped, repeated or flipped; what an insertion would take past MAX_CASE_BYTES is
+    left out."""
     data = bytearray(seed)
     for _ in range(rng.randint(1, steps)):
         at = rng.randint(0, len(data))
         action = rng.randrange(4)
-        if action == 0:
-            data[at:at] = rng.choice(tokens) * rng.choice((1, 1, 2, 50, 5000))
+        if action in (0, 2):
+            piece = rng.choice(tokens) if action == 0 else data[at:at + rng.randint(1, 8)]
+            times = rng.choice((1, 1, 2, 50, 5000) if action == 0 else (2, 100, 10000))
+            data[at:at] = piece * min(times, (MAX_CASE_BYTES - len(data)) // max(1, len(piece)))
         elif action == 1:
             del data[at:at + rng.randint(1, 16)]
-        elif action == 2:
-            data[at:at] = data[at:at + rng.randint(1, 8)] * rng.choice((2, 100, 10000))
         elif data:
             data[min(at, len(data) - 1)] ^= 1 << rng.randrange(8)
     return bytes(data)

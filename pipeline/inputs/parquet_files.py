@@ -186,17 +186,17 @@ class ParquetFile(Partition):
     limit: int         # --max_input_mb, in bytes.
 
     def split_further(self) -> list[Partition]:
-        metadata = footer(self.path, self.size, self.mtime)
+        found_footer = footer(self.path, self.size, self.mtime)
         with readable(self.path):
-            found = _columns(self.path, metadata.schema.to_arrow_schema(), self.columns.image,
-                             self.columns.label)
+            found = _columns(self.path, found_footer.arrow.schema.to_arrow_schema(),
+                             self.columns.image, self.columns.label)
         if found != self.columns:
             raise DatasetError(f'{self.path}: the labels of column {found.label} are not those of '
                                f'the first file: {_difference(found, self.columns)}; convert the '
                                'files of one dataset together')
         return [RowGroups(self.split, self.path, self.name, self.size, self.mtime, self.columns,
                           self.limit, *span)
-                for span in spans(self.path, metadata, self.columns.image)]
+                for span in spans(self.path, found_footer, self.columns.image)]
 
 
 def _difference(found: Columns, first: Columns) -> str:

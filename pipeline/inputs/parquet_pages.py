@@ -10,18 +10,23 @@ pyarrow can read within a bound: the pages' bytes (compressed, decompressed and 
 page's) at most `limit`. Rows from the first page over it on are not read at all (pyarrow reads a
 chunk's pages in order).
 
-A page header is a Thrift struct in the compact protocol (parquet.thrift's PageHeader), read here
-with its size bounded (MAX_HEADER bytes, MAX_DEPTH nested structs) and only the fields needed:
-type, sizes and the number of values (a row each, for the unnested columns read here).
+A page header is a Thrift struct in the compact protocol (parquet.thrift's PageHeader), read
+with pipeline/inputs/thrift_compact.py, its size bounded (MAX_HEADER bytes), for the fields
+needed: type, sizes and the number of values (a row each, for the unnested columns read here).
 """
 import dataclasses
+from pipeline.inputs import thrift_compact
 from pipeline.io import fileio
 
 HEADER_WINDOW = 64 << 10   # Bytes read at a local header (reads there cost no request).
 CLOUD_WINDOW = 8 << 20     # Bytes read at a header on gs:// (the next headers are mostly in it).
 MAX_HEADER = 16 << 20      # Bytes of one page header, at most (pyarrow's own bound).
-MAX_DEPTH = 16             # Structs inside structs in a page header.
 _DATA, _DICTIONARY, _DATA_V2 = 0, 2, 3   # PageType.
+_COUNTS = {_DATA: 5, _DATA_V2: 8, _DICTIONARY: 7}   # Where each type's number of values is.
+# PageHeader: type, uncompressed and compressed size; the values of a data page (v1, v2) or a
+# dictionary page.
+_HEADER = {1: thrift_compact.KEEP, 2: thrift_compact.KEEP, 3: thrift_compact.KEEP,
+           5: {1: thrift_compact.KEEP}, 7: {1: thrift_compact.KEEP}, 8: {1: thrift_compact.KEEP}}
 _MIB = 1 << 20
 
 
@@ -51,23 +56,19 @@ class Window:
         return self._data[offset - self._start:offset - self._start + length]
 
 
-def check_chunk(window: Window, chunk, rows: int, first_row: int, limit: int,
-                column: str) -> ChunkCheck:
+def check_chunk(window: Window, chunk, rows: int, first_row: int, limit: int) -> ChunkCheck:
     """How many of a row group's `rows` (the first is the file's row `first_row`, for messages)
-    pyarrow can read of column chunk `chunk` (pyarrow's ColumnChunkMetaData of column `column`)
-    holding at most `limit` bytes per page (its compressed bytes too, unless it is stored
-    uncompressed); DamagedPages when its headers do not parse or run past the chunk."""
-    packed = chunk.compression != 'UNCOMPRESSED'
-    start = chunk.data_page_offset
-    if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
-        start = chunk.dictionary_page_offset
-    end, position, seen, dictionary, widest = start + chunk.total_compressed_size, start, 0, 0, 0
+    pyarrow can read of column chunk `chunk` (a parquet_footer.Chunk) holding at most `limit`
+    bytes per page (its compressed bytes too, unless it is stored uncompressed); DamagedPages
+    when its headers do not parse or run past the chunk."""
+    column, start, end = chunk.path, chunk.start, chunk.start + chunk.compressed
+    position, seen, dictionary, widest = start, 0, 0, 0
     while position < end and seen < rows:
         kind, uncompressed, compressed, values, length = _header(window, position, end)
         if compressed < 0 or uncompressed < 0 or values < 0 or position + length + compressed > end:
             raise DamagedPages(f'the page at byte {position} of column {column} runs past its '
                                'column chunk, or has a negative size')
-        held = uncompressed + dictionary + (compressed if packed else 0)
+        held = uncompressed + dictionary + (compressed if chunk.packed else 0)
         if kind == _DICTIONARY:
             dictionary = uncompressed
         if kind in (_DICTIONARY, _DATA, _DATA_V2) and held > limit:
@@ -92,7 +93,7 @@ def _header(window: Window, position: int, end: int) -> tuple[int, int, int, int
     while True:
         data = window.read_at(position, size)
         try:
-            fields, length = _Compact(data).struct(0)
+            fields, length = thrift_compact.read_struct(data, _HEADER)
             break
         except IndexError:   # Cut short: read more, up to MAX_HEADER.
             if size >= available:
@@ -101,86 +102,11 @@ def _header(window: Window, position: int, end: int) -> tuple[int, int, int, int
             size = min(size * 8, available)
         except ValueError as exc:
             raise DamagedPages(f'the page header at byte {position} does not parse: {exc}') from None
-    counts = fields.get(5) or fields.get(8) or fields.get(7) or {}
-    sizes = [fields.get(number) for number in (1, 2, 3)] + [counts.get(1) if isinstance(counts, dict) else None]
-    if not all(isinstance(value, int) for value in sizes):
+    kind = fields.get(1)
+    where = _COUNTS.get(kind) if type(kind) is int else None
+    counts = fields.get(where, {})
+    values = (counts.get(1) if isinstance(counts, dict) else None) if where else 0
+    found = (kind, fields.get(2), fields.get(3), values)
+    if not all(type(value) is int for value in found):
         raise DamagedPages(f'the page header at byte {position} lacks its type, sizes or count')
-    return (*sizes, length)
-
-
-class _Compact:
-    """A reader of Thrift's compact protocol over `data`: a struct's integer fields and nested
-    structs by field id, every other value skipped; IndexError when `data` ends first."""
-
-    def __init__(self, data: bytes):
-        self._data, self._at = data, 0
-
-    def struct(self, depth: int) -> tuple[dict, int]:
-        """The struct at the start, and where it ends."""
-        return self._struct(depth), self._at
-
-    def _struct(self, depth: int) -> dict:
-        if depth > MAX_DEPTH:
-            raise ValueError(f'structs nested more than {MAX_DEPTH} deep')
-        fields, field = {}, 0
-        while True:
-            byte = self._byte()
-            if byte == 0:
-                return fields
-            delta, kind = byte >> 4, byte & 0x0F
-            field = field + delta if delta else _zigzag(self._varint())
-            fields[field] = self._value(kind, depth)
-
-    def _value(self, kind: int, depth: int):
-        if kind in (1, 2):                 # True, false.
-            return kind == 1
-        if kind == 3:                      # A byte.
-            return self._byte()
-        if kind in (4, 5, 6):              # i16, i32, i64.
-            return _zigzag(self._varint())
-        if kind == 7:                      # A double.
-            return self._skip(8)
-        if kind == 8:                      # Binary or text.
-            return self._skip(self._varint())
-        if kind in (9, 10):                # List, set.
-            header = self._byte()
-            count = header >> 4 if header >> 4 != 15 else self._varint()
-            for _ in range(count):
-                self._value(header & 0x0F if header & 0x0F not in (1, 2) else 3, depth + 1)
-            return None
-        if kind == 11:                     # Map.
-            count = self._varint()
-            types = self._byte() if count else 0
-            for _ in range(count):
-                self._value(types >> 4, depth + 1)
-                self._value(types & 0x0F, depth + 1)
-            return None
-        if kind == 12:
-            return self._struct(depth + 1)
-        raise ValueError(f'unknown field type {kind}')
-
-    def _byte(self) -> int:
-        byte = self._data[self._at]
-        self._at += 1
-        return byte
-
-    def _skip(self, length: int) -> None:
-        if self._at + length > len(self._data):
-            raise IndexError
-        self._at += length
-
-    def _varint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            byte = self._byte()
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 63:
-                raise ValueError('a number of more than 64 bits')
-
-
-def _zigzag(value: int) -> int:
-    return (value >> 1) ^ -(value & 1)
-
+    return (*found, length)

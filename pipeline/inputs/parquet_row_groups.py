@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from pipeline import pickling
 from pipeline.errors import DatasetError, printable
-from pipeline.inputs import label_values, parquet_pages
+from pipeline.inputs import label_values, parquet_footer, parquet_pages
 from pipeline.inputs.kinds import Partition
 from pipeline.inputs.refs import ExampleRef
 from pipeline.io import failures, fileio
@@ -46,9 +46,9 @@ SPAN_BYTES = 64 << 20        # Image bytes of a span (as the footer claims them)
 MAX_GROUP_ROWS = 100_000     # Rows of a row group, at most: its refs are held together.
 MAX_PATH = 4096              # Characters of an image's path that is used, at most.
 MAX_LABEL_TEXT = 64 << 10    # Characters of a class name read from a label column, at most.
-MAX_FOOTER = 64 << 20        # Bytes of a file's footer, at most.
 FOOTER_CACHE = 64 << 20      # Bytes of the footers a process keeps (the last one at least).
 _REWRITE = 'write the file again with smaller pages (datasets writes about 1 MiB a page)'
+NOT_UTF8 = object()          # A text value whose bytes are not UTF-8 (pyarrow does not check).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,8 @@ class Columns:
 
     def label_of(self, value) -> tuple[str | int | None, str | None]:
         """(label, None) for a stored label value, or (None, why it is not one)."""
+        if value is NOT_UTF8:
+            return None, f'label in column {self.label} is not UTF-8 text'
         if value is None or value == '':
             return None, f'no label (column {self.label} is null)'
         if isinstance(value, bool) or not isinstance(value, (int, str)) or (
@@ -99,58 +101,53 @@ def readable(path: str):
     not parse, into one DatasetError naming it."""
     try:
         yield
-    except (pa.ArrowException, OSError, parquet_pages.DamagedPages) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError, parquet_pages.DamagedPages,
+            parquet_footer.DamagedFooter) as exc:   # Names in a schema may not be UTF-8.
         raise DatasetError(f'{path} cannot be read as a parquet file ({printable(str(exc))[:160]}); '
                            'replace it with the file as the Hub serves it, or move it away') from None
 
 
-_FOOTERS: dict[tuple, pq.FileMetaData] = {}   # The files' read last first.
+_FOOTERS: dict[tuple, parquet_footer.Footer] = {}   # The files' read last last.
 
 
-def footer(path: str, size: int, mtime: float | None) -> pq.FileMetaData:
-    """The footer of a parquet file, read once per process while it is among the files read
-    last whose footers total FOOTER_CACHE bytes; a DatasetError naming the file for one of more
-    than MAX_FOOTER bytes (parsed, it takes about three times that)."""
+def footer(path: str, size: int, mtime: float | None) -> parquet_footer.Footer:
+    """The footer of a parquet file (pipeline/inputs/parquet_footer.py), read once per process
+    while it is among the files read last whose footers total FOOTER_CACHE bytes; a DatasetError
+    naming the file when it does not parse or is over parquet_footer.MAX_FOOTER bytes."""
     key = path, size, mtime
     found = _FOOTERS.pop(key, None)
     if found is None:
-        with opened(path, size) as stream, readable(path):
-            stream.seek(max(0, size - 8))
-            tail = stream.read(8)
-            length = int.from_bytes(tail[:4], 'little') if len(tail) == 8 else 0
-            if tail[4:] == b'PAR1' and length > MAX_FOOTER:
-                raise DatasetError(f'{path}: its footer (the parquet metadata) is {length:,} '
-                                   f'bytes, more than the {MAX_FOOTER:,} read; write the file '
-                                   'with fewer row groups or columns')
-            stream.seek(0)
-            found = pq.ParquetFile(stream).metadata
+        with readable(path):
+            try:
+                found = parquet_footer.read_footer(
+                    fileio.read_range(path, max(0, size - 8), 8), size,
+                    lambda start, length: fileio.read_range(path, start, length))
+            except parquet_footer.FooterTooLarge as exc:
+                raise DatasetError(f'{path}: {exc}') from None
     _FOOTERS[key] = found
-    while len(_FOOTERS) > 1 and sum(f.serialized_size for f in _FOOTERS.values()) > FOOTER_CACHE:
+    while len(_FOOTERS) > 1 and sum(f.arrow.serialized_size for f in _FOOTERS.values()) > FOOTER_CACHE:
         del _FOOTERS[next(iter(_FOOTERS))]
     return found
 
 
-def spans(path: str, metadata: pq.FileMetaData,
+def spans(path: str, found: parquet_footer.Footer,
           image: str) -> Iterator[tuple[int, int, int, int]]:
     """(first group, end group, first row, image bytes per row) of each span of a file's row
     groups: consecutive groups until SPAN_ROWS rows or SPAN_BYTES image bytes (as claimed); a
     DatasetError naming the file when a group claims more than MAX_GROUP_ROWS rows (a span's
     refs are held together while its images are read)."""
-    for group in range(metadata.num_row_groups):
-        if metadata.row_group(group).num_rows > MAX_GROUP_ROWS:
-            raise DatasetError(f'{path}: row group {group} holds '
-                               f'{metadata.row_group(group).num_rows:,} rows, more than the '
+    for group, rows in enumerate(found.rows):
+        if rows > MAX_GROUP_ROWS:
+            raise DatasetError(f'{path}: row group {group} holds {rows:,} rows, more than the '
                                f'{MAX_GROUP_ROWS:,} read together; write the file with smaller '
                                'row groups (datasets writes 100 images a group; pyarrow: '
                                'row_group_size)')
-    columns = [i for i in range(metadata.num_columns)
-               if metadata.schema.column(i).path.split('.')[0] == image]
     first, first_row, rows, claimed = 0, 0, 0, 0
-    for group in range(metadata.num_row_groups):
-        found = metadata.row_group(group)
-        rows += found.num_rows
-        claimed += sum(found.column(i).total_uncompressed_size for i in columns)
-        if rows >= SPAN_ROWS or claimed >= SPAN_BYTES or group + 1 == metadata.num_row_groups:
+    for group, chunks in enumerate(found.chunks):
+        rows += found.rows[group]
+        claimed += sum(chunk.uncompressed for name, chunk in chunks.items()
+                       if name.split('.')[0] == image)
+        if rows >= SPAN_ROWS or claimed >= SPAN_BYTES or group + 1 == len(found.rows):
             yield first, group + 1, first_row, claimed // max(1, rows)
             first, first_row, rows, claimed = group + 1, first_row + rows, 0, 0
 
@@ -187,7 +184,7 @@ class RowGroups(Partition):
             for value, path in values:
                 yield self._ref(row, value, path, read)
                 row += 1
-            for _ in range(check.readable, files.metadata.row_group(group).num_rows):
+            for _ in range(check.readable, files.footer.rows[group]):
                 yield self._ref(row, None, None, read, _not_read(check, row, _REWRITE))
                 row += 1
 
@@ -210,23 +207,26 @@ class _Opened:
 
     def __init__(self, path: str, size: int, mtime: float | None):
         self.path, self.size = path, size
-        self.metadata = footer(path, size, mtime)
+        self.footer = footer(path, size, mtime)
         self._window = parquet_pages.Window(path)
-        names = [self.metadata.schema.column(i).path for i in range(self.metadata.num_columns)]
-        self._column = {name: i for i, name in enumerate(names)}
 
     def check(self, group: int, first_row: int, columns: list[str],
               limit: int) -> parquet_pages.ChunkCheck:
         """The rows of row group `group` (whose first is the file's row `first_row`) that
         pyarrow can read of all `columns` within `limit` bytes a page: the check that stops
         first."""
-        found = self.metadata.row_group(group)
-        chunks = sorted((found.column(self._column[name]) for name in columns),
-                        key=lambda chunk: chunk.data_page_offset)   # In file order: one window.
         with readable(self.path):
-            return min((parquet_pages.check_chunk(self._window, chunk, found.num_rows, first_row,
-                                                  limit, chunk.path_in_schema)
-                        for chunk in chunks), key=lambda check: check.readable)
+            chunks = sorted((self._chunk(group, name) for name in columns),
+                            key=lambda chunk: chunk.start)   # In file order: one window.
+            return min((parquet_pages.check_chunk(self._window, chunk, self.footer.rows[group],
+                                                  first_row, limit) for chunk in chunks),
+                       key=lambda check: check.readable)
+
+    def _chunk(self, group: int, column: str) -> parquet_footer.Chunk:
+        found = self.footer.chunks[group].get(column)
+        if found is None:
+            raise parquet_footer.DamagedFooter(f'row group {group} has no column {column}')
+        return found
 
     def rows(self, group: int, label: str | None, path: str | None, count: int,
              batch_rows: int) -> Iterator[tuple]:
@@ -235,21 +235,24 @@ class _Opened:
         columns = [name for name in (label, path) if name]
         if count == 0 or not columns:
             return
-        found = self.metadata.row_group(group)
-        together = sum(found.column(self._column[name]).total_compressed_size
-                       for name in columns) <= READ_BUFFER   # Read at once, else each by window.
+        with readable(self.path):
+            together = sum(self._chunk(group, name).compressed
+                           for name in columns) <= READ_BUFFER   # At once, else each by window.
         with opened(self.path, self.size) as stream, readable(self.path):
-            parquet = pq.ParquetFile(stream, metadata=self.metadata, pre_buffer=together,
+            parquet = pq.ParquetFile(stream, metadata=self.footer.arrow, pre_buffer=together,
                                      buffer_size=0 if together else READ_BUFFER)
             for batch in parquet.iter_batches(batch_rows, row_groups=[group], columns=columns,
                                               use_threads=False):
+                if batch.num_rows == 0:
+                    break
                 batch = batch.slice(0, count)
                 nones = [None] * batch.num_rows
-                yield from zip(_field(batch, label).to_pylist() if label else nones,
+                yield from zip(_values(_field(batch, label)) if label else nones,
                                _paths(_field(batch, path)) if path else nones)
                 count -= batch.num_rows
                 if count == 0:
                     return
+            raise _fewer(group, columns)
 
     def images(self, group: int, column: str, count: int) -> Iterator[memoryview | None]:
         """The image bytes of the first `count` rows of row group `group`, one at a time, each
@@ -257,14 +260,22 @@ class _Opened:
         if count == 0:
             return
         with opened(self.path, self.size) as stream, readable(self.path):
-            parquet = pq.ParquetFile(stream, metadata=self.metadata, pre_buffer=False,
+            parquet = pq.ParquetFile(stream, metadata=self.footer.arrow, pre_buffer=False,
                                      buffer_size=READ_BUFFER)
             for batch in parquet.iter_batches(1, row_groups=[group], columns=[column],
                                               use_threads=False):
+                if batch.num_rows != 1:
+                    break
                 yield _view(_field(batch, column))
                 count -= 1
                 if count == 0:
                     return
+            raise _fewer(group, [column])
+
+
+def _fewer(group: int, columns: list[str]) -> parquet_pages.DamagedPages:
+    return parquet_pages.DamagedPages(f'row group {group} holds fewer rows of {", ".join(columns)} '
+                                      'than its footer says')
 
 
 def _field(batch: pa.RecordBatch, column: str) -> pa.Array:
@@ -285,11 +296,30 @@ def _view(values: pa.Array) -> memoryview | None:
 
 
 def _paths(values: pa.Array) -> list[str | None]:
-    """Paths as text, None for a null or empty one and one over MAX_PATH characters (not
-    made)."""
-    length = pc.utf8_length(values)
+    """Paths as text, None for a null or empty one, one over MAX_PATH bytes (not made) and one
+    that is not UTF-8."""
+    raw = values.cast(pa.large_binary())   # Not checked as UTF-8 when read: checked here.
+    length = pc.binary_length(raw)
     fits = pc.fill_null(pc.and_(pc.greater(length, 0), pc.less_equal(length, MAX_PATH)), False)
-    return pc.if_else(fits, values, pa.scalar(None, values.type)).to_pylist()
+    return [None if text is NOT_UTF8 else text
+            for text in _texts(pc.if_else(fits, raw, pa.scalar(None, raw.type)))]
+
+
+def _values(values: pa.Array) -> list:
+    """A column's values, text decoded here (NOT_UTF8 for text that is not UTF-8)."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return _texts(values.cast(pa.large_binary()))
+    return values.to_pylist()
+
+
+def _texts(raw: pa.Array) -> list:
+    texts = []
+    for data in raw.to_pylist():
+        try:
+            texts.append(None if data is None else data.decode('utf-8'))
+        except UnicodeDecodeError:
+            texts.append(NOT_UTF8)
+    return texts
 
 
 @pickling.values_only
@@ -325,7 +355,7 @@ class RowGroupRead:
         wanted = [_row(ref) for ref in refs]
         files, at, first = self._opened, 0, self.first_row
         for group in range(self.first_group, self.end_group):
-            rows = files.metadata.row_group(group).num_rows
+            rows = files.footer.rows[group]
             mine = [row - first for row in wanted[at:at + rows] if row < first + rows]
             if mine:
                 readable, chosen = self._checks[group].readable, set(mine)
@@ -358,7 +388,7 @@ class RowGroupRead:
         checks, first = {}, self.first_row
         for group in range(self.first_group, self.end_group):
             checks[group] = self._opened.check(group, first, columns, self.limit)
-            first += self._opened.metadata.row_group(group).num_rows
+            first += self._opened.footer.rows[group]
         return checks
 
     @functools.cached_property
@@ -386,7 +416,7 @@ class RowGroupRead:
         """Why row `row` has no image: its page, its path, or a null image without a path."""
         first = self.first_row
         for group in range(self.first_group, self.end_group):
-            rows = self._opened.metadata.row_group(group).num_rows
+            rows = self._opened.footer.rows[group]
             if row < first + rows:
                 break
             first += rows
@@ -407,7 +437,7 @@ class _Paths:
     unless asked; never into a page past the rows asked for)."""
 
     def __init__(self, files: _Opened, group: int, column: str | None):
-        self._rows = files.rows(group, None, column, files.metadata.row_group(group).num_rows,
+        self._rows = files.rows(group, None, column, files.footer.rows[group],
                                 1) if column else iter(())
         self._next, self._path = 0, None
 
