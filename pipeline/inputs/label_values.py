@@ -13,6 +13,7 @@ from typing import Any
 from transforms.labels import MAX_LABEL_ID
 
 MAX_JSON_DEPTH = 64
+MAX_METADATA = 64 << 20   # Bytes of a parquet schema's huggingface metadata (a million names fit).
 SHOWN = 40     # Characters of a bad value shown in a message.
 _REWRITE = 'write the file again with datasets'
 _JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
@@ -89,3 +90,16 @@ def class_label_names(feature: dict) -> tuple[str, ...]:
         raise ValueError(f'gives num_classes {count:,}, not one of 0..{MAX_LABEL_ID:,}; '
                          f'{_REWRITE}')
     return tuple(str(i) for i in range(count))
+
+
+def hub_features(metadata: bytes) -> dict:
+    """The features of a parquet schema's `huggingface` metadata (`info.features`), at most
+    MAX_METADATA bytes of it; ValueError when that is not what `datasets` writes."""
+    if len(metadata) > MAX_METADATA:
+        raise ValueError(f'{len(metadata):,} bytes, more than the {MAX_METADATA:,} read')
+    document = json_value(metadata.decode('utf-8'))   # UnicodeDecodeError is a ValueError.
+    info = document.get('info', {}) if isinstance(document, dict) else None
+    features = info.get('features', {}) if isinstance(info, dict) else None
+    if not isinstance(features, dict):
+        raise ValueError('no object at info.features')
+    return features

@@ -26,14 +26,14 @@ import pyarrow.parquet as pq
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.parquet_row_groups import Columns, RowGroups, footer, opened, readable, spans
+from pipeline.inputs.parquet_row_groups import (ClassNames, Columns, RowGroups, footer, opened,
+                                                readable, spans)
 from pipeline.inputs.split_names import split_of
 from pipeline.io import fileio
 from pipeline.output.metadata import SPLITS
 from transforms.settings import LabelSettings
 
 PARQUET = '.parquet'
-METADATA_BYTES = 64 << 20  # Of the schema's huggingface metadata, at most (a million names fit).
 
 
 def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
@@ -86,16 +86,21 @@ def _split_folders(folders: dict[str, fileio.Entry]) -> dict[str, list[fileio.En
     return found or None
 
 
-def read_columns(path: str, size: int, image: str | None = None,
-                 label: str | None = None) -> Columns:
+def read_columns(path: str, size: int, image: str | None = None, label: str | None = None,
+                 mtime: float | None = None) -> Columns:
     """The image and label columns of parquet file `path` (those named, else those its
     `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
     file, the columns it has and the flag that chooses."""
     with opened(path, size) as stream, readable(path):
-        return _columns(path, pq.read_schema(stream), image, label)
+        schema = pq.read_schema(stream)
+    return _columns((path, size, mtime), schema, image, label)
 
 
-def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None) -> Columns:
+def _columns(file: tuple[str, int, float | None], schema: pa.Schema, image: str | None,
+             label: str | None) -> Columns:
+    """The columns of parquet file `file` (path, size, modification time), whose schema is
+    `schema`, as `read_columns` says."""
+    path = file[0]
     features = _features(path, (schema.metadata or {}).get(b'huggingface', b'{}'))
     image = image or _typed(path, schema, features, 'Image', '--image_column')
     label = label or _typed(path, schema, features, 'ClassLabel', '--label_column')
@@ -116,7 +121,7 @@ def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None)
                            '--image_column and --label_column')
     if feature.get('_type') == 'ClassLabel':
         try:
-            classes = label_values.class_label_names(feature)
+            classes = ClassNames.of(label_values.class_label_names(feature), *file, label)
         except ValueError as exc:
             raise DatasetError(f'{path}: the ClassLabel of column {label} {exc}') from None
         return Columns(image, label, classes, _path_column(image, kind), pa.types.is_struct(kind))
@@ -140,21 +145,14 @@ def _path_column(image: str, kind: pa.DataType) -> str | None:
 
 
 def _features(path: str, metadata: bytes) -> dict:
-    """The features of the schema's `huggingface` metadata (`info.features`), or a DatasetError
-    naming the file when that is not what `datasets` writes (or more than METADATA_BYTES)."""
+    """The features of the schema's `huggingface` metadata, or a DatasetError naming the file
+    when that is not what `datasets` writes."""
     try:
-        if len(metadata) > METADATA_BYTES:
-            raise ValueError(f'{len(metadata):,} bytes, more than the {METADATA_BYTES:,} read')
-        document = label_values.json_value(metadata.decode('utf-8'))
-        info = document.get('info', {}) if isinstance(document, dict) else None
-        features = info.get('features', {}) if isinstance(info, dict) else None
-        if not isinstance(features, dict):
-            raise ValueError('no object at info.features')
-    except ValueError as exc:   # UnicodeDecodeError is one.
+        return label_values.hub_features(metadata)
+    except ValueError as exc:
         raise DatasetError(f'{path}: its huggingface schema metadata is not what the datasets '
                            f'library writes ({printable(str(exc))[:120]}); rewrite the file with '
                            'datasets, or name the columns with --image_column and --label_column') from None
-    return features
 
 
 def _binary(kind: pa.DataType) -> bool:
@@ -188,8 +186,9 @@ class ParquetFile(Partition):
     def split_further(self) -> list[Partition]:
         found_footer = footer(self.path, self.size, self.mtime)
         with readable(self.path):
-            found = _columns(self.path, found_footer.arrow.schema.to_arrow_schema(),
-                             self.columns.image, self.columns.label)
+            schema = found_footer.arrow.schema.to_arrow_schema()
+        found = _columns((self.path, self.size, self.mtime), schema, self.columns.image,
+                         self.columns.label)
         if found != self.columns:
             raise DatasetError(f'{self.path}: the labels of column {found.label} are not those of '
                                f'the first file: {_difference(found, self.columns)}; convert the '
@@ -229,9 +228,10 @@ def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
                 fix = '' if 'remove it' in entry.error else '; replace it with the parquet file'
                 raise DatasetError(f'{entry.path}: {entry.error}{fix}')
     first = by_split[splits[0]][1][0]
-    columns = read_columns(first.path, first.size, opts.image_column, opts.label_column)
+    columns = read_columns(first.path, first.size, opts.image_column, opts.label_column,
+                           first.mtime)
     if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
-        labels = dataclasses.replace(labels, label_names=columns.classes, names_origin=(
+        labels = dataclasses.replace(labels, label_names=tuple(columns.classes), names_origin=(
             f'the ClassLabel of column {columns.label} in {first.path}'))
     partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns,
                               opts.max_input_mb << 20)

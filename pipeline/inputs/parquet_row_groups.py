@@ -1,8 +1,8 @@
 """The row groups of a parquet file (pipeline/inputs/parquet_files.py), listed and read within
 bounds, whatever the file claims.
 
-A file's footer is read once per process (`footer`, a cache of the last file's): listing and
-reading a row group opens the file with it, so a file of 20,000 row groups is not parsed
+A file's footer is read once per process (`footer`, a cache of the footers read last): listing
+and reading a row group opens the file with it, so a file of 20,000 row groups is not parsed
 20,000 times. Its row groups are cut into spans (`spans`: consecutive groups of at least
 SPAN_ROWS rows, or SPAN_BYTES of images, each group whole), each one partition, listed by a
 worker from its label column (and its images' paths), BATCH_ROWS rows at a time: a generator
@@ -21,7 +21,9 @@ file's folder; local or gs://), as `datasets` reads it.
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import itertools
+import json
 from typing import Iterator
 
 import numpy as np
@@ -51,12 +53,61 @@ _REWRITE = 'write the file again with smaller pages (datasets writes about 1 MiB
 NOT_UTF8 = object()          # A text value whose bytes are not UTF-8 (pyarrow does not check).
 
 
+_NAMES: dict[str, tuple[str, ...]] = {}   # Class names by digest, read once per process.
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassNames:
+    """A ClassLabel's names in id order, as a sequence; it travels as where they are (a file and
+    its label column), their count and digest, and is read there once per process: a partition
+    holds no copy of a million names (100 partitions of one file took its launcher past 11 GB)."""
+    file: str = dataclasses.field(compare=False)
+    size: int = dataclasses.field(compare=False)
+    mtime: float | None = dataclasses.field(compare=False)
+    column: str = dataclasses.field(compare=False)
+    count: int
+    digest: str
+
+    @classmethod
+    def of(cls, names: tuple[str, ...], file: str, size: int, mtime: float | None,
+           column: str) -> 'ClassNames':
+        """The names `names`, read from the ClassLabel of `column` in `file`."""
+        digest = hashlib.blake2b(json.dumps(names).encode(), digest_size=16).hexdigest()
+        _NAMES[digest] = names
+        return cls(file, size, mtime, column, len(names), digest)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> str:
+        return self.names[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self.digest not in _NAMES:
+            with readable(self.file):
+                schema = footer(self.file, self.size, self.mtime).arrow.schema.to_arrow_schema()
+            try:
+                features = label_values.hub_features(schema.metadata[b'huggingface'])
+                names = label_values.class_label_names(features[self.column])
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise DatasetError(f'{self.file}: the ClassLabel of column {self.column} cannot be '
+                                   f'read again ({exc}); was the file changed during the run?') from None
+            if ClassNames.of(names, self.file, self.size, self.mtime, self.column) != self:
+                raise DatasetError(f'{self.file}: the ClassLabel of column {self.column} changed '
+                                   'during the run; convert again')
+        return _NAMES[self.digest]
+
+
 @dataclasses.dataclass(frozen=True)
 class Columns:
     """Where a file's images and labels are."""
     image: str
     label: str
-    classes: tuple[str, ...] | None   # The ClassLabel's names in id order; None: as stored.
+    classes: ClassNames | None   # The ClassLabel's names in id order; None: as stored.
     path: str | None = None           # The column of the images' paths (`IMAGE.path`), if any.
     struct: bool = False              # Whether images are {bytes, path} structs.
 
@@ -107,7 +158,7 @@ def readable(path: str):
                            'replace it with the file as the Hub serves it, or move it away') from None
 
 
-_FOOTERS: dict[tuple, parquet_footer.Footer] = {}   # The files' read last last.
+_FOOTERS: dict[tuple, parquet_footer.Footer] = {}   # By file; the one read last comes last.
 
 
 def footer(path: str, size: int, mtime: float | None) -> parquet_footer.Footer:
