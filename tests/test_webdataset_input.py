@@ -22,6 +22,7 @@ from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import (IN_PROCESS, cli, output_files, pixels, read_files, read_split, run_cli,
                            run_measured)
 from tests.test_archives import _convert_through_counting_proxy
+from tests.test_parquet_hardening import _records
 
 PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4..1}', '{2..-1}',
             '{a..g..2}', '{e..a..2}', '{Z..a}', 'a{1..3}b{x,y}', 'python{2.{5..7},3.{2,3}}',
@@ -74,7 +75,7 @@ def test_labels_that_claim_too_much_are_reported_samples_with_a_bounded_excerpt(
     result = cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/out',
                  '--max_error_ratio=1', *IN_PROCESS)
     assert result.returncode == 0, result.stderr
-    assert [r[records.FILENAME] for r in read_split(f'{tmp_path}/out', 'train')] == ['a.jpg']
+    assert [r[records.FILENAME] for r in _records(f'{tmp_path}/out')] == [[b'a.jpg']]
     with open(f'{tmp_path}/out/errors-train.jsonl') as stream:
         reasons = {e['source']: e['reason'] for e in map(json.loads, stream)}
     sevens = repr('7' * 40)
