@@ -6,7 +6,6 @@ that labels.txt can hold (an id below MAX_LABEL_ID, or a one-line name); listing
     python -m benchmarks.fuzz_webdataset --seconds 300 [--seed 1]
 """
 import io
-import os
 import random
 import tarfile
 import tempfile

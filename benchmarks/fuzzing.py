@@ -60,11 +60,6 @@ def mutated(rng: random.Random, seed: bytes, tokens: list[bytes], steps: int = 4
     return bytes(data)
 
 
-def cases_of(*generators: Callable[[random.Random], object]) -> Callable[[random.Random], object]:
-    """A `make` that picks one of `generators` per case."""
-    return lambda rng: rng.choice(generators)(rng)
-
-
 def main(fuzz: Callable[[float, int], int], name: str) -> None:
     parser = argparse.ArgumentParser(description=f'Fuzz {name} for as long as asked.')
     parser.add_argument('--seconds', type=float, default=60)

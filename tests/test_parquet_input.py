@@ -20,7 +20,7 @@ from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
-                           run_measured, stage_pipeline)
+                           stage_pipeline)
 
 NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
 ROWS_PER_GROUP = 4

@@ -15,6 +15,7 @@ with pipeline/inputs/thrift_compact.py, its size bounded (MAX_HEADER bytes), for
 needed: type, sizes and the number of values (a row each, for the unnested columns read here).
 """
 import dataclasses
+
 from pipeline.inputs import thrift_compact
 from pipeline.io import fileio
 
@@ -38,7 +39,6 @@ class DamagedPages(ValueError):
 class ChunkCheck:
     """What pyarrow can read of one column chunk of a row group within a bound."""
     readable: int          # Rows from the row group's first that lie in pages within the bound.
-    widest: int            # The most bytes one page (with the dictionary page) holds.
     reason: str | None     # Why the rows from `readable` on cannot be read.
 
 
@@ -62,7 +62,7 @@ def check_chunk(window: Window, chunk, rows: int, first_row: int, limit: int) ->
     bytes per page (its compressed bytes too, unless it is stored uncompressed); DamagedPages
     when its headers do not parse or run past the chunk."""
     column, start, end = chunk.path, chunk.start, chunk.start + chunk.compressed
-    position, seen, dictionary, widest = start, 0, 0, 0
+    position, seen, dictionary = start, 0, 0
     while position < end and seen < rows:
         kind, uncompressed, compressed, values, length = _header(window, position, end)
         if compressed < 0 or uncompressed < 0 or values < 0 or position + length + compressed > end:
@@ -74,15 +74,13 @@ def check_chunk(window: Window, chunk, rows: int, first_row: int, limit: int) ->
         if kind in (_DICTIONARY, _DATA, _DATA_V2) and held > limit:
             what = ('the dictionary page' if kind == _DICTIONARY else
                     f'the page of rows {first_row + seen}-{first_row + seen + values - 1}')
-            return ChunkCheck(seen, widest, f'{what} of column {column} takes {held / _MIB:,.0f} '
-                                            'MiB to read (decompressed, with its compressed '
-                                            f'bytes and dictionary), more than {limit / _MIB:,.0f} '
-                                            'MiB')
+            return ChunkCheck(seen, f'{what} of column {column} takes {held / _MIB:,.0f} MiB to '
+                                    'read (decompressed, with its compressed bytes and '
+                                    f'dictionary), more than {limit / _MIB:,.0f} MiB')
         if kind in (_DATA, _DATA_V2):
             seen += values
-        widest = max(widest, held)
         position += length + compressed
-    return ChunkCheck(rows, widest, None)
+    return ChunkCheck(rows, None)
 
 
 def _header(window: Window, position: int, end: int) -> tuple[int, int, int, int, int]:
