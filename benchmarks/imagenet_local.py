@@ -23,7 +23,7 @@ import threading
 import time
 
 from pipeline.testing import imagenet_shape
-from pipeline.testing.process_memory import run_sampled
+from pipeline.testing.process_memory import sample_command
 
 MB = 1 << 20
 
@@ -43,15 +43,15 @@ def measure(inputs: str, output: str, checkout: str | None = None) -> dict:
     watcher.start()
     started = time.monotonic()
     try:
-        result, memory = run_sampled([sys.executable, '-m', 'pipeline.run', f'--input_dir={inputs}',
-                                      f'--output_dir={output}'], every=0.2, env=env,
-                                     cwd=checkout or None)
+        result = sample_command([sys.executable, '-m', 'pipeline.run', f'--input_dir={inputs}',
+                                 f'--output_dir={output}'], every=0.2, env=env,
+                                cwd=checkout or None)
     finally:
         done.set()
         watcher.join()
     return {'code': result.returncode, 'seconds': time.monotonic() - started,
-            'launcher': memory.launcher, 'worker': memory.largest_other,
-            'together': memory.together, 'temp': temp_peak[0],
+            'launcher': result.launcher, 'worker': result.largest_other,
+            'together': result.together, 'temp': temp_peak[0],
             'error': result.stderr.strip().splitlines()[-1:] if result.returncode else []}
 
 

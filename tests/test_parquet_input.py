@@ -18,8 +18,7 @@ from PIL import Image
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
-                           run_measured)
+from tests.helpers import IN_PROCESS, output_files, pixels, read_files, read_split, run_cli
 
 NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
 ROWS_PER_GROUP = 4
@@ -303,10 +302,12 @@ def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path
     assert sorted(files) == sorted(output_files(local))
     reads = _reads_through_proxy(gcs, f'--input_dir={source}', f'--output_dir={tmp_path}/counted',
                                  '--num_shards=2', *IN_PROCESS)
-    # One read for the first file's columns, one for each file's row groups (3), then for each
-    # of the 9 row groups (4 + 4 + 4, 4 + 4 + 2, 4 + 4 + 1 rows) its footer and its labels and
-    # paths, later its footer and its images: each read is of the bytes pyarrow asks for.
-    assert reads == 1 + 3 + 9 * 4
+    # One read for the first file's columns; for each file (row groups of 4 + 4 + 4, 4 + 4 + 2,
+    # 4 + 4 + 1 rows: one span each) its footer (its last 8 bytes, then the footer, read once
+    # per process), the page headers of its labels and paths (one 8 MB window), each row
+    # group's labels and paths, later the page headers of its images and each row group's
+    # images: each read is of the bytes pyarrow asks for.
+    assert reads == 1 + 3 * (2 + 1 + 3 + 1 + 3)
     assert files['labels.txt'] == b'zebra\nant\ncat\n'
     for split, count in (('train', 22), ('validation', 9)):
         shards = []
@@ -330,10 +331,10 @@ def test_grouped_reads_give_each_ref_its_row_bytes(tmp_path):
     path = str(tmp_path / 'train-00000-of-00001.parquet')
     _write(path, rows)
     size = os.path.getsize(path)
-    groups = ParquetFile('train', path, 'train.parquet', size, None,
-                         read_columns(path, size)).split_further()
-    assert len(groups) == 3   # 4 + 4 + 2 rows.
-    refs = [ref for group in groups for ref in group.examples()]
+    spans = ParquetFile('train', path, 'train.parquet', size, None, read_columns(path, size),
+                        256 << 20).split_further()
+    assert len(spans) == 1   # Row groups of 4 + 4 + 2 rows: one span of at least 64 rows.
+    refs = [ref for span in spans for ref in span.examples()]
     read = sorted((r.key, r.member and r.member.read(), r.problem, r.group)
                   for r in read_into_blobs(refs, str(tmp_path / 'temp'), False))
     assert read == sorted((f'train.parquet:row {row}', data, None if data else
@@ -345,9 +346,12 @@ READ_ALL_ROWS = '''import os, sys
 from pipeline.inputs.parquet_files import ParquetFile, read_columns
 path = sys.argv[1]
 size = os.path.getsize(path)
-groups = ParquetFile('train', path, 'big.parquet', size, None, read_columns(path, size)).split_further()
-refs = [ref for group in groups for ref in group.examples()]
-print(len(groups), sum(len(ref.data) for ref in refs[0].group.read(refs)))
+spans = ParquetFile('train', path, 'big.parquet', size, None, read_columns(path, size),
+                    256 << 20).split_further()
+refs = [ref for span in spans for ref in span.examples()]
+peak = lambda: int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) << 10
+listed = peak()
+print(len(spans), sum(len(ref.data) for ref in refs[0].group.read(refs)), peak() - listed)
 '''
 
 
@@ -360,10 +364,13 @@ def test_a_300_mb_row_group_is_read_without_holding_it(tmp_path):
     datasets.Dataset.from_dict({'image': [{'bytes': blob[i:], 'path': None} for i in range(150)],
                                 'label': [0] * 150}, features=features).to_parquet(path, batch_size=150)
     del blob
-    result, peak = run_measured(sys.executable, '-c', READ_ALL_ROWS, path)
+    result = subprocess.run([sys.executable, '-c', READ_ALL_ROWS, path], capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ['1', str(150 * (2 << 20) - sum(range(150)))]
-    assert peak < 250 << 20, peak   # The row group is 300 MB; a batch of 16 rows is 32 MB.
+    spans, total, growth = result.stdout.split()
+    assert (spans, total) == ('1', str(150 * (2 << 20) - sum(range(150))))
+    # The row group is 300 MB, read a row of 2 MB at a time (151 MB more, 16 rows at a time).
+    assert int(growth) < 64 << 20, growth
 
 
 def _noise_jpeg(seed: int) -> bytes:
@@ -416,18 +423,18 @@ def test_a_local_launcher_holds_no_more_for_parquet_than_for_the_same_images_as_
 
 @pytest.mark.slow
 def test_a_rerun_after_a_kill_reuses_the_row_groups_blobs_and_gives_the_same_bytes(tmp_path):
-    for n in range(2):
-        _write(tmp_path / f'in/data/train-0000{n}-of-00002.parquet', _rows(f'train{n}', 40))
+    for n in range(2):   # 40 row groups of 4 rows a file: spans of 64, 64 and 32 rows.
+        _write(tmp_path / f'in/data/train-0000{n}-of-00002.parquet', _rows(f'train{n}', 160))
     flags = [f'--input_dir={tmp_path}/in', '--num_shards=3', *IN_PROCESS]
     out = str(tmp_path / 'out')
     assert run_cli(*flags, f'--output_dir={out}', kill_at='group:3').returncode == -signal.SIGKILL
     written = {path: os.stat(path) for path in glob.glob(f'{out}/.tmp-*/groups/*.images')}
     assert len(written) == 3 and not glob.glob(f'{out}/.tmp-*/groups/*.partial-*')
-    # Every group is read before a chunk is converted: killed at its first chunk, a rerun has
-    # all 20 blobs, the first three those the first attempt wrote, not written again.
+    # Every span is read before a chunk is converted: killed at its first chunk, a rerun has
+    # all 6 blobs, the first three those the first attempt wrote, not written again.
     assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:1').returncode == -signal.SIGKILL
     blobs = {path: os.stat(path) for path in glob.glob(f'{out}/.tmp-*/groups/*.images')}
-    assert len(blobs) == 20
+    assert len(blobs) == 6
     assert all((blobs[p].st_ino, blobs[p].st_mtime_ns) == (s.st_ino, s.st_mtime_ns)
                for p, s in written.items())
     rerun = run_cli(*flags, f'--output_dir={out}')
@@ -435,4 +442,4 @@ def test_a_rerun_after_a_kill_reuses_the_row_groups_blobs_and_gives_the_same_byt
     reference = str(tmp_path / 'reference')
     assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
-    assert len(read_split(out, 'train')) == 80
+    assert len(read_split(out, 'train')) == 320

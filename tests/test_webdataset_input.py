@@ -19,9 +19,10 @@ from pipeline.inputs.folder_layout import NOT_UTF8
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import (IN_PROCESS, output_files, pixels, read_files, read_split, run_cli,
+from tests.helpers import (IN_PROCESS, cli, output_files, pixels, read_files, read_split, run_cli,
                            run_measured)
 from tests.test_archives import _convert_through_counting_proxy
+from tests.test_parquet_hardening import _records
 
 PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4..1}', '{2..-1}',
             '{a..g..2}', '{e..a..2}', '{Z..a}', 'a{1..3}b{x,y}', 'python{2.{5..7},3.{2,3}}',
@@ -62,15 +63,31 @@ def test_a_pattern_that_stands_for_millions_of_shards_is_refused_in_one_line(tmp
 
 
 @pytest.mark.slow
-def test_a_class_id_far_beyond_any_class_is_refused_in_one_line(tmp_path):
+def test_labels_that_claim_too_much_are_reported_samples_with_a_bounded_excerpt(tmp_path):
+    """A class id of 5,000 digits (past int()'s limit), one of 4,299 (an id far past any class;
+    it once failed the run, printing every digit), JSON nested 30,000 deep (past the decoder's
+    recursion): each a reported sample, never the run's end."""
+    jpeg = imagemaker.jpeg(32, 24, seed=1)
     shard = _tar(tmp_path / 'huge-000000.tar', [
-        ('a.jpg', imagemaker.jpeg(32, 24, seed=1)), ('a.cls', b'0'),
-        ('b.jpg', imagemaker.jpeg(32, 24, seed=2)), ('b.cls', b'99999999999999999999999')])
-    result = run_cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/out')
-    assert result.returncode != 0
-    assert ('error: integer label 99999999999999999999999 is not a class id: ids run 0..N-1, and '
-            'this tool takes ids below 1,000,000') in result.stderr
-    assert 'Traceback' not in result.stderr
+        ('a.jpg', jpeg), ('a.cls', b'0'), ('b.jpg', jpeg), ('b.cls', b'7' * 5000),
+        ('c.jpg', jpeg), ('c.cls', b'7' * 4299), ('d.jpg', jpeg), ('d.cls', b'1000000'),
+        ('e.jpg', jpeg), ('e.json', b'{"label": ' + b'[' * 30000 + b']' * 30000 + b'}')])
+    result = cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/out',
+                 '--max_error_ratio=1', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    assert [r[records.FILENAME] for r in _records(f'{tmp_path}/out')] == [[b'a.jpg']]
+    with open(f'{tmp_path}/out/errors-train.jsonl') as stream:
+        reasons = {e['source']: e['reason'] for e in map(json.loads, stream)}
+    sevens = repr('7' * 40)
+    assert reasons == {
+        f'{shard}/b': f'{shard}: sample b has a label that does not parse: b.cls holds class id '
+                      f'{sevens}... (5,000 characters), not below 1,000,000, the bound on class ids',
+        f'{shard}/c': f'{shard}: sample c has a label that does not parse: c.cls holds class id '
+                      f'{sevens}... (4,299 characters), not below 1,000,000, the bound on class ids',
+        f'{shard}/d': f"{shard}: sample d has a label that does not parse: d.cls holds class id "
+                      "'1000000', not below 1,000,000, the bound on class ids",
+        f'{shard}/e': f'{shard}: sample e has a label that does not parse: e.json is JSON nested '
+                      'more than 64 deep'}
 
 
 def test_shard_lists_keep_the_order_given():

@@ -1,14 +1,19 @@
 """PNG input, read chunk by chunk.
 
-`png_stream`: the input without the chunks Pillow would only keep. Pillow reads every chunk it
-has no handler for whole and holds the private ones with the image (a 250 MiB padding chunk cost
-twice that while the image decoded), so such chunks of SKIPPED_BYTES or more are skipped before
-Pillow sees them (smaller ones are left to it, so that the ranges kept stay few).
+`png_stream`: the input without the chunks Pillow would only copy. Pillow reads every chunk
+whole: one it has no handler for (a private one) it holds with the image, so such chunks are
+skipped once they reach SKIPPED_BYTES, alone or together (a 250 MiB padding chunk cost twice
+that while the image decoded); one it has a handler for it reads, joins and copies again (an
+eXIf chunk: three copies, four with an EXIF entry pointing into it: a 250 MiB one took a worker
+to 1.2-1.4 GB), so those are skipped from HANDLED_BYTES on (Pillow's own bound on a text
+chunk's text). Pixels (IDAT, fdAT) are never skipped. A skipped eXIf or text chunk gives no
+orientation: such an image is converted as stored.
 
 `plain_png`: whether a PNG's pixels are exactly what libspng decodes, with nothing for Pillow
 to apply (transparency, an orientation, a palette, 16-bit samples), so the faster decoder can
 take it (transforms/images.py).
 """
+import bisect
 import io
 import struct
 
@@ -16,21 +21,25 @@ from PIL import PngImagePlugin
 
 _SIGNATURE = b'\x89PNG\r\n\x1a\n'
 SKIPPED_BYTES = 1 << 16
+HANDLED_BYTES = 1 << 20
+_PIXELS = frozenset((b'IDAT', b'fdAT'))
 
 
 def png_stream(data: bytes) -> io.BufferedReader | io.BytesIO:
-    """A stream of `data` that omits every PNG chunk of SKIPPED_BYTES or more that Pillow has no
-    handler for; `data` itself when it is no PNG or has none (no byte is copied either way)."""
+    """A stream of `data` without the PNG chunks Pillow would only copy (see above); `data`
+    itself when it is no PNG or has none (no byte is copied either way)."""
     if not data.startswith(_SIGNATURE):
         return io.BytesIO(data)
-    kept, start, pos = [], 0, len(_SIGNATURE)
+    kept, start, pos, private = [], 0, len(_SIGNATURE), 0
     while pos + 8 <= len(data):
         length, kind = struct.unpack_from('>I4s', data, pos)
         end = pos + 12 + length
         if kind == b'IEND' or end > len(data):
             break
-        if length >= SKIPPED_BYTES and not hasattr(PngImagePlugin.PngStream,
-                                                   'chunk_' + kind.decode('latin-1')):
+        handled = hasattr(PngImagePlugin.PngStream, 'chunk_' + kind.decode('latin-1'))
+        private += 0 if handled else length
+        if kind not in _PIXELS and (length >= HANDLED_BYTES if handled
+                                    else private >= SKIPPED_BYTES):
             kept.append((start, pos))
             start = end
         pos = end
@@ -86,7 +95,9 @@ class _Spliced(io.RawIOBase):
     def __init__(self, buffer: memoryview, ranges: list[tuple[int, int]]):
         super().__init__()
         self._parts = [buffer[a:b] for a, b in ranges if b > a]
-        self._size = sum(len(part) for part in self._parts)
+        self._starts = [0]   # Where each part starts in the stream, then its end.
+        for part in self._parts:
+            self._starts.append(self._starts[-1] + len(part))
         self._pos = 0
 
     def readable(self) -> bool:
@@ -99,21 +110,17 @@ class _Spliced(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._starts[-1]}[whence]
         self._pos = max(0, base + offset)
         return self._pos
 
     def readinto(self, target) -> int:
-        skip, done = self._pos, 0
         target = memoryview(target).cast('B')
-        for part in self._parts:
-            if skip >= len(part):
-                skip -= len(part)
-                continue
-            piece = part[skip:skip + len(target) - done]
+        index, done = bisect.bisect_right(self._starts, self._pos) - 1, 0
+        while index < len(self._parts) and done < len(target):
+            skip = self._pos + done - self._starts[index]
+            piece = self._parts[index][skip:skip + len(target) - done]
             target[done:done + len(piece)] = piece
-            done, skip = done + len(piece), 0
-            if done == len(target):
-                break
+            done, index = done + len(piece), index + 1
         self._pos += done
         return done

@@ -8,6 +8,7 @@ import io
 from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
+from pipeline.inputs import label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source, check_regular, path_ref
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
@@ -16,6 +17,8 @@ from pipeline.base.splits import SPLITS
 from pipeline.base.settings import LabelSettings
 
 CSV_CHUNK_BYTES = 8 << 20
+MAX_CHUNK_BYTES = 64 << 20   # Of a chunk read whole: a longer one is a record that long.
+MAX_SIZE_DIGITS = 18         # Of a `size` field: more is no size of a file.
 _HEADER_URIS = {'uri', 'path', 'image', 'image_path', 'file', 'filename', 'url'}
 
 
@@ -74,10 +77,12 @@ def _header(path: str) -> tuple[str, ...] | None:
     names = tuple(name.strip() for name in row)
     if len(names) < 2 or names[0].lower() not in _HEADER_URIS or names[1].lower() != 'label':
         return None
+    seen = set(names[:2])
     for name in names[2:]:
-        if not name or name in records.IMAGE_FEATURES or names.count(name) > 1:
+        if not name or name in records.IMAGE_FEATURES or name in seen:
             raise DatasetError(f'{path} line 1: column {name!r} cannot be a feature name; name '
                                'each further column once, not after a record key')
+        seen.add(name)
     return names
 
 
@@ -93,10 +98,31 @@ class CsvChunk(Partition):
     listed_together = True
 
     def examples(self) -> Iterator[ExampleRef]:
+        """Its records' refs. A chunk over MAX_CHUNK_BYTES holds a record that long (no line
+        break outside quotes follows its first CSV_CHUNK_BYTES): only those are read, and the
+        record they end in (the last, or the first that does not parse) is reported."""
+        cut = self.end - self.start > MAX_CHUNK_BYTES
         with fileio.open_read(self.path) as stream:
             stream.seek(self.start)
-            data = stream.read(self.end - self.start)
+            data = stream.read(CSV_CHUNK_BYTES if cut else self.end - self.start)
         text = data.decode('utf-8-sig' if self.start == 0 else 'utf-8', 'replace')
+        held = None   # When cut: the last record read, held back.
+        for line, ref, parsed in self._records(text):
+            if not cut:
+                yield ref
+                continue
+            if held is not None:
+                yield held
+            held = ref
+            if not parsed:
+                break
+        if held is not None:
+            yield self._problem(line, f'this record runs past {MAX_CHUNK_BYTES >> 20} MiB (more '
+                                'than is read at once) with no line break outside quotes: a '
+                                'quote that is never closed? Close it')
+
+    def _records(self, text: str) -> Iterator[tuple[int, ExampleRef, bool]]:
+        """(line, ref, whether it parsed) of each record of `text`, the chunk's text."""
         reader = csv.reader(io.StringIO(text, newline=''))
         base = fileio.dirname(self.path)
         while True:
@@ -106,11 +132,11 @@ class CsvChunk(Partition):
             except StopIteration:
                 return
             except csv.Error as exc:
-                yield self._problem(line, f'cannot parse: {exc}')
+                yield line, self._problem(line, f'cannot parse: {exc}'), False
                 continue
             if not row or (self.columns and self.start == 0 and reader.line_num == 1):
                 continue  # A blank line, or the header.
-            yield self._parse(row, line, base)
+            yield line, self._parse(row, line, base), True
 
     def _problem(self, line: int, reason: str) -> ExampleRef:
         return ExampleRef(self.split, f'{self.path}:{line}', '', '', None,
@@ -135,9 +161,11 @@ class CsvChunk(Partition):
         size, extras = None, []
         for name, value in zip(names[2:], row[2:]):
             if name == 'size':
-                if not value.strip().isdigit():
-                    return self._problem(line, f'size {value!r} is not a whole number of bytes')
-                size = int(value)
+                digits = value.strip()
+                if not (digits.isascii() and digits.isdigit() and len(digits) <= MAX_SIZE_DIGITS):
+                    return self._problem(line, f'size {label_values.excerpt(value)} is not a '
+                                               'whole number of bytes')
+                size = int(digits)
             else:
                 extras.append((name, value))
         return path_ref(self.split, uri, label, size, tuple(sorted(extras)))

@@ -12,36 +12,27 @@ The image column is the one whose feature is an `Image` in the schema's `hugging
 LabelSettings.label_names, as --labels_file fixes them); an integer label column without a
 ClassLabel gives ids as stored, a text column sorted names, as any other input.
 
-Each file is one partition, which splits further into one per row group: a worker lists a row
-group from its label column (and its images' paths) alone, so listing reads no image. The
-images are read after the shard plan (transforms/grouped_reads.py): the refs of a row group are
-brought together and one pass over its image column, BATCH_ROWS rows decoded at a time through
-a READ_BUFFER window (each a ranged read on gs://), writes its images into one blob in the run's
-temporary folder, from which each chunk reads its rows by byte range. Every row is an input: a
-record or a reported error named `FILE:row N` (N counts from 0, as `datasets` indexes the file).
+Each file is one partition, which splits further into spans of its row groups, each listed
+and read as pipeline/inputs/parquet_row_groups.py says. Every row is an input: a record or a
+reported error named `FILE:row N` (N counts from 0, as `datasets` indexes the file).
 """
-import contextlib
 import dataclasses
 import itertools
-import json
-from typing import Callable, Iterator
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import DatasetError, printable
-from pipeline.inputs import archives
+from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.base.refs import ExampleRef
-from pipeline.base.splits import split_of
+from pipeline.inputs.parquet_row_groups import (ClassNames, Columns, RowGroups, footer, opened,
+                                                readable, spans)
+from pipeline.base.splits import SPLITS, split_of
 from pipeline.io import fileio
-from pipeline.io.ranged_file import RangedFile
-from pipeline.base.splits import SPLITS
 from pipeline.base.settings import LabelSettings
 
 PARQUET = '.parquet'
-BATCH_ROWS = 16            # Rows decoded at once: a row group is never held whole.
-READ_BUFFER = 8 << 20      # Bytes of images pyarrow reads at a time (one ranged read on gs://).
 
 
 def find_layout(root: str) -> dict[str, list[fileio.Entry]] | None:
@@ -94,58 +85,21 @@ def _split_folders(folders: dict[str, fileio.Entry]) -> dict[str, list[fileio.En
     return found or None
 
 
-@dataclasses.dataclass(frozen=True)
-class Columns:
-    """Where a file's images and labels are."""
-    image: str
-    label: str
-    classes: tuple[str, ...] | None   # The ClassLabel's names in id order; None: as stored.
-
-    def label_of(self, value) -> tuple[str | int | None, str | None]:
-        """(label, None) for a stored label value, or (None, why it is not one)."""
-        if value is None or value == '':
-            return None, f'no label (column {self.label} is null)'
-        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
-                self.classes is not None and isinstance(value, str)):
-            return None, (f'label {value!r} in column {self.label} is not a class id'
-                          + ('' if self.classes is not None else ' or a class name'))
-        if self.classes is not None and not 0 <= value < len(self.classes):
-            return None, (f'label {value} is not a class id: the ClassLabel of column '
-                          f'{self.label} has ids 0..{len(self.classes) - 1}')
-        if self.classes is not None:
-            return self.classes[value], None
-        if isinstance(value, int) and value < 0:
-            return None, f'label {value} is negative; labels are ids 0..N-1'
-        return value, None
-
-
-def read_columns(path: str, size: int, image: str | None = None,
-                 label: str | None = None) -> Columns:
+def read_columns(path: str, size: int, image: str | None = None, label: str | None = None,
+                 mtime: float | None = None) -> Columns:
     """The image and label columns of parquet file `path` (those named, else those its
     `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
     file, the columns it has and the flag that chooses."""
-    with _opened(path, size) as stream, _readable(path):
-        return _columns(path, pq.read_schema(stream), image, label)
+    with opened(path, size) as stream, readable(path):
+        schema = pq.read_schema(stream)
+    return _columns((path, size, mtime), schema, image, label)
 
 
-@contextlib.contextmanager
-def _readable(path: str):
-    """Turns pyarrow's and the OS's errors reading parquet file `path` into one DatasetError
-    naming it."""
-    try:
-        yield
-    except (pa.ArrowException, OSError) as exc:
-        raise DatasetError(f'{path} cannot be read as a parquet file ({printable(str(exc))[:160]}); '
-                           'replace it with the file as the Hub serves it, or move it away') from None
-
-
-def _opened(path: str, size: int):
-    """Parquet file `path` of `size` bytes to read: on gs://, every read pyarrow makes is one
-    ranged read of what it asks for."""
-    return RangedFile(path, size) if fileio.is_gcs(path) else open(path, 'rb')
-
-
-def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None) -> Columns:
+def _columns(file: tuple[str, int, float | None], schema: pa.Schema, image: str | None,
+             label: str | None) -> Columns:
+    """The columns of parquet file `file` (path, size, modification time), whose schema is
+    `schema`, as `read_columns` says."""
+    path = file[0]
     features = _features(path, (schema.metadata or {}).get(b'huggingface', b'{}'))
     image = image or _typed(path, schema, features, 'Image', '--image_column')
     label = label or _typed(path, schema, features, 'ClassLabel', '--label_column')
@@ -159,38 +113,45 @@ def _columns(path: str, schema: pa.Schema, image: str | None, label: str | None)
         raise DatasetError(f'{path}: column {image} holds {kind}, not images (binary, or a '
                            '{bytes, path} struct); name the image column with --image_column')
     feature = features.get(label, {})
+    if not isinstance(feature, dict):
+        raise DatasetError(f'{path}: the feature of column {label} in its huggingface schema '
+                           f'metadata is {label_values.excerpt(feature)}, not an object; write '
+                           'the file again with datasets, or name the columns with '
+                           '--image_column and --label_column')
     if feature.get('_type') == 'ClassLabel':
-        classes = feature.get('names') or [str(i) for i in range(feature.get('num_classes', 0))]
-        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-            raise DatasetError(f'{path}: the ClassLabel of column {label} does not list its class '
-                               'names as text; rewrite the file with datasets, or give '
-                               '--labels_file')
-        twice = sorted({name for name in classes if classes.count(name) > 1})
-        if twice:
-            raise DatasetError(f'{path}: the ClassLabel of column {label} names {twice[0]!r} more '
-                               'than once; labels.txt needs a name per id: give each its own in '
-                               'the file\'s features')
-        return Columns(image, label, tuple(classes))
+        try:
+            classes = ClassNames.of(label_values.class_label_names(feature), *file, label)
+        except ValueError as exc:
+            raise DatasetError(f'{path}: the ClassLabel of column {label} {exc}') from None
+        return Columns(image, label, classes, _path_column(image, kind), pa.types.is_struct(kind))
     kind = schema.field(label).type
     if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
             or pa.types.is_large_string(kind)):
         raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
                            'class names); name the label column with --label_column')
-    return Columns(image, label, None)
+    kind = schema.field(image).type
+    return Columns(image, label, None, _path_column(image, kind), pa.types.is_struct(kind))
+
+
+def _path_column(image: str, kind: pa.DataType) -> str | None:
+    """`IMAGE.path` when the image column is a struct with one text field `path` (as `datasets`
+    writes it); None when its images have no usable path (plain bytes; a path that is missing,
+    a number or a struct)."""
+    if not pa.types.is_struct(kind) or kind.get_field_index('path') < 0:
+        return None
+    found = kind.field('path').type
+    return f'{image}.path' if pa.types.is_string(found) or pa.types.is_large_string(found) else None
 
 
 def _features(path: str, metadata: bytes) -> dict:
-    """The features of the schema's `huggingface` metadata (`info.features`), or a DatasetError
-    naming the file when that is not what `datasets` writes."""
+    """The features of the schema's `huggingface` metadata, or a DatasetError naming the file
+    when that is not what `datasets` writes."""
     try:
-        features = json.loads(metadata).get('info', {}).get('features', {})
-        if not isinstance(features, dict):
-            raise TypeError(f'features are a {type(features).__name__}')
-    except (ValueError, TypeError, AttributeError) as exc:
+        return label_values.hub_features(metadata)
+    except ValueError as exc:
         raise DatasetError(f'{path}: its huggingface schema metadata is not what the datasets '
                            f'library writes ({printable(str(exc))[:120]}); rewrite the file with '
                            'datasets, or name the columns with --image_column and --label_column') from None
-    return features
 
 
 def _binary(kind: pa.DataType) -> bool:
@@ -211,37 +172,29 @@ def _typed(path: str, schema: pa.Schema, features: dict, type_name: str, flag: s
 
 @dataclasses.dataclass(frozen=True)
 class ParquetFile(Partition):
-    """One parquet file of a split: one partition per row group. Its columns must be those of
-    the input's first file, with the same ClassLabel names."""
+    """One parquet file of a split: one partition per span of its row groups. Its columns must
+    be those of the input's first file, with the same ClassLabel names."""
     split: str
     path: str
     name: str          # The file's path below --input_dir, which starts its examples' keys.
     size: int
     mtime: float | None
     columns: Columns
+    limit: int         # --max_input_mb, in bytes.
 
     def split_further(self) -> list[Partition]:
-        with _opened(self.path, self.size) as stream, _readable(self.path):
-            parquet = pq.ParquetFile(stream)
-            found = _columns(self.path, parquet.schema_arrow, self.columns.image,
-                             self.columns.label)
-            metadata = parquet.metadata
-            struct = pa.types.is_struct(parquet.schema_arrow.field(self.columns.image).type)
+        found_footer = footer(self.path, self.size, self.mtime)
+        with readable(self.path):
+            schema = found_footer.arrow.schema.to_arrow_schema()
+        found = _columns((self.path, self.size, self.mtime), schema, self.columns.image,
+                         self.columns.label)
         if found != self.columns:
             raise DatasetError(f'{self.path}: the labels of column {found.label} are not those of '
                                f'the first file: {_difference(found, self.columns)}; convert the '
                                'files of one dataset together')
-        groups, first = [], 0
-        for index in range(metadata.num_row_groups):
-            group = metadata.row_group(index)
-            image_bytes = sum(group.column(i).total_uncompressed_size
-                              for i in range(group.num_columns)
-                              if group.column(i).path_in_schema.split('.')[0] == self.columns.image)
-            groups.append(RowGroup(self.split, self.path, self.name, self.size, self.mtime,
-                                   self.columns, index, first,
-                                   image_bytes // max(1, group.num_rows), struct))
-            first += group.num_rows
-        return groups
+        return [RowGroups(self.split, self.path, self.name, self.size, self.mtime, self.columns,
+                          self.limit, *span)
+                for span in spans(self.path, found_footer, self.columns.image)]
 
 
 def _difference(found: Columns, first: Columns) -> str:
@@ -252,103 +205,6 @@ def _difference(found: Columns, first: Columns) -> str:
         if here != there:
             return f'id {index} is {here!r} here, {there!r} there'
     return ''
-
-
-@dataclasses.dataclass(frozen=True)
-class RowGroup(Partition):
-    """One row group of a parquet file, listed from its label column (and its images' paths):
-    a ref per row, with the row group's mean image size and a RowGroupRead for its bytes."""
-    split: str
-    path: str
-    name: str
-    size: int
-    mtime: float | None
-    columns: Columns
-    index: int
-    first_row: int
-    row_bytes: int      # The image column's bytes in this row group, per row.
-    struct: bool        # Whether images are {bytes, path} structs (else plain bytes).
-    sizes_known = True
-
-    def examples(self) -> Iterator[ExampleRef]:
-        image = self.columns.image
-        columns = [self.columns.label] + ([f'{image}.path'] if self.struct else [])
-        read = RowGroupRead(self.path, self.size, self.index, self.first_row,
-                            f'{image}.bytes' if self.struct else image)
-        row = self.first_row
-        for batch in _batches(self.path, self.size, self.index, columns, whole=True):
-            paths = (batch.column(image).to_pylist() if self.struct else [None] * batch.num_rows)
-            for value, path in zip(batch.column(self.columns.label).to_pylist(), paths):
-                key = f'{self.name}:row {row}'
-                filename = fileio.basename((path or {}).get('path') or key)
-                label, problem = self.columns.label_of(value)
-                yield ExampleRef(self.split, key, f'{self.path}:row {row}', filename, label,
-                                 self.row_bytes, problem=problem, mtime=self.mtime,
-                                 group=None if problem else read)
-                row += 1
-
-
-def _batches(path: str, size: int, index: int, columns: list[str],
-             whole: bool = False) -> Iterator[pa.RecordBatch]:
-    """Row group `index` of parquet file `path`, BATCH_ROWS rows of `columns` at a time: their
-    column chunks read `whole` (labels and paths: small, read together), else through a
-    READ_BUFFER window."""
-    with _opened(path, size) as stream, _readable(path):
-        parquet = (pq.ParquetFile(stream, pre_buffer=True) if whole else
-                   pq.ParquetFile(stream, pre_buffer=False, buffer_size=READ_BUFFER))
-        yield from parquet.iter_batches(BATCH_ROWS, row_groups=[index], columns=columns,
-                                        use_threads=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class RowGroupRead:
-    """How the images of a row group's refs are read: in one pass over its image column, up
-    to the last row wanted (transforms/grouped_reads.py brings the refs together)."""
-    path: str
-    size: int
-    index: int
-    first_row: int
-    column: str         # `image.bytes` of a struct column, or the column of plain bytes.
-
-    @property
-    def key(self) -> str:
-        return f'{self.path}#{self.index}'
-
-    def read(self, refs: list[ExampleRef]) -> Iterator[ExampleRef]:
-        """Each of `refs` (rows of this group), in row order, with its image bytes or why it
-        has none."""
-        refs = self.in_order(refs)
-        for ref, data in zip(refs, self.images(refs)):
-            yield (self.without_bytes(ref) if data is None else
-                   dataclasses.replace(ref, group=None, data=data, size=len(data)))
-
-    def images(self, refs: list[ExampleRef]) -> Iterator[bytes | None]:
-        """The image bytes (None: the row holds none) of each of `refs`, rows of this group in
-        row order (`in_order`), one at a time."""
-        wanted = [_row(ref) for ref in refs]
-        at, row = 0, self.first_row
-        for batch in _batches(self.path, self.size, self.index, [self.column]):
-            for image in batch.column(0).to_pylist():
-                if row == wanted[at]:
-                    yield image.get('bytes') if isinstance(image, dict) else image
-                    at += 1
-                    if at == len(wanted):
-                        return
-                row += 1
-
-    @staticmethod
-    def in_order(refs: list[ExampleRef]) -> list[ExampleRef]:
-        """Refs of rows of this group in the order they are read: by row."""
-        return sorted(refs, key=_row)
-
-    def without_bytes(self, ref: ExampleRef) -> ExampleRef:
-        """`ref`, a row whose image column holds no bytes, as the input error it is."""
-        return dataclasses.replace(ref, group=None, problem=(
-            f'no image (column {self.column.partition(".")[0]} holds no bytes)'))
-
-
-def _row(ref: ExampleRef) -> int:
-    return int(ref.key.rpartition(':row ')[2])
 
 
 def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
@@ -371,11 +227,13 @@ def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
                 fix = '' if 'remove it' in entry.error else '; replace it with the parquet file'
                 raise DatasetError(f'{entry.path}: {entry.error}{fix}')
     first = by_split[splits[0]][1][0]
-    columns = read_columns(first.path, first.size, opts.image_column, opts.label_column)
+    columns = read_columns(first.path, first.size, opts.image_column, opts.label_column,
+                           first.mtime)
     if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
-        labels = dataclasses.replace(labels, label_names=columns.classes, names_origin=(
+        labels = dataclasses.replace(labels, label_names=tuple(columns.classes), names_origin=(
             f'the ClassLabel of column {columns.label} in {first.path}'))
-    partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns)
+    partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns,
+                              opts.max_input_mb << 20)
                   for split in splits for e in by_split[split][1]]
     return Source(partitions, splits, labels,
                   identity=f'parquet {root} {columns.image} {columns.label}')

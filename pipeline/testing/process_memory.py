@@ -1,16 +1,25 @@
 """The memory of a command's process tree while it runs, sampled from /proc (Linux): the peak
 resident size of the command itself (the launcher) and of each process below it (the local
-workers), and the peak of all of them together, counted proportionally (PSS: a page that forked
-processes share is counted once, split between them)."""
+workers), each from its own high-water mark (VmHWM: a peak between two samples is not missed),
+and the peak of all of them together, counted proportionally (PSS: a page that forked processes
+share is counted once, split between them). wait4's ru_maxrss is no help: it counts what a
+process forked from held, a test runner's memory say."""
 import dataclasses
 import os
 import subprocess
+import sys
 import threading
+
+GIB = 1 << 30
 
 
 @dataclasses.dataclass
-class TreeMemory:
-    """Peak bytes: of the launcher, of each other process (by pid), and of all together."""
+class Sampled:
+    """A command run to its end, and its peak bytes: of the launcher, of each other process (by
+    pid), and of all together."""
+    returncode: int
+    stdout: str
+    stderr: str
     launcher: int = 0
     others: dict = dataclasses.field(default_factory=dict)
     together: int = 0
@@ -19,42 +28,57 @@ class TreeMemory:
     def largest_other(self) -> int:
         return max(self.others.values(), default=0)
 
+    @property
+    def largest(self) -> int:
+        return max(self.launcher, self.largest_other)
 
-def run_sampled(command: list[str], every: float = 0.1, timeout: float = 3600,
-                **popen) -> tuple[subprocess.CompletedProcess, TreeMemory]:
+    @property
+    def peaks(self) -> dict:
+        """Every process's peak, the launcher's first."""
+        return {'launcher': self.launcher, **self.others}
+
+
+def run_sampled(*argv: str, timeout: float = 300, **popen) -> Sampled:
+    """`python -m pipeline.run ARGV` run to its end, its process tree sampled."""
+    return sample_command([sys.executable, '-m', 'pipeline.run', *argv], timeout=timeout, **popen)
+
+
+def sample_command(command: list[str], every: float = 0.1, timeout: float = 3600,
+                   **popen) -> Sampled:
     """Runs `command` to its end (stdout and stderr kept as text), sampling its process tree
     every `every` seconds."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, **popen)
-    memory, done = TreeMemory(), threading.Event()
+    sampled, done = Sampled(0, '', ''), threading.Event()
 
     def sample() -> None:
         while not done.wait(every):
-            _sample(process.pid, memory)
+            _sample(process.pid, sampled)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        sampled.stdout, sampled.stderr = process.communicate(timeout=timeout)
     finally:
         done.set()
         sampler.join()
         if process.poll() is None:
             process.kill()
             process.wait()
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), memory
+    sampled.returncode = process.returncode
+    return sampled
 
 
-def _sample(root: int, memory: TreeMemory) -> None:
+def _sample(root: int, sampled: Sampled) -> None:
     together = 0
     for pid in [root, *_descendants(root)]:
-        rss, pss = _resident(pid)
+        peak, pss = _resident(pid)
         together += pss
         if pid == root:
-            memory.launcher = max(memory.launcher, rss)
-        elif rss:
-            memory.others[pid] = max(memory.others.get(pid, 0), rss)
-    memory.together = max(memory.together, together)
+            sampled.launcher = max(sampled.launcher, peak)
+        elif peak:
+            sampled.others[pid] = max(sampled.others.get(pid, 0), peak)
+    sampled.together = max(sampled.together, together)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -80,12 +104,14 @@ def _listdir(path: str) -> list[str]:
 
 
 def _resident(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) in bytes of a live process; (0, 0) once it is gone."""
+    """(peak resident bytes so far, PSS now) of a live process; (0, 0) once it is gone."""
     try:
+        with open(f'/proc/{pid}/status') as stream:
+            status = dict(line.split(':', 1) for line in stream if ':' in line)
         with open(f'/proc/{pid}/smaps_rollup') as stream:
-            fields = dict(line.split(':', 1) for line in stream.read().splitlines()[1:]
+            rollup = dict(line.split(':', 1) for line in stream.read().splitlines()[1:]
                           if ':' in line)
     except OSError:
         return 0, 0
-    kib = lambda name: int(fields.get(name, '0 kB').split()[0]) * 1024   # noqa: E731
-    return kib('Rss'), kib('Pss')
+    kib = lambda fields, name: int(fields.get(name, '0 kB').split()[0]) * 1024   # noqa: E731
+    return kib(status, 'VmHWM'), kib(rollup, 'Pss')

@@ -1,0 +1,131 @@
+"""Fuzzes Hugging Face parquet files (pipeline/inputs/parquet_files.py, parquet_row_groups.py,
+parquet_pages.py): the schema's huggingface metadata (its JSON, the Image and ClassLabel
+features), Image structs of other shapes, label columns of other types, row groups and pages
+of other sizes, and the file's own bytes. Every file is refused in one line naming it (a
+DatasetError), or every one of its rows is one ref, and each ref read is an image or a reported
+input; nothing else is raised. pyarrow's own code runs here, so the suite runs this in a process
+of its own.
+
+    python -m benchmarks.fuzz_parquet --seconds 300 [--seed 1]
+"""
+import io
+import json
+import os
+import random
+import tempfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks import fuzzing
+from pipeline.errors import DatasetError
+from pipeline.inputs.parquet_files import ParquetFile, read_columns
+from pipeline.testing import imagemaker
+
+LIMIT = 1 << 20   # --max_input_mb of the cases: small, so that pages over it come cheap.
+JPEG = imagemaker.jpeg(8, 8)
+TOKENS = [b'{', b'}', b'[', b']', b'"', b',', b':', b'0', b'9', b'-1', b'1e10', b'null',
+          b'"names"', b'"num_classes"', b'"_type"', b'"ClassLabel"', b'"Image"', b'\\u0000',
+          b'\xff', b'\n']
+
+
+def _features(rng: random.Random) -> bytes:
+    """The huggingface metadata: what datasets writes, its values swapped or its text mutated."""
+    label = {'_type': 'ClassLabel', 'names': ['a', 'b', 'c']}
+    change = rng.randrange(6)
+    if change == 0:
+        label['names'] = rng.choice([[], 'abc', [1, 2], ['a', 'a'], [str(i) for i in range(5000)],
+                                     None, {'a': 1}])
+    elif change == 1:
+        label = {'_type': 'ClassLabel', 'num_classes': rng.choice(
+            [3, '5', 10 ** 10, -1, 2.5, True, None, [3], 2_000_000])}
+    elif change == 2:
+        label = rng.choice([5, 'x', [], None, {'_type': 'Value', 'dtype': 'int64'}])
+    text = json.dumps({'info': {'features': {'image': {'_type': 'Image'}, 'label': label}}})
+    data = text.encode()
+    if rng.random() < 0.3:
+        data = fuzzing.mutated(rng, data, TOKENS)
+    return data
+
+
+def _images(rng: random.Random, rows: int) -> pa.Array:
+    """An image column: Image structs of some shape, or plain values."""
+    images = [None if rng.random() < 0.1 else
+              rng.choice([JPEG, b'', b'x' * rng.choice((1, 1000, LIMIT + 1))]) for _ in range(rows)]
+    shape = rng.randrange(6)
+    if shape == 0:
+        return pa.array(images, pa.binary())
+    path_type = [pa.string(), pa.int64(), pa.struct([('x', pa.string())]), None, pa.large_string()][
+        rng.randrange(5)]
+    paths = [rng.choice([None, 'a.jpg', '', '../x.jpg', '/dev/zero', '/proc/self/status',
+                         'x' * 5000, 'a\0b'])
+             if path_type in (pa.string(), pa.large_string()) else
+             rng.choice([None, 7]) if path_type == pa.int64() else
+             rng.choice([None, {'x': 'a'}]) for _ in range(rows)]
+    fields = [pa.field('bytes', pa.large_binary() if shape == 1 else pa.binary())]
+    arrays = [pa.array(images, fields[0].type)]
+    if path_type is not None:
+        fields.append(pa.field('path', path_type))
+        arrays.append(pa.array(paths, path_type))
+    mask = pa.array([rng.random() < 0.05 for _ in range(rows)])
+    return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
+
+
+def _labels(rng: random.Random, rows: int) -> pa.Array:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return pa.array([rng.choice(['a', 'b', None, '', 'x' * 70_000, 'two\nlines'])
+                         for _ in range(rows)])
+    if kind == 1:
+        return pa.array([rng.random() * 3 for _ in range(rows)])
+    return pa.array([rng.choice([0, 1, 2, -1, None, 7, 10 ** 12]) for _ in range(rows)],
+                    pa.int64())
+
+
+def make(rng: random.Random) -> bytes:
+    """A parquet file's bytes."""
+    rows = rng.choice((1, 3, 40))
+    table = pa.table({'image': _images(rng, rows), 'label': _labels(rng, rows)})
+    table = table.replace_schema_metadata({b'huggingface': _features(rng)})
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=rng.choice((1, 4, 64)),
+                   compression=rng.choice(['none', 'snappy', 'zstd']),
+                   use_dictionary=rng.random() < 0.5, write_batch_size=rng.choice((1, 1024)),
+                   data_page_size=rng.choice((1, 1 << 20)))
+    data = out.getvalue()
+    if rng.random() < 0.25:   # Damage: anywhere, or in the footer and page headers mostly.
+        data = fuzzing.mutated(rng, data, [b'\0', b'\xff', b'\x15', b'\x19\x1c'], steps=2)
+    return data
+
+
+def check(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, 'train-00000-of-00001.parquet')
+        with open(path, 'wb') as out:
+            out.write(data)
+        try:
+            _list_and_read(path, len(data))
+        except DatasetError as exc:
+            assert path in str(exc) and '\n' not in str(exc), exc
+
+
+def _list_and_read(path: str, size: int) -> None:
+    columns = read_columns(path, size)
+    rows = pq.ParquetFile(path).metadata.num_rows   # Not a column chunk's: those may abort.
+    refs = [ref for span in ParquetFile('train', path, 'x.parquet', size, None, columns,
+                                        LIMIT).split_further() for ref in span.examples()]
+    assert len(refs) == rows, (len(refs), rows)
+    for ref in refs:
+        assert (ref.problem is None) == (ref.group is not None), ref
+    grouped = [ref for ref in refs if ref.group is not None]
+    for ref in (grouped[0].group.read(grouped) if grouped else ()):
+        assert (ref.data is None) != (ref.problem is None), ref
+        assert ref.data is None or len(ref.data) <= LIMIT
+
+
+def fuzz(seconds: float, seed: int) -> int:
+    return fuzzing.run(make, check, seconds, seed)
+
+
+if __name__ == '__main__':
+    fuzzing.main(fuzz, 'parquet files')
