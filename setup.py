@@ -1,7 +1,11 @@
 """Package of the image-classification TFRecord converter; also ships the code to Dataflow workers."""
 import setuptools
 
-BEAM_VERSION = '2.77.0'
+# Apache Beam: every release from BEAM_OLDEST on (tests/test_beam_versions.py converts with the
+# oldest and the newest the registry holds); the Flex Template image pins FLEX_BEAM_VERSION, as
+# its launcher and its workers must run the same release (dataflow_templates/Dockerfile).
+BEAM_OLDEST = '2.73.0'
+FLEX_BEAM_VERSION = '2.78.0'
 TENSORFLOW = ['tensorflow>=2.16', 'tensorflow-datasets>=4.9']
 
 setuptools.setup(
@@ -12,7 +16,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['pipeline', 'pipeline.*', 'transforms']),
     # What the workers need: conversion itself imports no TensorFlow.
     install_requires=[
-        f'apache-beam[gcp]=={BEAM_VERSION}',
+        f'apache-beam[gcp]>={BEAM_OLDEST},<3',
         'pillow>=10',
         'simplejpeg>=1.7',
         'imagecodecs>=2024.1.1',  # libspng for plain PNGs (transforms/images.py).

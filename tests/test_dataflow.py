@@ -24,12 +24,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 STAGES = {
     'List Examples': ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Partitions'],
-    'Resolve Labels': ['Combine Facts', 'Fix Label Ids'],
-    'Drop Ignored': [],
-    'Plan Shards': ['Hash Keys', 'Count Per Split', 'Bucket', 'Combine Buckets', 'Cut Into Shards'],
-    'Write Shards': ['Assign Chunks', 'Read Grouped Inputs', 'Group By Chunk', 'Fingerprint Chunks',
+    'Resolve Labels': ['Facts', 'Combine Facts', 'Fix Label Ids'],
+    'Plan Shards': ['Per Split', 'Gather Splits', 'Cut Into Shards'],
+    'Write Shards': ['Listing Runs', 'Cut Into Tasks', 'Spread Tasks', 'Fingerprint Chunks',
                      'Chunks Of Shards', 'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks',
-                     'Key By Shard', 'Group By Shard', 'Write Shards'],
+                     'Count Copies', 'Key By Shard', 'Group By Shard', 'Write Shards'],
     'Commit Dataset': ['Collect Results', 'Put In Place'],
 }
 STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]
@@ -165,9 +164,10 @@ def test_dockerfile_paths_and_versions_match_the_repo():
         path = re.search(rf'{name}="\$\{{WORKDIR\}}/([^"]+)"', text)[1]
         assert os.path.exists(os.path.join(REPO, path)), path
     setup = open(os.path.join(REPO, 'setup.py')).read()
-    beam = re.search(r"BEAM_VERSION = '([^']+)'", setup)[1]
+    beam = re.search(r"FLEX_BEAM_VERSION = '([^']+)'", setup)[1]
     assert re.search(r'apache/beam_python(\d\.\d+)_sdk:(\S+) ', text).groups() == (
         f'{sys.version_info.major}.{sys.version_info.minor}', beam)
+    assert f"pip install --no-cache-dir . 'apache-beam[gcp]=={beam}'" in text   # Launcher = workers.
     assert 'FROM python:3.11-slim' in text and 'python311-template-launcher-base' in text
     assert workdir == '/template'
 

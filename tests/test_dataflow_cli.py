@@ -13,7 +13,7 @@ from tests.helpers import run_cli, write_tree
 pytestmark = pytest.mark.slow
 
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
-STAGES = ['List Examples', 'Resolve Labels', 'Drop Ignored', 'Plan Shards', 'Write Shards',
+STAGES = ['List Examples', 'Resolve Labels', 'Plan Shards', 'Write Shards',
           'Commit Dataset']
 
 

@@ -53,7 +53,7 @@ def _count(task: tuple[str, int], runs: list,
     lo, hi = index * step, (index + 1) * step if index < RANGES - 1 else 1 << 64
     rows = sorted_runs.read_rows(runs, (SECTION, split), lo, hi, COPY)
     if left_out:
-        rows = rows[~np.isin(rows['id'], np.array(left_out, dtype=np.uint64))]
+        rows = rows[~np.isin(rows['id'], np.array(left_out, dtype=np.int64).view(np.uint64))]
     rows = rows[np.lexsort((rows['id'], rows['sha']))]
     repeats = np.flatnonzero(rows['sha'][1:] == rows['sha'][:-1]) + 1
     firsts = np.searchsorted(rows['sha'], rows['sha'][repeats], side='left')

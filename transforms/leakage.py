@@ -252,12 +252,13 @@ def dropped_copies(found: tuple[Cluster, ...]) -> Iterator[tuple[tuple, tuple]]:
 
 
 def dropped_id(copy: tuple[tuple, tuple]) -> int:
-    """A dropped copy's record id (pairing.record_ids)."""
+    """A dropped copy's record id (pairing.record_ids), as a signed 64-bit int: Beam's int coder
+    holds no larger value (copies.py reads it back as unsigned)."""
     (split, shard, chunk, place), _ = copy
     rows = np.zeros(1, dtype=ROW)
     rows['split'], rows['shard'], rows['chunk'], rows['index'] = (SPLITS.index(split), shard,
                                                                    chunk, place)
-    return int(record_ids(rows)[0])
+    return int(record_ids(rows).view(np.int64)[0])
 
 
 def by_shard(copy: tuple[tuple, tuple]) -> tuple[tuple[str, int], tuple]:
