@@ -9,7 +9,7 @@ import pytest
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import (
-    convert, output_files, pixels, read_files, read_split, run_cli, shard_paths, write_tree)
+    cli, convert, output_files, pixels, read_files, read_split, shard_paths, write_tree)
 
 
 @pytest.fixture(scope='module')
@@ -140,7 +140,7 @@ def test_names_not_in_utf8_are_reported_not_fatal(tmp_path):
         with open(path, 'wb') as stream:
             stream.write(imagemaker.jpeg(64, 48, seed=99))
     out = tmp_path / 'out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.25')
+    result = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.25')
     assert result.returncode == 0, result.stderr
     summary = json.load(open(out / 'summary.json'))['splits']
     assert [(summary[s]['records'], summary[s]['skipped']) for s in ('train', 'test')] == [

@@ -196,17 +196,3 @@ def test_inconsistent_extras_and_bad_dicts_are_clear_errors(tmp_path):
     assert DatasetError.find_in(info.value).startswith(
         "Bad.example_generator('train') yielded a dict with keys ['image_path']; it needs 'label'")
 
-
-@pytest.mark.slow
-def test_simple_example_script_with_a_config_class_in_main(tmp_path):
-    import subprocess
-    import sys
-    result = subprocess.run(
-        [sys.executable, '-m', 'pipeline.classic.simple_example', '--num_classes=3', f'--save_dir={tmp_path}'],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    data_dir = f'{tmp_path}/image_classification_builder/simple/0.1.0'
-    assert f'records to {data_dir}' in result.stdout
-    assert 'Worker:' not in result.stderr
-    labels = {r[records.TEXT]: r[records.LABEL] for r in read_split(data_dir, 'train')}
-    assert labels == {'class-0': 0, 'class-1': 1, 'class-2': 2}
