@@ -16,6 +16,8 @@ from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import IN_PROCESS, cli, convert, killed_at, output_files, write_tree
 
+pytestmark = pytest.mark.slow   # Every test reads a dataset converted once per module.
+
 IMAGES = {f'{split}/c{c}/{i}.jpg': imagemaker.jpeg(40 + i, 30, seed=100 * c + i + len(split))
           for split in ('train', 'test') for c in range(3) for i in range(12)}
 IMAGES['train/c1/broken.jpg'] = b'not an image'
@@ -46,7 +48,6 @@ def outputs(tmp_path_factory):
     return outs
 
 
-@pytest.mark.slow
 def test_array_record_shards_hold_the_tfrecord_records_in_the_same_order(outputs):
     tf_out, ar_out = outputs['tf'], outputs['ar']
     assert [os.path.basename(p) for p in _shards(ar_out, 'train', 'array_record')] == [
@@ -174,7 +175,6 @@ def test_verify_finds_an_array_record_shard_that_differs_from_its_tfrecord_twin(
         'dataset-train.tfrecord-00000-of-00003']
 
 
-@pytest.mark.slow
 def test_verify_finds_two_records_swapped_in_an_array_record_only_shard(outputs, tmp_path,
                                                                        capsys):
     """Its first record and, written anew by the same writer, its bytes as the run wrote."""
@@ -209,7 +209,6 @@ def test_readers_say_which_format_a_dataset_lacks(outputs):
         '(did you mean array_record?)')
 
 
-@pytest.mark.slow
 def test_kill_after_writing_shards_then_rerun_gives_identical_files(outputs, tmp_path):
     flags = [f'--input_dir={outputs["inputs"]}', *FLAGS, '--output_format=array_record',
              *IN_PROCESS, f'--output_dir={tmp_path}/out']
@@ -224,7 +223,6 @@ def test_kill_after_writing_shards_then_rerun_gives_identical_files(outputs, tmp
     assert output_files(f'{tmp_path}/out') == output_files(outputs['ar'])
 
 
-@pytest.mark.slow
 def test_array_record_on_cloud_storage_matches_local_and_reads_back(gcs, outputs, tmp_path):
     source = upload({k: v for k, v in IMAGES.items()}, 'raw')
     flags = [f'--input_dir={source}', *FLAGS, '--output_format=array_record']

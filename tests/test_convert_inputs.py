@@ -134,6 +134,7 @@ def test_in_memory_images_label_map_partitions_and_extras(tmp_path):
     assert set(example) >= {records.ENCODED, records.LABEL, 'weight', 'tags', 'index'}
 
 
+@pytest.mark.slow
 def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
     with pytest.raises(Exception) as info:
         convert(f'--output_dir={tmp_path}/out', config=MemoryConfig(labels=('a', 'zz')))
@@ -143,6 +144,7 @@ def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
     assert os.listdir(tmp_path / 'out') == []
 
 
+@pytest.mark.slow
 def test_job_api_takes_flags_and_options_by_name_and_rejects_unknown_names(tmp_path):
     from pipeline import job
     root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)

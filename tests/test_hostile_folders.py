@@ -25,8 +25,6 @@ from tests import lock_race
 from tests.helpers import (IN_PROCESS, Answer, cli, killed_at, output_files, run_cli, start_cli,
                            write_tree)
 
-pytestmark = pytest.mark.slow
-
 RUN_ID = '0123456789abcdef'
 
 
@@ -124,6 +122,7 @@ def test_journal_with_other_names_is_refused(tmp_path, inputs, journal, capsys):
     assert code == 2 and 'is not a commit journal this tool wrote' in stderr
 
 
+@pytest.mark.slow
 def test_journal_through_links_inside_its_temporary_folder_is_refused(tmp_path, inputs,
                                                                      converted):
     """Valid names, but the marked temporary folder holds links to folders outside."""
@@ -146,6 +145,7 @@ def test_journal_through_links_inside_its_temporary_folder_is_refused(tmp_path, 
     assert _tree(out) == before
 
 
+@pytest.mark.slow
 def test_journal_whose_temporary_folder_has_no_marker_is_refused(inputs, converted):
     out = converted
     (out / f'.tmp-{RUN_ID}').mkdir()
@@ -189,6 +189,7 @@ def _stale_lock(pid: int, **machine) -> bytes:
                        'runner': 'DirectRunner', 'waits': True}).encode()
 
 
+@pytest.mark.slow
 def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tmp_path):
     pid = _dead_pid()
     folders = []
@@ -207,6 +208,7 @@ def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tm
         assert sorted(os.listdir(folder)) == ['.lock']
 
 
+@pytest.mark.slow
 def test_runs_released_together_at_a_stale_lock_on_cloud_storage_leave_one_holder(gcs):
     pid = _dead_pid()
     names = [f'out{i}' for i in range(15)]
@@ -224,6 +226,7 @@ def _foreign_lock() -> bytes:
                        'started': 's', 'runner': 'DirectRunner', 'waits': True}).encode()
 
 
+@pytest.mark.slow
 def test_runs_that_break_the_same_lock_together_leave_one_holder(tmp_path):
     folders = []
     for i in range(20):
@@ -247,6 +250,7 @@ def test_break_lock_never_takes_the_lock_of_a_live_run_on_this_host(tmp_path, in
     assert json.loads((out / '.lock').read_text()) == holder
 
 
+@pytest.mark.slow
 def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_path,
                                                                            image_folders):
     """The killed launcher is a zombie until its parent reaps it; it holds nothing."""
@@ -277,6 +281,7 @@ def _parts(out: str) -> list[str]:
             if n.endswith('.tfrecord.json')]
 
 
+@pytest.mark.slow
 def test_lock_of_a_reused_pid_is_stale(tmp_path, inputs):
     """The pid in the lock is alive, but it is another process: it started at another time."""
     out = tmp_path / 'out'
@@ -288,6 +293,7 @@ def test_lock_of_a_reused_pid_is_stale(tmp_path, inputs):
     assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('machine', [{'pid_ns': 'pid:[1]'}, {'boot_id': 'another boot'}, {}])
 def test_a_dead_pid_is_stale_only_on_this_machine_in_this_pid_namespace(tmp_path, inputs,
                                                                          machine):
@@ -304,6 +310,7 @@ def test_a_dead_pid_is_stale_only_on_this_machine_in_this_pid_namespace(tmp_path
         assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
 
 
+@pytest.mark.slow
 def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
     """A real holder in its own PID namespace (as in a container sharing the host's name)."""
     probe = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', 'true'],
@@ -326,6 +333,7 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
         holder.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('pid', ['1', None, [1]])
 def test_break_lock_clears_a_lock_of_this_machine_whose_process_cannot_be_named(tmp_path, inputs,
                                                                               pid):
@@ -336,6 +344,7 @@ def test_break_lock_clears_a_lock_of_this_machine_whose_process_cannot_be_named(
     assert cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
 
 
+@pytest.mark.slow
 def test_empty_lock_is_refused_while_young_and_taken_over_when_old(tmp_path, inputs):
     out = tmp_path / 'out'
     out.mkdir()
@@ -368,6 +377,7 @@ COMMIT_POINTS = ['commit:journal', 'commit:replace:1', 'commit:install:1', 'comm
                  'commit:marked', 'commit:unjournaled', 'cleanup:contents', 'cleanup:marker']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('point', COMMIT_POINTS)
 def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_path, reference,
                                                                          point):
@@ -386,6 +396,7 @@ def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_pat
     assert _tree(out) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('point', ['commit:marked', 'commit:unjournaled', 'cleanup:contents'])
 def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point, capsys):
     source = upload(_images(), 'raw')
@@ -404,6 +415,7 @@ def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point, c
     assert download('out') == _tree(f'{tmp_path}/local')
 
 
+@pytest.mark.slow
 def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
@@ -417,6 +429,7 @@ def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, r
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('damage', ['outside', 'truncated', 'shard data gone', 'other shard'])
 def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the_work(
         tmp_path, reference, damage):
@@ -452,6 +465,7 @@ def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
+@pytest.mark.slow
 def test_a_damaged_shard_in_a_second_format_is_made_again(tmp_path, inputs):
     flags = ['--output_format=tfrecord,array_record']
     reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
@@ -469,6 +483,7 @@ def test_a_damaged_shard_in_a_second_format_is_made_again(tmp_path, inputs):
     assert _tree(out) == _tree(reference)
 
 
+@pytest.mark.slow
 def test_a_pipe_in_place_of_a_sidecar_is_never_read_and_its_work_is_made_again(tmp_path,
                                                                                 reference):
     inputs, expected = reference
@@ -483,6 +498,7 @@ def test_a_pipe_in_place_of_a_sidecar_is_never_read_and_its_work_is_made_again(t
     assert _tree(out) == expected
 
 
+@pytest.mark.slow
 def test_kill_while_replacing_an_old_dataset_with_a_linked_file_then_the_rerun_finishes(
         tmp_path, reference):
     inputs, expected = reference
@@ -499,6 +515,7 @@ def test_kill_while_replacing_an_old_dataset_with_a_linked_file_then_the_rerun_f
     assert not os.path.islink(f'{out}/labels.txt') and kept.exists()
 
 
+@pytest.mark.slow
 def test_kill_while_the_first_marker_is_written_then_the_rerun_finishes(tmp_path, reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
@@ -516,6 +533,7 @@ def test_kill_while_the_first_marker_is_written_then_the_rerun_finishes(tmp_path
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
+@pytest.mark.slow
 def test_leftovers_of_atomic_writes_are_removed_by_the_next_run(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, {'.commit.json.partial-0badc0de': b'{', f'.lock.partial-{"ab" * 16}': b'',
@@ -528,7 +546,8 @@ def test_leftovers_of_atomic_writes_are_removed_by_the_next_run(tmp_path, inputs
     assert '.lock.partial-notours' in names and '.tmp-fedcba9876543210' in names
 
 
-@pytest.mark.parametrize('name', ['.lock', '.commit.json', 'dataset_info.json'])
+@pytest.mark.parametrize('name', [pytest.param('.lock', marks=pytest.mark.slow),   # It converts.
+                                  '.commit.json', 'dataset_info.json'])
 def test_deeply_nested_json_a_folder_pipe_or_device_in_place_of_a_protocol_file_is_one_line(
         tmp_path, inputs, name, capsys):
     for kind in ('nested', 'folder', 'pipe', 'device'):
@@ -554,6 +573,7 @@ def test_deeply_nested_json_a_folder_pipe_or_device_in_place_of_a_protocol_file_
         assert 'Traceback' not in stderr and code in (1, 2), stderr
 
 
+@pytest.mark.slow
 def test_verify_refuses_a_dataset_info_naming_files_outside(converted, capsys):
     out = converted
     info = json.loads((out / 'dataset_info.json').read_text())
@@ -564,6 +584,7 @@ def test_verify_refuses_a_dataset_info_naming_files_outside(converted, capsys):
                                             "dataset this tool can read (dataset name ")
 
 
+@pytest.mark.slow
 def test_verify_reports_a_pipe_in_place_of_a_shard_instead_of_waiting_on_it(converted, capsys):
     out = converted
     shard = out / 'dataset-train.tfrecord-00001-of-00002'
@@ -575,6 +596,7 @@ def test_verify_reports_a_pipe_in_place_of_a_shard_instead_of_waiting_on_it(conv
             'folder, pipe or device)\n') in stderr
 
 
+@pytest.mark.slow
 def test_folder_named_like_a_shard_is_refused_before_anything_moves(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, {'dataset-train.tfrecord-00000-of-00002/mine': b'm'})
@@ -594,6 +616,7 @@ LOOK_ALIKES = {'.tmp-cache/important.db': b'db', 'errors-2024.jsonl': b'{}\n',
                'dataset-train.tfrecord-backup': b'b', 'notes.md': b'#'}
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_only_the_old_datasets_own_files(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, LOOK_ALIKES)
@@ -619,6 +642,7 @@ def test_user_files_with_dataset_names_are_refused_not_overwritten(tmp_path, inp
         assert _tree(out) == before
 
 
+@pytest.mark.slow
 def test_a_report_name_of_a_split_the_dataset_does_not_have_is_left_alone(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, {'errors-test.jsonl': b'my notes\n', 'image-class-label.labels.txt': b'x\n'})
@@ -648,6 +672,7 @@ def test_linked_temp_folder_of_this_run_is_refused(tmp_path, inputs):
     assert _tree(elsewhere) == {'keep.txt': b'k'}
 
 
+@pytest.mark.slow
 def test_linked_temp_folders_of_other_runs_are_left_alone(tmp_path, inputs):
     out = tmp_path / 'out'
     out.mkdir()
@@ -673,6 +698,7 @@ def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, 
 
 # --- 6. Class names that cannot be one line of labels.txt ----------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['two\nlines', 'carriage\rreturn', 'line\u2028separator',
                                   'escape\x1b[31m'])
 def test_class_names_with_line_breaks_are_refused_in_one_line(tmp_path, name):
@@ -685,6 +711,7 @@ def test_class_names_with_line_breaks_are_refused_in_one_line(tmp_path, name):
     assert not os.path.exists(f'{tmp_path}/out/labels.txt')
 
 
+@pytest.mark.slow
 def test_class_names_with_direction_overrides_are_kept_but_printed_inert(tmp_path):
     name = 'cat\u202edog\u2066'
     inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
@@ -702,6 +729,7 @@ def printable_repr(name: str) -> str:
     return printable(repr(name))
 
 
+@pytest.mark.slow
 def test_csv_label_with_a_quoted_newline_is_refused(tmp_path):
     write_tree(tmp_path, {'a.jpg': imagemaker.jpeg(8, 8)})
     (tmp_path / 'train.csv').write_text('uri,label\na.jpg,"cat\ndog"\n')

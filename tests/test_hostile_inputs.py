@@ -23,8 +23,6 @@ from pipeline.testing.gcs_servers import upload
 from tests.helpers import (IN_PROCESS, cli, killed_at, output_files, read_split, run_cli,
                            run_measured, write_tree)
 
-pytestmark = pytest.mark.slow
-
 TIMEOUT = 120   # No run may hang: a pipe read by mistake would wait for ever.
 
 
@@ -60,6 +58,7 @@ def reference(image_folders, tmp_path_factory) -> tuple[str, dict]:
     return inputs, output_files(out)
 
 
+@pytest.mark.slow
 def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path, reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
@@ -92,6 +91,7 @@ NOT_REGULAR = ('not a regular file but {}; only regular files are read: replace 
 OVER = 'more than --max_input_mb=2 MiB, the most read for one input; raise --max_input_mb to read it'
 
 
+@pytest.mark.slow
 def test_pipes_devices_and_inputs_over_the_bound_are_reported_not_read(tmp_path, hostile):
     out = str(tmp_path / 'out')
     result = _run(str(hostile), out, '--max_input_mb=2', '--max_error_ratio=0.2')
@@ -103,6 +103,7 @@ def test_pipes_devices_and_inputs_over_the_bound_are_reported_not_read(tmp_path,
     assert len(read_split(out, 'train')) == 30
 
 
+@pytest.mark.slow
 def test_csv_listed_pipes_and_devices_are_reported_not_read(tmp_path, hostile):
     rows = [f'{hostile}/train/c{i % 3}/{i}.jpg,c{i % 3}' for i in range(30)]
     rows += [f'{hostile}/train/c0/pipe.jpg,c0', '/dev/zero,c1', f'{hostile}/train/c2/big.jpg,c2']
@@ -130,6 +131,7 @@ def test_a_pipe_given_as_a_csv_or_labels_file_is_refused_in_one_line(tmp_path, h
         'a named pipe (FIFO)')
 
 
+@pytest.mark.slow
 def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported(tmp_path, gcs):
     """Listed by a CSV without sizes: the bound stops the download itself."""
     images = {f'c{i % 2}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(8)}
@@ -144,6 +146,7 @@ def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported
     assert len(read_split(out, 'train')) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('suffix', ['.zip', '.tar', '.tar.gz'])
 def test_an_archive_member_over_the_bound_is_reported_before_it_is_inflated(tmp_path, suffix):
     """A zip bomb's member states its size: nothing is inflated past the bound."""
@@ -201,6 +204,7 @@ def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path, i
     assert json.loads((out / '.lock').read_text()) == holder
 
 
+@pytest.mark.slow
 def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path, image_folders):
     """The temp folder of the process: a process of its own."""
     inputs = image_folders(12)
@@ -215,6 +219,7 @@ def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path,
     assert os.listdir(temp) == []
 
 
+@pytest.mark.slow
 def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
     """The log the process keeps: a process of its own."""
     (tmp_path / 'failing_config.py').write_text(
@@ -236,6 +241,7 @@ def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
     assert os.listdir(temp) == ['image-tfrecords-logs']
 
 
+@pytest.mark.slow
 def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path, reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
@@ -252,6 +258,7 @@ def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path, referenc
     assert output_files(out) == expected
 
 
+@pytest.mark.slow
 def test_a_socket_listed_in_a_csv_and_a_link_into_proc_are_reported(tmp_path):
     root = write_tree(tmp_path / 'in', _images(6))
     server = socket.socket(socket.AF_UNIX)
@@ -291,6 +298,7 @@ def _zeros_tar_gz(path: str, members: int, size: int) -> None:
             archive.addfile(info, io.BufferedReader(Zeros(), 1 << 20))
 
 
+@pytest.mark.slow
 def test_a_gzip_tar_of_large_members_is_streamed_within_bounded_memory(tmp_path):
     """20 members of 60 MB in one chunk: never all held at once (their 1.2 GB was)."""
     os.makedirs(tmp_path / 'in/train')
@@ -307,6 +315,7 @@ def test_a_gzip_tar_of_large_members_is_streamed_within_bounded_memory(tmp_path)
     assert peak < 1 << 30
 
 
+@pytest.mark.slow
 def test_a_png_of_88_megapixels_converts_within_bounded_memory(tmp_path):
     """Just under the default --max_image_pixels: decoded once, no other full-size copy held
     (the hash's float luminance, np.asarray's and the RGB conversion's copies took 2.2 GB)."""
@@ -354,6 +363,7 @@ def _hostile_run(tmp_path, name: str, write) -> tuple:
     return peak, _errors(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('archived', [False, True], ids=['file', 'tar.gz member'])
 def test_a_png_padded_with_a_250_mib_chunk_stays_within_bounded_memory(tmp_path, archived):
     """Its bytes are held while it is converted, so they count against --max_image_pixels: the
@@ -374,6 +384,7 @@ def test_a_png_padded_with_a_250_mib_chunk_stays_within_bounded_memory(tmp_path,
     assert '--max_image_pixels 89478485' in reason
 
 
+@pytest.mark.slow
 def test_a_webp_of_88_megapixels_stays_within_bounded_memory(tmp_path):
     """libwebp decodes the whole frame, with copies (19 bytes a pixel, 1.5 GB here): a WebP is
     bounded by a lower pixel limit and reported as too large."""
@@ -394,6 +405,7 @@ def _png_with_chunk_after_pixels(mode: str, kind: bytes, body: bytes) -> bytes:
     return png[:-12] + imagemaker.png_chunk(kind, body) + png[-12:]
 
 
+@pytest.mark.slow
 def test_pngs_with_a_chunk_cut_short_after_their_pixels_are_reported_not_fatal(tmp_path):
     """Pillow fails on such chunks with an IndexError or a struct.error, not its usual errors:
     each is one input that cannot be converted, listed with the reason, and the run goes on."""
