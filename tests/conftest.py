@@ -1,10 +1,13 @@
+import atexit
 import logging
 import os
+import shutil
 import signal
 
 import pytest
 
-from pipeline.testing import gcs_servers
+from pipeline.testing import gcs_servers, imagemaker
+from tests.helpers import write_tree
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # A suite started in the background by a script (`pytest &`) inherits SIGINT ignored, and so
@@ -13,6 +16,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # Before any Google library reads them (some read at import time), and for worker processes.
 _PORTS = gcs_servers.free_port(), gcs_servers.free_port()
 gcs_servers.hermetic_environment(*_PORTS)
+atexit.register(shutil.rmtree, os.environ['CLOUDSDK_CONFIG'], True)   # Its empty gcloud folder.
 
 
 def pytest_collection_modifyitems(items):
@@ -40,3 +44,27 @@ def gcs(gcs_server):
     """An empty bucket `gs://test-bucket` on the emulator."""
     gcs_server.wipe()
     return gcs_server
+
+
+class ImageFolders:
+    """Folder layouts of small generated JPEGs (`train/c<i % classes>/<i>.jpg`), each made once
+    per session. Tests share them as they are: a test that changes its input copies it first
+    (shutil.copytree)."""
+
+    def __init__(self, root):
+        self._root = root
+        self._made: dict[tuple, str] = {}
+
+    def __call__(self, count: int, classes: int = 3, width: int = 24, height: int = 16) -> str:
+        key = (count, classes, width, height)
+        if key not in self._made:
+            self._made[key] = write_tree(
+                self._root / '-'.join(map(str, key)),
+                {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(width, height, seed=i)
+                 for i in range(count)})
+        return self._made[key]
+
+
+@pytest.fixture(scope='session')
+def image_folders(tmp_path_factory) -> ImageFolders:
+    return ImageFolders(tmp_path_factory.mktemp('image-folders'))

@@ -4,6 +4,7 @@ import dataclasses
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,16 @@ def find(path: str, text: str) -> Block:
     """The one block of a page that contains `text`."""
     [block] = [block for block in blocks(path) if text in block.code]
     return block
+
+
+def converter_flags(code: str) -> list[str] | None:
+    """The flags of a shell block that is one `python -m pipeline.run FLAGS` command and nothing
+    else (no other command, pipe, redirection or variable); None for any other block."""
+    line = code.replace('\\\n', ' ').strip()
+    if '\n' in line or any(c in line for c in '&|;<>$`'):
+        return None
+    words = shlex.split(line, comments=True)
+    return words[3:] if words[:3] == ['python', '-m', 'pipeline.run'] else None
 
 
 def run_shell(code: str, cwd, timeout: float = 600) -> subprocess.CompletedProcess:

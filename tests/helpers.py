@@ -1,21 +1,29 @@
 """Running conversions and reading their output back with TensorFlow, for the tests.
 
 TensorFlow is imported by the functions that read records, so tests that read none start fast."""
+import contextlib
+import dataclasses
 import glob
+import io
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 import numpy as np
 
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from pipeline import job
+from pipeline import command, faults, job
 from pipeline.local_runner import LocalRunner
 from pipeline.output import records
 
 IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
+_RUNNER_FLAGS = ('--direct_', '--runner')
+_current_folder = threading.Lock()   # The process's one current folder, while a command uses it.
 
 
 def stage_pipeline() -> TestPipeline:
@@ -54,10 +62,95 @@ def start_until_converting(output_dir: str, *argv, poll: float = 0.02) -> subpro
     return process
 
 
-def cli(*argv, cwd=None) -> subprocess.CompletedProcess:
-    """The command line `python -m pipeline.run ARGV` run to its end, for tests about what it
-    answers (exit code, stdout, stderr, files written), not about its process."""
-    return run_cli(*argv, cwd=cwd)
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What a command line answered: as a finished process's, without the process."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class CommandTimeout(Exception):
+    """A command run in this process took longer than its test allows."""
+
+
+def cli(*argv, cwd=None, timeout: float = 300) -> Answer:
+    """The command line `python -m pipeline.run ARGV` run to its end in this process
+    (pipeline/command.py), for tests about what it answers (exit code, stdout, stderr, files
+    written), not about its process. Without runner flags it converts on the in-memory runner:
+    the bytes are the same on any runner. `cwd`: the current folder while it runs; a command
+    still running after `timeout` seconds (reading a pipe by mistake, say) is stopped with a
+    CommandTimeout, which it answers with an error line."""
+    argv = [str(arg) for arg in argv]
+    if not any(arg.startswith(_RUNNER_FLAGS) for arg in argv):
+        argv += IN_PROCESS
+    out, err = io.StringIO(), io.StringIO()
+    with _in_folder(cwd), _stopped_after(timeout):
+        code = command.main(argv, out, err)
+    return Answer(code, out.getvalue(), err.getvalue())
+
+
+def killed_at(point: str, *argv, timeout: float = 300) -> Answer:
+    """The command line run in a process forked from this one, with the crash point `point`
+    (pipeline/faults.py) where it kills itself: a real SIGKILL at an exact point, without a new
+    Python's start-up. Its returncode is a subprocess's (-9: killed); stdout is not kept."""
+    argv = [str(arg) for arg in argv]
+    if not any(arg.startswith(_RUNNER_FLAGS) for arg in argv):
+        argv += IN_PROCESS
+    with tempfile.TemporaryFile('w+') as err:
+        pid = os.fork()
+        if pid == 0:   # The child never returns: it ends here or at the crash point.
+            code = 70
+            try:
+                os.environ[faults.ENV] = point
+                with open(os.devnull, 'w') as out:
+                    code = command.main(argv, out, err)
+                err.flush()
+            finally:
+                os._exit(code)
+        code = _waited(pid, timeout)
+        err.seek(0)
+        return Answer(code, '', err.read())
+
+
+def _waited(pid: int, timeout: float) -> int:
+    """The exit status of the child `pid` as a returncode, killed if it runs past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise TimeoutError(f'the command did not reach its crash point in {timeout} s')
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def _stopped_after(seconds: float):
+    """Raises CommandTimeout in the block once it has run `seconds` (SIGALRM: blocking reads
+    are interrupted too)."""
+    def stop(signum, frame):
+        raise CommandTimeout(f'the test stopped it after {seconds} s')
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _in_folder(cwd):
+    """In the folder `cwd` while in the block (if given); one block at a time moves there."""
+    if cwd is None:
+        yield
+        return
+    with _current_folder, contextlib.chdir(cwd):
+        yield
 
 
 def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None,
@@ -73,6 +166,19 @@ def run_cli(*argv, kill_at: str | None = None, env: dict | None = None, cwd=None
         os.killpg(process.pid, 9)
         raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def alive_after(processes: dict[int, str | None], seconds: float = 30) -> list[int]:
+    """Those of {pid: start time} still running once all have ended, or after `seconds` (polled:
+    a loaded machine takes its time to end them). A start time of None: gone when first seen."""
+    from pipeline.worker_watch import start_time
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [pid for pid, started in processes.items()
+                 if started is not None and start_time(pid) == started]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
 
 
 def run_with_module(folder, name: str, text: str, module: str, *argv,

@@ -2,6 +2,7 @@
 every mistake a one-line answer."""
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 
 from pipeline.output import records
 from pipeline.testing import imagemaker
-from tests.helpers import convert, read_split, run_cli, write_tree
+from tests.helpers import cli, convert, read_split, write_tree
 
 
 def _reasons(out: str, split: str) -> dict:
@@ -85,7 +86,6 @@ def test_csv_header_columns_become_features_and_sizes(tmp_path):
         ('a.jpg', 'Ann'), ('c.jpg', 'Bo, Jr.')]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('typo,expected', [
     ('--num_shard=4', 'error: unknown flag --num_shard; did you mean --num_shards?'),
     ('--input-dir={inputs}', 'error: unknown flag --input-dir; did you mean --input_dir?'),
@@ -93,7 +93,7 @@ def test_csv_header_columns_become_features_and_sizes(tmp_path):
 def test_typod_flags_are_an_error_naming_the_nearest_flag(tmp_path, typo, expected):
     inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
     out = tmp_path / 'out'
-    result = run_cli(typo.format(inputs=inputs), f'--output_dir={out}', cwd=tmp_path)
+    result = cli(typo.format(inputs=inputs), f'--output_dir={out}', cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f'{expected} (python -m pipeline.run --help lists the flags; Beam and runner flags are '
@@ -101,78 +101,84 @@ def test_typod_flags_are_an_error_naming_the_nearest_flag(tmp_path, typo, expect
     assert not out.exists() and not (tmp_path / 'sample_tfrecords').exists()
 
 
-@pytest.mark.slow
 def test_output_without_input_is_an_error_not_the_sample(tmp_path):
-    result = run_cli(f'--output_dir={tmp_path}/out')
+    result = cli(f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
         'error: give one input: --input_dir (with --csv_<split> for splits it does not hold), '
         '--csv_<split>, --config or --webdataset SPLIT=PATTERN (got none)']
     assert not (tmp_path / 'out').exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('case', ['empty split', 'error ratio', 'disk full'])
-def test_a_failing_run_prints_one_line_and_no_traceback(tmp_path, case):
+FAILURES = {
+    'empty split': "error: split 'test' has no examples; add images for it or leave the split "
+                   'out of the input',
+    'error ratio': "error: 1 of 31 inputs of split 'train' (3.2%) could not be converted, more "
+                   'than --max_error_ratio 0.01; nothing was committed. See ',
+}
+
+
+def _inputs_that_fail(root, case: str) -> str:
     files = {f'train/c/{i}.jpg': imagemaker.jpeg(40, 30, seed=i) for i in range(30)}
     if case == 'error ratio':
         files['train/c/bad.jpg'] = b'not an image'
-    inputs = write_tree(tmp_path / 'in', files)
+    inputs = write_tree(root, files)
     if case == 'empty split':
         os.makedirs(f'{inputs}/test/c')
-    out = f'{tmp_path}/out'
-    argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={inputs}', f'--output_dir={out}/ds']
-    if case == 'error ratio':   # Given, the ratio allows no few files more.
-        argv.append('--max_error_ratio=0.01')
-    if case == 'disk full':  # A 64 KB file system of its own, in a private mount namespace.
-        os.makedirs(out)
-        argv = ['unshare', '--mount', '--map-root-user', 'sh', '-c',
-                f'mount -t tmpfs -o size=64k tmpfs {out} && exec "$@"', 'sh', *argv]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2
-    lines = result.stderr.splitlines()   # Progress and shard lines, then the error.
-    assert 'Traceback' not in result.stderr
+    return inputs
+
+
+def _only_the_last_line_is_an_error(stderr: str) -> str:
+    """The error line of a failed run, after progress and shard lines only."""
+    lines = stderr.splitlines()
+    assert 'Traceback' not in stderr
     assert [n for n, line in enumerate(lines) if line.startswith('error: ')] == [len(lines) - 1]
     assert all(line.startswith('converting: ') or ' shard ' in line for line in lines[:-1]), lines
-    lines = lines[-1:]
-    expected = {
-        'empty split': "error: split 'test' has no examples; add images for it or leave the "
-                       'split out of the input',
-        'error ratio': "error: 1 of 31 inputs of split 'train' (3.2%) could not be converted, "
-                       'more than --max_error_ratio 0.01; nothing was committed. See ',
-        'disk full': f'error: cannot write {out}/ds/.tmp-',
-    }[case]
-    assert lines[0].startswith(expected)
-    if case == 'disk full':
-        assert lines[0].endswith(': No space left on device; free some space or choose '
-                                 'another --output_dir')
+    return lines[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('case', FAILURES)
+def test_a_failing_run_prints_one_line_and_no_traceback(tmp_path, case):
+    inputs = _inputs_that_fail(tmp_path / 'in', case)
+    given = ['--max_error_ratio=0.01'] if case == 'error ratio' else []   # No few files more.
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out/ds', *given)
+    assert result.returncode == 2
+    assert _only_the_last_line_is_an_error(result.stderr).startswith(FAILURES[case])
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_no_traceback(tmp_path):
+    """A 64 KB file system of its own, in a private mount namespace: a process of its own."""
+    inputs = _inputs_that_fail(tmp_path / 'in', 'full disk')
+    out = f'{tmp_path}/out'
+    os.makedirs(out)
+    argv = ['unshare', '--mount', '--map-root-user', 'sh', '-c',
+            f'mount -t tmpfs -o size=64k tmpfs {out} && exec "$@"', 'sh',
+            sys.executable, '-m', 'pipeline.run', f'--input_dir={inputs}', f'--output_dir={out}/ds']
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    line = _only_the_last_line_is_an_error(result.stderr)
+    assert line.startswith(f'error: cannot write {out}/ds/.tmp-')
+    assert line.endswith(': No space left on device; free some space or choose another '
+                         '--output_dir')
 
 
 @pytest.mark.slow
 def test_more_shards_than_inputs_is_said_in_one_line(tmp_path):
     inputs = write_tree(tmp_path / 'in', {f'train/c/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
                                           for i in range(7)})
-    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=100')
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=100')
     assert result.returncode == 0, result.stderr
     assert 'train: --num_shards 100 is more than its 7 inputs; writing 7 shards' \
         in result.stderr.splitlines()
     assert len([n for n in os.listdir(tmp_path / 'out') if 'tfrecord' in n]) == 7
 
 
-@pytest.mark.slow
-def test_default_run_leaves_nothing_in_the_temp_folder(tmp_path):
-    temp = tmp_path / 'tmp'
-    temp.mkdir()
-    result = run_cli(cwd=tmp_path, env=dict(os.environ, TMPDIR=str(temp)))
-    assert result.returncode == 0, result.stderr
-    assert '242 inputs in ' in result.stdout and ', start-up included (' in result.stdout
-    left = [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names]
-    assert left == [] and not [n for n in os.listdir(temp) if n.startswith('sample_images_')]
-
-
-def test_report_without_matplotlib_says_which_extra_to_install(tmp_path):
-    code = ('import sys; sys.modules["matplotlib"] = None; import runpy; '
-            f'sys.argv = ["x", {str(tmp_path)!r}]; runpy.run_module("pipeline.tools.report", run_name="__main__")')
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+def test_report_without_matplotlib_says_which_extra_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)   # As where it is not installed.
+    monkeypatch.setattr(sys, 'argv', ['x', str(tmp_path)])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_module('pipeline.tools.report', run_name='__main__')
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
         "error: the report needs matplotlib: pip install -e '.[report]' (or pip install matplotlib)"]

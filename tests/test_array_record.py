@@ -3,8 +3,6 @@ reader, Grain and TFDS, locally and on the Cloud Storage emulator; verify; crash
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 import simplejpeg
@@ -13,10 +11,12 @@ from array_record.python.array_record_module import ArrayRecordReader
 from pipeline.output import array_records, records
 from pipeline.errors import DatasetError
 from pipeline.readers import grain_data
-from pipeline.tools.verify import verify
+from pipeline.tools.verify import main as verify_main, verify
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, convert, output_files, run_cli, write_tree
+from tests.helpers import IN_PROCESS, cli, convert, killed_at, output_files, write_tree
+
+pytestmark = pytest.mark.slow   # Every test reads a dataset converted once per module.
 
 IMAGES = {f'{split}/c{c}/{i}.jpg': imagemaker.jpeg(40 + i, 30, seed=100 * c + i + len(split))
           for split in ('train', 'test') for c in range(3) for i in range(12)}
@@ -48,7 +48,6 @@ def outputs(tmp_path_factory):
     return outs
 
 
-@pytest.mark.slow
 def test_array_record_shards_hold_the_tfrecord_records_in_the_same_order(outputs):
     tf_out, ar_out = outputs['tf'], outputs['ar']
     assert [os.path.basename(p) for p in _shards(ar_out, 'train', 'array_record')] == [
@@ -84,7 +83,7 @@ def test_both_formats_in_one_run_equal_the_single_format_runs_byte_for_byte(outp
     assert shards == {n: singles[n] for n in shards}
     info = json.loads(both['dataset_info.json'])
     assert info['fileFormat'] == 'tfrecord' and info['alternativeFileFormats'] == ['array_record']
-    assert verify(outputs['both']) == []
+    assert verify(outputs['both'], processes=1) == []
 
 
 def test_grain_reads_every_record_once_per_epoch_in_a_seeded_global_shuffle(outputs):
@@ -141,7 +140,7 @@ def test_tfds_as_data_source_gives_random_access_and_as_dataset_reads_tfrecord(o
 
 
 def test_verify_finds_a_flipped_byte_and_a_missing_array_record_shard(outputs, tmp_path):
-    assert verify(outputs['ar']) == []
+    assert verify(outputs['ar'], processes=1) == []
     copy = str(tmp_path / 'copy')
     os.makedirs(copy)
     for name, data in output_files(outputs['ar']).items():
@@ -155,7 +154,7 @@ def test_verify_finds_a_flipped_byte_and_a_missing_array_record_shard(outputs, t
         stream.seek(at)
         stream.write(bytes([data[at] ^ 0x20]))
     os.remove(missing)
-    problems = verify(copy)
+    problems = verify(copy, processes=1)
     assert f'{os.path.basename(missing)}: missing shard' in problems
     flipped = [p for p in problems if p.startswith(f'train shard 1 ({os.path.basename(damaged)})')]
     assert flipped and any('hash mismatch' in p or 'Corrupted' in p for p in flipped), problems
@@ -171,12 +170,13 @@ def test_verify_finds_an_array_record_shard_that_differs_from_its_tfrecord_twin(
     reordered = list(reversed(ArrayRecordReader(shard).read_all()))   # Sound records, wrong order.
     os.remove(shard)
     array_records.write_file(reordered, shard)
-    assert verify(copy) == [f'train shard 0 ({os.path.basename(shard)}): records differ from '
-                            'dataset-train.tfrecord-00000-of-00003']
+    assert verify(copy, processes=1) == [
+        f'train shard 0 ({os.path.basename(shard)}): records differ from '
+        'dataset-train.tfrecord-00000-of-00003']
 
 
-@pytest.mark.slow
-def test_verify_finds_two_records_swapped_in_an_array_record_only_shard(outputs, tmp_path):
+def test_verify_finds_two_records_swapped_in_an_array_record_only_shard(outputs, tmp_path,
+                                                                       capsys):
     """Its first record and, written anew by the same writer, its bytes as the run wrote."""
     copy = str(tmp_path / 'copy')
     os.makedirs(copy)
@@ -188,10 +188,10 @@ def test_verify_finds_two_records_swapped_in_an_array_record_only_shard(outputs,
     found[-2:] = found[:-3:-1]
     os.remove(shard)
     array_records.write_file(found, shard)
-    result = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', copy,
-                             '--processes=1'], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1, result.stderr
-    assert result.stderr.splitlines() == [
+    code = verify_main([copy, '--processes=1'])
+    stderr = capsys.readouterr().err
+    assert code == 1, stderr
+    assert stderr.splitlines() == [
         f'train shard 0 ({os.path.basename(shard)}): its records are not those the run wrote '
         'there, in that order (summary.json: shards swapped, records reordered or replaced?)']
 
@@ -209,22 +209,20 @@ def test_readers_say_which_format_a_dataset_lacks(outputs):
         '(did you mean array_record?)')
 
 
-@pytest.mark.slow
 def test_kill_after_writing_shards_then_rerun_gives_identical_files(outputs, tmp_path):
     flags = [f'--input_dir={outputs["inputs"]}', *FLAGS, '--output_format=array_record',
              *IN_PROCESS, f'--output_dir={tmp_path}/out']
-    killed = run_cli(*flags, kill_at='shard:2')
+    killed = killed_at('shard:2', *flags)
     assert killed.returncode == -signal.SIGKILL
     temp = [n for n in os.listdir(tmp_path / 'out') if n.startswith('.tmp-')][0]
     assert len([n for n in os.listdir(tmp_path / 'out' / temp / 'shards')
                 if n.endswith('.array_record.json')]) == 2
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished' in rerun.stderr and ' and 2 shards' in rerun.stderr
     assert output_files(f'{tmp_path}/out') == output_files(outputs['ar'])
 
 
-@pytest.mark.slow
 def test_array_record_on_cloud_storage_matches_local_and_reads_back(gcs, outputs, tmp_path):
     source = upload({k: v for k, v in IMAGES.items()}, 'raw')
     flags = [f'--input_dir={source}', *FLAGS, '--output_format=array_record']
@@ -234,6 +232,6 @@ def test_array_record_on_cloud_storage_matches_local_and_reads_back(gcs, outputs
     assert remote == output_files(f'{tmp_path}/local')
     assert sum('.array_record-' in n for n in remote) == 6
     out = f'gs://{BUCKET}/ar'
-    assert verify(out) == []
+    assert verify(out, processes=1) == []
     labels = sorted(int(e['label']) for e in grain_data.dataset(out, 'test', seed=1))
     assert labels == [0] * 12 + [1] * 12 + [2] * 12

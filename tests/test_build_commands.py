@@ -5,6 +5,7 @@ import re
 import shlex
 import subprocess
 
+import pytest
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +40,7 @@ def _submit_commands() -> list[list[str]]:
     return commands
 
 
+@pytest.mark.slow   # It runs the build script.
 def test_the_build_script_prints_its_gcloud_commands_without_gcloud():
     image = 'us-central1-docker.pkg.dev/p/dataflow/image-tfrecords:latest'
     assert [words[:3] for words in _printed_commands()] == [
@@ -50,6 +52,7 @@ def test_the_build_script_prints_its_gcloud_commands_without_gcloud():
             in run)
 
 
+@pytest.mark.slow   # It runs the build script.
 def test_gcloud_builds_submit_commands_use_only_its_flags():
     commands = _submit_commands()
     assert len(commands) >= 2

@@ -1,17 +1,22 @@
-"""The command line's small promises: one line for a bad flag value, paths printed as they are,
-nothing left behind in the temp folder."""
+"""The command line's small promises: one line for a bad flag value, nothing left behind in the
+temp folder by its process, nor in the process that runs it as a function."""
+import logging
 import os
+import resource
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 
 import pytest
 
+from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import free_port
-from tests.helpers import read_split, run_cli, write_tree
+from tests.helpers import cli, read_split, run_cli, write_tree
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('flag,expected', [
     ('--num_shards=abc', "error: flag --num_shards: invalid int value: 'abc'"),
     ('--plan_format=xml', "error: flag --plan_format: invalid choice: 'xml' (choose from 'text', "
@@ -20,22 +25,11 @@ from tests.helpers import read_split, run_cli, write_tree
 ])
 def test_a_bad_flag_value_is_one_line(tmp_path, flag, expected):
     inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': imagemaker.jpeg(20, 20)})
-    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', flag)
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', flag)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f'{expected}; python -m pipeline.run --help lists every flag']
     assert not os.path.exists(f'{tmp_path}/out')
-
-
-@pytest.mark.slow
-def test_a_non_ascii_output_path_is_printed_as_is(tmp_path):
-    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
-                                          for i in range(4)})
-    out = f'{tmp_path}/sortie-été-出力'
-    result = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=1',
-                     '--direct_running_mode=multi_processing', '--direct_num_workers=2')
-    assert result.returncode == 0, result.stderr
-    assert f'dataset committed to {out}' in result.stderr.splitlines()
 
 
 @pytest.mark.slow
@@ -54,16 +48,19 @@ def test_a_run_that_fails_on_the_users_error_leaves_no_log_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_simple_example_leaves_nothing_in_the_temp_folder(tmp_path):
+def test_simple_example_script_converts_and_leaves_nothing_in_the_temp_folder(tmp_path):
+    """The classic example script, its config class in __main__, as a process of its own."""
     temp = tmp_path / 'tmp'
     temp.mkdir()
     result = subprocess.run([sys.executable, '-m', 'pipeline.classic.simple_example',
-                             '--num_classes=2'], cwd=tmp_path, capture_output=True, text=True,
-                            env=dict(os.environ, TMPDIR=str(temp)), timeout=300)
+                             '--num_classes=3', f'--save_dir={tmp_path}'], capture_output=True,
+                            text=True, env=dict(os.environ, TMPDIR=str(temp)), timeout=300)
     assert result.returncode == 0, result.stderr
-    data_dir = 'simple_tfrecords/image_classification_builder/simple/0.1.0'
+    data_dir = f'{tmp_path}/image_classification_builder/simple/0.1.0'
     assert f'records to {data_dir}' in result.stdout
-    assert len(read_split(str(tmp_path / data_dir), 'train')) > 0
+    assert 'Worker:' not in result.stderr
+    labels = {r[records.TEXT]: r[records.LABEL] for r in read_split(data_dir, 'train')}
+    assert labels == {'class-0': 0, 'class-1': 1, 'class-2': 2}
     assert [os.path.join(d, n) for d, _, names in os.walk(temp) for n in names] == []
 
 
@@ -114,3 +111,41 @@ def test_worker_lines_of_any_module_of_ours_show_and_the_runners_do_not():
         'dataset committed to /tmp/café', True)
     beam_worker = logging.__file__.replace('logging/__init__.py', 'apache_beam/sdk_worker.py')
     assert console._worker_message(record(beam_worker)) == ('dataset committed to /tmp/café', False)
+
+
+def _process_state() -> dict:
+    """What a command run in this process could leave changed: loggers and their handlers,
+    threads, signal handlers, streams, the environment, the current and the temporary folder."""
+    loggers = {name: (logger.level, list(logger.handlers), logger.propagate, logger.disabled)
+               for name, logger in logging.Logger.manager.loggerDict.items()
+               if isinstance(logger, logging.Logger)}
+    loggers = {name: state for name, state in loggers.items() if state != (0, [], True, False)}
+    root = logging.getLogger()
+    return {'loggers': loggers, 'root': (root.level, list(root.handlers)),
+            'threads': set(threading.enumerate()), 'excepthook': threading.excepthook,
+            'signals': {number: signal.getsignal(number)
+                        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)},
+            'streams': (sys.stdout, sys.stderr), 'environment': dict(os.environ),
+            'folder': os.getcwd(), 'temporary files': sorted(os.listdir(tempfile.gettempdir()))}
+
+
+@pytest.mark.slow
+def test_a_command_run_in_this_process_leaves_nothing_behind(tmp_path, monkeypatch,
+                                                             image_folders):
+    """helpers.cli runs the command in the test's process: a conversion and a refusal leave no
+    handler, logger level, thread, signal handler or temporary file behind."""
+    (tmp_path / 'tmp').mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))
+    flags = [f'--input_dir={image_folders(30)}', f'--output_dir={tmp_path}/out', '--num_shards=2']
+    before, children = _process_state(), _children_cpu_seconds()
+    converted = cli(*flags, cwd=tmp_path)
+    refused = cli(*flags, '--jpeg_quality=80')
+    assert (converted.returncode, refused.returncode) == (0, 2), refused.stderr
+    assert 'already holds a dataset' in refused.stderr
+    assert _process_state() == before
+    assert _children_cpu_seconds() == children   # No process was started (and waited for).
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

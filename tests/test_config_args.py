@@ -1,12 +1,12 @@
 """--config_arg KEY=VALUE reaches the --config class's __init__; a keyword the class passes on
 unused is refused in one line instead of converting a default dataset."""
 import json
-import os
+import sys
 
 import pytest
 
 from pipeline.testing import imagemaker
-from tests.helpers import run_cli, write_tree
+from tests.helpers import cli, write_tree
 
 CONFIG = '''
 import os
@@ -33,31 +33,32 @@ class FolderConfig(ImageClassificationConfig):
 
 
 @pytest.fixture
-def config_env(tmp_path) -> dict:
-    """A module folder_config.FolderConfig on PYTHONPATH, converting 3 images by default and the
-    5 of tmp_path/five with image_dir=...."""
+def config_module(tmp_path, monkeypatch):
+    """A module folder_config.FolderConfig on the module path, converting 3 images by default
+    and the 5 of tmp_path/five with image_dir=...; forgotten after the test."""
     write_tree(tmp_path / 'three', {f'{i}.jpg': imagemaker.jpeg(20, 20, seed=i) for i in range(3)})
     write_tree(tmp_path / 'five', {f'{i}.jpg': imagemaker.jpeg(20, 20, seed=i) for i in range(5)})
     (tmp_path / 'mods').mkdir()
     (tmp_path / 'mods' / 'folder_config.py').write_text(CONFIG.format(default=tmp_path / 'three'))
-    paths = [str(tmp_path / 'mods'), os.environ.get('PYTHONPATH', ''), os.getcwd()]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    monkeypatch.syspath_prepend(tmp_path / 'mods')
+    yield
+    sys.modules.pop('folder_config', None)
 
 
-def test_a_keyword_the_class_does_not_take_is_refused(tmp_path, config_env):
-    result = run_cli('--config=folder_config:FolderConfig', '--config_arg=imagedir=/elsewhere',
-                     f'--output_dir={tmp_path}/out', env=config_env)
+def test_a_keyword_the_class_does_not_take_is_refused(tmp_path, config_module):
+    result = cli('--config=folder_config:FolderConfig', '--config_arg=imagedir=/elsewhere',
+                 f'--output_dir={tmp_path}/out')
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --config_arg imagedir: folder_config:FolderConfig does not take a 'imagedir' "
         "argument (its __init__ passes it on unused); use one of the keywords its __init__ names")
-    assert not os.path.exists(f'{tmp_path}/out/summary.json')
+    assert not (tmp_path / 'out' / 'summary.json').exists()
 
 
 @pytest.mark.slow
-def test_a_keyword_the_class_takes_reaches_it(tmp_path, config_env):
-    result = run_cli('--config=folder_config:FolderConfig', f'--config_arg=image_dir={tmp_path}/five',
-                     f'--output_dir={tmp_path}/out', env=config_env)
+def test_a_keyword_the_class_takes_reaches_it(tmp_path, config_module):
+    result = cli('--config=folder_config:FolderConfig', f'--config_arg=image_dir={tmp_path}/five',
+                 f'--output_dir={tmp_path}/out')
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())
     assert summary['splits']['train']['records'] == 5

@@ -9,7 +9,9 @@ import pytest
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import (
-    convert, output_files, pixels, read_files, read_split, run_cli, shard_paths, write_tree)
+    cli, convert, output_files, pixels, read_files, read_split, shard_paths, write_tree)
+
+pytestmark = pytest.mark.slow   # Each converts, or reads the dataset converted once per module.
 
 
 @pytest.fixture(scope='module')
@@ -41,7 +43,6 @@ def mixed(tmp_path_factory):
     return root, files, out, summary
 
 
-@pytest.mark.slow
 def test_records_labels_and_sizes(mixed):
     root, files, out, summary = mixed
     train = {os.path.basename(r[records.SOURCE]): r for r in read_split(out, 'train')}
@@ -106,7 +107,6 @@ def test_tfds_loads_decoded_images_and_class_names(mixed):
     assert open(os.path.join(out, 'labels.txt')).read() == 'bird\ncat\ndog\n'
 
 
-@pytest.mark.slow
 def test_shards_mix_classes_and_are_deterministic_across_worker_counts(tmp_path):
     files = {f'train/c{c}/img{i}.jpg': imagemaker.jpeg(40, 30, seed=c * 100 + i)
              for c in range(4) for i in range(12)}
@@ -126,7 +126,6 @@ def test_shards_mix_classes_and_are_deterministic_across_worker_counts(tmp_path)
 
 
 
-@pytest.mark.slow
 def test_names_not_in_utf8_are_reported_not_fatal(tmp_path):
     """A file, or a class folder, named in another encoding (Latin-1 'café') is one skipped
     input, reported under its name with the stray byte escaped; the rest converts."""
@@ -140,7 +139,7 @@ def test_names_not_in_utf8_are_reported_not_fatal(tmp_path):
         with open(path, 'wb') as stream:
             stream.write(imagemaker.jpeg(64, 48, seed=99))
     out = tmp_path / 'out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.25')
+    result = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.25')
     assert result.returncode == 0, result.stderr
     summary = json.load(open(out / 'summary.json'))['splits']
     assert [(summary[s]['records'], summary[s]['skipped']) for s in ('train', 'test')] == [

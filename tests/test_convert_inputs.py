@@ -134,6 +134,7 @@ def test_in_memory_images_label_map_partitions_and_extras(tmp_path):
     assert set(example) >= {records.ENCODED, records.LABEL, 'weight', 'tags', 'index'}
 
 
+@pytest.mark.slow
 def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
     with pytest.raises(Exception) as info:
         convert(f'--output_dir={tmp_path}/out', config=MemoryConfig(labels=('a', 'zz')))
@@ -143,6 +144,7 @@ def test_label_missing_from_map_fails_before_any_image_is_read(tmp_path):
     assert os.listdir(tmp_path / 'out') == []
 
 
+@pytest.mark.slow
 def test_job_api_takes_flags_and_options_by_name_and_rejects_unknown_names(tmp_path):
     from pipeline import job
     root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
@@ -196,17 +198,3 @@ def test_inconsistent_extras_and_bad_dicts_are_clear_errors(tmp_path):
     assert DatasetError.find_in(info.value).startswith(
         "Bad.example_generator('train') yielded a dict with keys ['image_path']; it needs 'label'")
 
-
-@pytest.mark.slow
-def test_simple_example_script_with_a_config_class_in_main(tmp_path):
-    import subprocess
-    import sys
-    result = subprocess.run(
-        [sys.executable, '-m', 'pipeline.classic.simple_example', '--num_classes=3', f'--save_dir={tmp_path}'],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    data_dir = f'{tmp_path}/image_classification_builder/simple/0.1.0'
-    assert f'records to {data_dir}' in result.stdout
-    assert 'Worker:' not in result.stderr
-    labels = {r[records.TEXT]: r[records.LABEL] for r in read_split(data_dir, 'train')}
-    assert labels == {'class-0': 0, 'class-1': 1, 'class-2': 2}

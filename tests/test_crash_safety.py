@@ -6,6 +6,7 @@ process group) or at an exact point through IMAGE_TFRECORDS_KILL_AT (pipeline/fa
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import time
@@ -17,8 +18,8 @@ from pipeline.errors import DatasetError
 from transforms import resume
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import (
-    IN_PROCESS, convert, output_files, read_files, run_cli, start_cli, write_tree)
+from tests.helpers import (IN_PROCESS, cli, convert, killed_at, output_files, read_files, run_cli,
+                           start_cli)
 
 MULTI = ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
 
@@ -31,9 +32,23 @@ def _info(out) -> dict:
     return json.load(open(os.path.join(out, 'dataset_info.json')))
 
 
-@pytest.fixture
-def inputs(tmp_path):
-    return write_tree(tmp_path / 'in', _images(60))
+@pytest.fixture(scope='module')
+def inputs(image_folders):
+    return image_folders(60)
+
+
+def _converted(out: str, *flags: str) -> dict:
+    """The files a conversion with `flags` writes into `out`."""
+    result = cli(*flags, f'--output_dir={out}')
+    assert result.returncode == 0, result.stderr
+    return output_files(out)
+
+
+@pytest.fixture(scope='module')
+def reference(inputs, tmp_path_factory) -> dict:
+    """The files of `inputs` converted into 3 shards, uninterrupted."""
+    return _converted(str(tmp_path_factory.mktemp('reference')), f'--input_dir={inputs}',
+                      '--num_shards=3')
 
 
 @pytest.mark.slow
@@ -42,14 +57,12 @@ def inputs(tmp_path):
     ('commit:replace:1', 'neither'),    # The old dataset_info.json moved aside.
     ('commit:install:1', 'neither'),    # New shards in place, no dataset_info.json yet.
 ])
-def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs, kill_at, left):
+def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs, reference,
+                                                               kill_at, left):
     flags = [f'--input_dir={inputs}', '--num_shards=3', *IN_PROCESS]
-    reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
     out = str(tmp_path / 'out')
-    assert run_cli(*flags[:1], '--num_shards=2', '--dataset_name=old', f'--output_dir={out}',
-                *IN_PROCESS).returncode == 0
-    killed = run_cli(*flags, f'--output_dir={out}', '--overwrite', kill_at=kill_at)
+    _converted(out, flags[0], '--num_shards=2', '--dataset_name=old')
+    killed = killed_at(kill_at, *flags, f'--output_dir={out}', '--overwrite')
     assert killed.returncode == -signal.SIGKILL
     names = os.listdir(out)
     assert '.commit.json' in names and '.lock' in names
@@ -62,24 +75,21 @@ def test_kill_in_commit_then_rerun_completes_it_byte_identical(tmp_path, inputs,
     from pipeline.tools.verify import main as verify_main
     assert verify_main([out]) == 2   # "interrupted commit": rerun to complete it.
 
-    rerun = run_cli(*flags, f'--output_dir={out}', '--overwrite')
+    rerun = cli(*flags, f'--output_dir={out}', '--overwrite')
     assert rerun.returncode == 0, rerun.stderr
     assert 'taking over (its process is gone)' in rerun.stderr
     assert 'completed the interrupted commit of run ' in rerun.stderr
-    assert output_files(out) == output_files(reference)
+    assert output_files(out) == reference
     assert not any(n.startswith('.') for n in os.listdir(out))
 
 
 @pytest.mark.slow
-def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
+def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path, image_folders):
     """A real SIGKILL of the whole process tree once the first chunks are written."""
-    inputs = write_tree(tmp_path / 'in', _images(900))
-    flags = [f'--input_dir={inputs}', '--num_shards=4', *MULTI]
-    reference = str(tmp_path / 'reference')
-    full = run_cli(*flags, f'--output_dir={reference}')
-    assert full.returncode == 0, full.stderr
+    flags = [f'--input_dir={image_folders(900)}', '--num_shards=4']
+    reference = _converted(str(tmp_path / 'reference'), *flags)
     out = str(tmp_path / 'out')
-    process = start_cli(*flags, f'--output_dir={out}')
+    process = start_cli(*flags, *MULTI, f'--output_dir={out}')
     deadline = time.monotonic() + 120
     # A chunk that falls in two shards writes two parts, so one part does not mean one finished
     # chunk. Parts of three chunks do: two worker processes convert at most two at a time.
@@ -89,12 +99,12 @@ def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert not [n for n in os.listdir(out) if 'tfrecord' in n]   # Nothing final-named.
-    rerun = run_cli(*flags, f'--output_dir={out}')
+    rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'resuming run ' in rerun.stderr
     reused = int(rerun.stdout.split('reused ')[1].split(' of ')[0])
     assert reused >= 1
-    assert output_files(out) == output_files(reference)
+    assert output_files(out) == reference
 
 
 def _first_source_of_a_part(out: str) -> str:
@@ -104,40 +114,39 @@ def _first_source_of_a_part(out: str) -> str:
 
 
 @pytest.mark.slow
-def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path):
-    inputs = write_tree(tmp_path / 'in', _images(600))   # 5 chunks of about 128, 4 shards.
+def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path, image_folders):
+    inputs = shutil.copytree(image_folders(600), tmp_path / 'in')   # 5 chunks of about 128.
     flags = [f'--input_dir={inputs}', '--num_shards=4', *IN_PROCESS]
     out = str(tmp_path / 'out')
-    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:3').returncode == -signal.SIGKILL
+    assert killed_at('chunk:3', *flags, f'--output_dir={out}').returncode == -signal.SIGKILL
     parts = glob.glob(f'{out}/.tmp-*/parts/*.json')
     assert len({resume.chunk_of_part(p) for p in parts}) == 3
     changed = _first_source_of_a_part(out)   # Replace one input of a finished chunk.
     with open(changed, 'wb') as stream:
         stream.write(imagemaker.jpeg(24, 16, seed=9999))
-    rerun = run_cli(*flags, f'--output_dir={out}')
+    rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished 3 chunks and 0 shards' in rerun.stderr
     assert 'reused 2 of 5 chunks' in rerun.stdout
-    reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
-    assert output_files(out) == output_files(reference)
+    assert output_files(out) == _converted(str(tmp_path / 'reference'), *flags)
 
 
 @pytest.mark.slow
-def test_per_run_settings_keep_the_run_so_a_rerun_with_them_changed_resumes(tmp_path):
+def test_per_run_settings_keep_the_run_so_a_rerun_with_them_changed_resumes(tmp_path,
+                                                                           image_folders):
     """The run id fingerprints what shapes the bytes; the description (dataset_info.json's
     text), the error threshold and the read-ahead do not, so changing them keeps the work."""
-    inputs = write_tree(tmp_path / 'in', _images(600))
+    inputs = image_folders(600)
     flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', '--num_shards=4',
              *IN_PROCESS]
-    killed = run_cli(*flags, '--description=first', kill_at='chunk:3')
+    killed = killed_at('chunk:3', *flags, '--description=first')
     assert killed.returncode == -signal.SIGKILL
-    rerun = run_cli(*flags, '--description=second', '--max_error_ratio=0.5', '--reads_in_flight=4')
+    rerun = cli(*flags, '--description=second', '--max_error_ratio=0.5', '--reads_in_flight=4')
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished 3 chunks and 0 shards' in rerun.stderr
     assert 'reused 3 of 5 chunks' in rerun.stdout
     assert _info(tmp_path / 'out')['description'] == 'second'
-    again = run_cli(*flags, '--description=third')   # Finished: only --overwrite replaces it.
+    again = cli(*flags, '--description=third')   # Finished: only --overwrite replaces it.
     assert again.returncode == 2 and 'already holds a dataset' in again.stderr
 
 
@@ -145,14 +154,14 @@ def test_per_run_settings_keep_the_run_so_a_rerun_with_them_changed_resumes(tmp_
 def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS]
-    assert run_cli(*flags, '--num_shards=2', kill_at='chunk:1').returncode == -signal.SIGKILL
+    assert killed_at('chunk:1', *flags, '--num_shards=2').returncode == -signal.SIGKILL
     other = glob.glob(f'{out}/.tmp-*')[0]
-    rerun = run_cli(*flags, '--num_shards=2', '--jpeg_quality=80')
+    rerun = cli(*flags, '--num_shards=2', '--jpeg_quality=80')
     assert rerun.returncode == 0 and 'reused' not in rerun.stdout
     assert f'holds temporary folders of runs with other options: {os.path.basename(other)} (' \
         in rerun.stderr and '--clean_temp removes them' in rerun.stderr
     assert os.path.isdir(other)
-    cleaned = run_cli(*flags, '--num_shards=2', '--jpeg_quality=70', '--overwrite')
+    cleaned = cli(*flags, '--num_shards=2', '--jpeg_quality=70', '--overwrite')
     assert cleaned.returncode == 0
     assert f'removed temporary folders of unfinished runs: {os.path.basename(other)} (' \
         in cleaned.stderr
@@ -163,23 +172,23 @@ def test_changed_option_reuses_nothing_and_names_the_other_temp_folder(tmp_path,
 def test_clean_temp_discards_this_runs_own_earlier_work(tmp_path, inputs):
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS]
-    assert run_cli(*flags, kill_at='chunk:1').returncode == -signal.SIGKILL
+    assert killed_at('chunk:1', *flags).returncode == -signal.SIGKILL
     own = os.path.basename(glob.glob(f'{out}/.tmp-*')[0])
-    rerun = run_cli(*flags, '--clean_temp')
+    rerun = cli(*flags, '--clean_temp')
     assert rerun.returncode == 0, rerun.stderr
     assert f'removed temporary folders of unfinished runs: {own} (' in rerun.stderr
     assert 'resuming' not in rerun.stderr and 'reused' not in rerun.stdout
 
 
 @pytest.mark.slow
-def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path):
-    inputs = write_tree(tmp_path / 'in', _images(900))
+def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path, image_folders):
+    inputs = image_folders(900)
     out = str(tmp_path / 'out')
     first = start_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=4', *MULTI)
     deadline = time.monotonic() + 60
     while not os.path.exists(f'{out}/.lock') and time.monotonic() < deadline:
         time.sleep(0.01)
-    second = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3', *MULTI)
+    second = cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3')
     stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert second.returncode == 2
@@ -240,18 +249,18 @@ def test_commit_rechecks_the_folder_under_the_lock(tmp_path, inputs):
 def test_kill_in_commit_on_cloud_storage_then_rerun(gcs, tmp_path):
     source = upload(_images(40), 'raw')
     flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
-    assert run_cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    local = _converted(f'{tmp_path}/local', *flags)
     out = f'gs://{BUCKET}/out'
-    assert run_cli(*flags[:1], '--num_shards=3', '--dataset_name=old', f'--output_dir={out}',
-                *IN_PROCESS).returncode == 0
+    old = cli(flags[0], '--num_shards=3', '--dataset_name=old', f'--output_dir={out}')
+    assert old.returncode == 0, old.stderr
     killed = run_cli(*flags, f'--output_dir={out}', '--overwrite', kill_at='commit:replace:1')
     assert killed.returncode == -signal.SIGKILL
     remote = download('out')
     assert '.commit.json' in remote and 'dataset_info.json' not in remote
-    rerun = run_cli(*flags, f'--output_dir={out}', '--overwrite')
+    rerun = cli(*flags, f'--output_dir={out}', '--overwrite')
     assert rerun.returncode == 0, rerun.stderr
     assert 'completed the interrupted commit' in rerun.stderr
-    assert download('out') == output_files(f'{tmp_path}/local')
+    assert download('out') == local
 
 
 def test_lock_on_cloud_storage_is_exclusive(gcs):

@@ -14,7 +14,7 @@ from PIL import Image
 from pipeline.output import records
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, pixels, read_split, run_cli, write_tree
+from tests.helpers import cli, pixels, read_split, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +61,7 @@ def planted(tmp_path_factory):
 
 
 def _convert(root: str, out: str, *flags: str):
-    return run_cli(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
-                   *flags)
+    return cli(f'--input_dir={root}', f'--output_dir={out}', '--num_shards=2', *flags)
 
 
 def _lines(path: str) -> list[dict]:

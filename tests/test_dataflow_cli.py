@@ -8,9 +8,7 @@ import pytest
 
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import run_cli, write_tree
-
-pytestmark = pytest.mark.slow
+from tests.helpers import cli, run_cli, write_tree
 
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 STAGES = ['List Examples', 'Resolve Labels', 'Plan Shards', 'Write Shards',
@@ -24,7 +22,7 @@ def raw(gcs):
 
 
 def test_a_local_temp_location_is_one_line_before_any_network_access(tmp_path):
-    result = run_cli(*CLOUD, f'--temp_location={tmp_path}/tmp',
+    result = cli(*CLOUD, f'--temp_location={tmp_path}/tmp',
                      '--input_dir=gs://no-such-bucket/raw', '--output_dir=gs://no-such-bucket/out')
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -33,7 +31,7 @@ def test_a_local_temp_location_is_one_line_before_any_network_access(tmp_path):
 
 
 def test_dry_run_from_the_command_line_checks_the_job_and_submits_nothing(raw):
-    result = run_cli(*CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp',
+    result = cli(*CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp',
                      f'--input_dir={raw}', f'--output_dir=gs://{BUCKET}/out')
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -43,7 +41,7 @@ def test_dry_run_from_the_command_line_checks_the_job_and_submits_nothing(raw):
     assert re.fullmatch(r'Staged for the workers: workflow.tar.gz \(\d+ KB\), '
                         r'submission_environment_dependencies.txt \(\d+ KB\)', lines[5])
     assert download('out') == {} and download('tmp') == {}
-    missing = run_cli(*CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp',
+    missing = cli(*CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp',
                       f'--input_dir={raw}', '--output_dir=gs://no-such-bucket/out')
     assert missing.returncode == 2 and missing.stderr.splitlines() == [
         'error: bucket gs://no-such-bucket does not exist (for gs://no-such-bucket/out); create it '
@@ -54,14 +52,17 @@ def test_dry_run_is_refused_for_a_local_run(tmp_path):
     inputs = tmp_path / 'in' / 'train' / 'a'
     inputs.mkdir(parents=True)
     (inputs / '1.jpg').write_bytes(imagemaker.jpeg(seed=1))
-    result = run_cli('--dry_run=True', f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out')
+    result = cli('--dry_run=True', f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
         'error: --dry_run checks a Dataflow job without submitting it; for a local run use '
         '--plan_only to see what it would write']
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.slow
 def test_dry_run_without_credentials_is_offline_and_prints_what_would_be_submitted(tmp_path):
+    """Google's auth library reads where the metadata server is when it is imported: without
+    credentials is a process of its own."""
     inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                                           for i in range(6)})
     gcloud = tmp_path / 'gcloud'

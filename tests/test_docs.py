@@ -1,6 +1,7 @@
 """Every shell and Python block of README.md and docs/ runs as printed, or is marked
-`<!-- not run: REASON -->` on the line before it. Blocks run in a fresh folder each, in a
-subprocess, with `/data/` standing for a folder of small generated inputs (flowers/ in the
+`<!-- not run: REASON -->` on the line before it. Blocks run in a fresh folder each, a block that
+is one `python -m pipeline.run` command in this process (helpers.cli), any other in a process of
+its own, with `/data/` standing for a folder of small generated inputs (flowers/ in the
 folder layout, flowers.zip, train.csv, validation.csv, classes.txt) and `sample_tfrecords` (or
 OUTPUT_DIR) for the sample dataset converted in both formats; a loader block runs where the
 libraries of the other extras cannot be imported."""
@@ -16,6 +17,7 @@ import pytest
 
 from pipeline.sample_data import write_sample_dataset
 from tests import doc_blocks
+from tests.helpers import Answer, cli
 
 EXTRAS = {'tensorflow': 'tensorflow', 'torch': 'torch', 'grain': 'grain'}   # extra: module
 OTHERS = ['jax', *EXTRAS.values()]
@@ -60,14 +62,12 @@ def inputs(tmp_path_factory) -> dict:
                 for image in sorted(os.listdir(os.path.join(flowers, split, label))):
                     rows.writerow([f'flowers/{split}/{label}/{image}', label])
     (data / 'classes.txt').write_text(''.join(f'class-{i}\n' for i in range(3)))
-    result = subprocess.run([sys.executable, '-m', 'pipeline.run', '--output_format=tfrecord,array_record',
-                             '--direct_running_mode=in_memory', '--direct_num_workers=1'],
-                            cwd=root, capture_output=True, text=True, timeout=600)
+    result = cli('--output_format=tfrecord,array_record', cwd=root)
     assert result.returncode == 0, result.stderr
     return {'data': data, 'sample': root / 'sample_tfrecords'}
 
 
-def run_block(block: doc_blocks.Block, inputs: dict, work) -> subprocess.CompletedProcess:
+def run_block(block: doc_blocks.Block, inputs: dict, work) -> Answer | subprocess.CompletedProcess:
     """Runs the block in `work`, with /data/ and the sample dataset substituted."""
     data = work / 'data'
     data.mkdir()
@@ -80,7 +80,8 @@ def run_block(block: doc_blocks.Block, inputs: dict, work) -> subprocess.Complet
     if 'dataflow_templates/' in code:   # Run from the repository's root.
         os.symlink(os.path.join(doc_blocks.REPO, 'dataflow_templates'), work / 'dataflow_templates')
     if block.language != 'python':
-        return doc_blocks.run_shell(code, work)
+        flags = doc_blocks.converter_flags(code)
+        return doc_blocks.run_shell(code, work) if flags is None else cli(*flags, cwd=work)
     extra = _extra(code)
     blocked = [module for module in OTHERS if extra and module != EXTRAS[extra]]
     return subprocess.run([sys.executable, '-c', RUN_PYTHON.format(blocked=blocked, code=code, name=block.name)],

@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from pipeline.testing import imagemaker
-from tests.helpers import output_files, run_cli, write_tree
+from tests.helpers import cli, killed_at, output_files, write_tree
 from transforms import entries
 
 KINDS = ('good', 'bad', 'trunc', 'gone', 'dup', 'nolabel', 'fields', 'zeroed')
@@ -41,11 +41,19 @@ def _hostile(root) -> str:
     return write_tree(root, files)
 
 
-def _convert(root: str, out: str, *flags: str, kill_at: str | None = None):
-    return run_cli(f'--csv_train={root}/train.csv', f'--csv_test={root}/test.csv',
-                   f'--output_dir={out}', '--num_shards=3', '--skip_duplicates',
-                   '--max_error_ratio=1', '--direct_running_mode=in_memory', *flags,
-                   kill_at=kill_at)
+def _flags(root: str, out: str, *flags: str) -> list[str]:
+    return [f'--csv_train={root}/train.csv', f'--csv_test={root}/test.csv', f'--output_dir={out}',
+            '--num_shards=3', '--skip_duplicates', '--max_error_ratio=1',
+            '--direct_running_mode=in_memory', *flags]
+
+
+def _convert(root: str, out: str, *flags: str):
+    return cli(*_flags(root, out, *flags))
+
+
+def _killed_at(point: str, root: str, out: str, *flags: str) -> None:
+    """The conversion in a process of its own, killed at `point`."""
+    assert killed_at(point, *_flags(root, out, *flags)).returncode == -signal.SIGKILL
 
 
 CSV_FIELDS = ('3 fields, expected 2 (uri,label); name further columns in the header line to '
@@ -96,8 +104,7 @@ def test_reports_hold_every_entry_sorted_the_same_for_any_workers_and_after_a_ki
     for name, digest in summary['digests'].items():
         assert hashlib.sha256(open(f'{one}/{name}', 'rb').read()).hexdigest() == digest, name
     assert _convert(root, two, '--direct_num_workers=2').returncode == 0
-    assert _convert(root, resumed, '--direct_num_workers=1',
-                    kill_at='chunk:2').returncode == -signal.SIGKILL
+    _killed_at('chunk:2', root, resumed, '--direct_num_workers=1')
     assert _convert(root, resumed, '--direct_num_workers=1').returncode == 0
     expected = output_files(one)
     assert output_files(two) == expected and output_files(resumed) == expected
@@ -108,8 +115,7 @@ def test_a_hard_linked_entry_part_is_remade_and_the_file_outside_untouched(tmp_p
     root = _hostile(tmp_path / 'in')
     clean, out = str(tmp_path / 'clean'), str(tmp_path / 'out')
     assert _convert(root, clean, '--direct_num_workers=1').returncode == 0
-    assert _convert(root, out, '--direct_num_workers=1',
-                    kill_at='chunk:1').returncode == -signal.SIGKILL
+    _killed_at('chunk:1', root, out, '--direct_num_workers=1')
     part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.errors.jsonl'))[0]
     outside = tmp_path / 'outside.txt'
     outside.write_bytes(b'["/not/an/input.jpg", "planted"]\n')

@@ -2,10 +2,9 @@
 of `python -m pipeline.run --help`."""
 import os
 import re
-import subprocess
-import sys
 
 from pipeline.tools import flag_reference
+from tests.helpers import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -17,8 +16,7 @@ def test_flag_reference_is_current():
 
 
 def test_flag_reference_names_every_flag_of_help():
-    help_text = subprocess.run([sys.executable, '-m', 'pipeline.run', '--help'], capture_output=True,
-                               text=True, check=True).stdout
+    help_text = cli('--help').stdout
     flags = set(re.findall(r'^  (--\w+)', help_text, re.M))
     listed = re.findall(r'^\| `(--\w+)` \|', flag_reference.render(), re.M)
     assert len(flags) > 20 and sorted(listed) == sorted(flags)

@@ -1,12 +1,13 @@
 """Shared output folders are hostile: crafted journals and locks, look-alike user files, links,
 odd class names, lock races, and a kill at every instant of the commit and its cleanup.
 
-Each test runs the command line (a subprocess) or the protocol's own functions with real files,
-real processes, real SIGKILLs, and the Cloud Storage emulator where that path differs.
+Each test runs the command line (in the test's process, or a process of its own where it is
+killed) or the protocol's own functions with real files, real processes, real SIGKILLs, and the
+Cloud Storage emulator where that path differs.
 """
 import json
-import multiprocessing
 import os
+import pathlib
 import shutil
 import signal
 import socket
@@ -19,9 +20,10 @@ import pytest
 from pipeline.output import output_lock
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, output_files, run_cli, start_cli, write_tree
-
-pytestmark = pytest.mark.slow
+from pipeline.tools.verify import main as verify_main
+from tests import lock_race
+from tests.helpers import (IN_PROCESS, Answer, cli, killed_at, output_files, run_cli, start_cli,
+                           write_tree)
 
 RUN_ID = '0123456789abcdef'
 
@@ -30,16 +32,38 @@ def _images(n: int = 30, classes: int = 3) -> dict:
     return {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(n)}
 
 
+@pytest.fixture(scope='module')
+def inputs(image_folders) -> str:
+    """30 images of 3 classes (shared: no test changes them)."""
+    return image_folders(30)
+
+
+@pytest.fixture(scope='module')
+def reference_folder(inputs, tmp_path_factory) -> str:
+    """The inputs converted without interruption."""
+    out = str(tmp_path_factory.mktemp('reference') / 'out')
+    assert cli(*_flags(inputs, out)).returncode == 0
+    return out
+
+
+@pytest.fixture(scope='module')
+def reference(inputs, reference_folder) -> tuple[str, dict]:
+    """The inputs, and the files of their dataset converted without interruption."""
+    return inputs, _tree(reference_folder)
+
+
 @pytest.fixture
-def inputs(tmp_path):
-    return write_tree(tmp_path / 'in', _images())
+def converted(tmp_path, reference_folder) -> pathlib.Path:
+    """tmp_path/out holding the dataset a conversion of the inputs writes there (a copy: no
+    file of a dataset names its folder)."""
+    return shutil.copytree(reference_folder, tmp_path / 'out')
 
 
 def _flags(inputs: str, out: str, *more: str) -> list[str]:
     return [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS, *more]
 
 
-def _one_error_line(result: subprocess.CompletedProcess, alone: bool = True) -> str:
+def _one_error_line(result: Answer, alone: bool = True) -> str:
     """The error line of a failed run: its only line (`alone`), or its last, after progress."""
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -52,6 +76,13 @@ def _tree(path) -> dict:
     return output_files(str(path))
 
 
+def _verify(out, capsys) -> tuple[int, str]:
+    """`python -m pipeline.verify OUT`, in this process: (exit code, what it wrote to stderr)."""
+    capsys.readouterr()
+    code = verify_main([str(out)])
+    return code, capsys.readouterr().err
+
+
 # --- 1. Crafted journals touch nothing outside the output ----------------------------------------
 
 def test_journal_naming_files_outside_the_output_is_refused_and_touches_nothing(tmp_path, inputs):
@@ -62,7 +93,7 @@ def test_journal_naming_files_outside_the_output_is_refused_and_touches_nothing(
         'run_id': 'x', 'phase': 'replace',
         'replace': [[f'{victim}/docs/precious.txt', f'{out}/.tmp-x/replaced/precious.txt']],
         'install': [[f'{victim}/secret.txt', f'{out}/stolen.txt']]}))
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert line.startswith(f'error: {out}/.commit.json is not a commit journal this tool wrote (')
     assert line.endswith('nothing was done. If no run of this tool is committing there, delete it '
                          'and rerun')
@@ -79,23 +110,23 @@ def test_journal_naming_files_outside_the_output_is_refused_and_touches_nothing(
      'install': [['final/labels.txt', '../victim2/a.txt']]},
     'not json at all',
 ])
-def test_journal_with_other_names_is_refused(tmp_path, inputs, journal):
+def test_journal_with_other_names_is_refused(tmp_path, inputs, journal, capsys):
     victim = write_tree(tmp_path / 'victim2', {'a.txt': b'keep'})
     out = tmp_path / 'out'
     (out / '.tmp-y').mkdir(parents=True)
     (out / '.commit.json').write_text(journal if isinstance(journal, str) else json.dumps(journal))
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert 'is not a commit journal this tool wrote' in line
     assert _tree(victim) == {'a.txt': b'keep'} and (out / '.tmp-y').is_dir()
-    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
-                            capture_output=True, text=True, timeout=120)
-    assert verify.returncode == 2 and 'is not a commit journal this tool wrote' in verify.stderr
+    code, stderr = _verify(out, capsys)
+    assert code == 2 and 'is not a commit journal this tool wrote' in stderr
 
 
-def test_journal_through_links_inside_its_temporary_folder_is_refused(tmp_path, inputs):
+@pytest.mark.slow
+def test_journal_through_links_inside_its_temporary_folder_is_refused(tmp_path, inputs,
+                                                                     converted):
     """Valid names, but the marked temporary folder holds links to folders outside."""
-    out = tmp_path / 'out'
-    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+    out = converted
     victim = write_tree(tmp_path / 'victim', {'final/labels.txt': b'v', 'replaced/keep': b'k'})
     temp = out / f'.tmp-{RUN_ID}'
     temp.mkdir()
@@ -107,21 +138,21 @@ def test_journal_through_links_inside_its_temporary_folder_is_refused(tmp_path, 
         'run_id': RUN_ID, 'phase': 'replace', 'replace': ['dataset_info.json', 'summary.json'],
         'install': [['final/labels.txt', 'labels.txt']]}))
     before = _tree(out)
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert line.endswith('is a symbolic link; a temporary folder of this tool holds none. Remove '
                          'it and rerun')
     assert _tree(victim) == {'final/labels.txt': b'v', 'replaced/keep': b'k'}
     assert _tree(out) == before
 
 
-def test_journal_whose_temporary_folder_has_no_marker_is_refused(tmp_path, inputs):
-    out = tmp_path / 'out'
-    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+@pytest.mark.slow
+def test_journal_whose_temporary_folder_has_no_marker_is_refused(inputs, converted):
+    out = converted
     (out / f'.tmp-{RUN_ID}').mkdir()
     (out / '.commit.json').write_text(json.dumps({
         'run_id': RUN_ID, 'phase': 'replace', 'replace': ['dataset_info.json'], 'install': []}))
     before = _tree(out)
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert f'(its temporary folder {out}/.tmp-{RUN_ID} has no marker)' in line
     assert _tree(out) == before
 
@@ -132,8 +163,7 @@ def test_journal_on_cloud_storage_naming_another_bucket_prefix_is_refused(gcs, t
     upload({'.commit.json': json.dumps({
         'run_id': RUN_ID, 'phase': 'install', 'replace': [],
         'install': [[f'gs://{BUCKET}/victim/secret.txt', 'stolen.txt']]}).encode()}, 'out')
-    line = _one_error_line(run_cli(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/out',
-                                   *IN_PROCESS))
+    line = _one_error_line(cli(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/out'))
     assert 'is not a commit journal this tool wrote' in line
     assert download('victim') == {'secret.txt': b'mine'}
     assert sorted(download('out')) == ['.commit.json']
@@ -159,36 +189,7 @@ def _stale_lock(pid: int, **machine) -> bytes:
                        'runner': 'DirectRunner', 'waits': True}).encode()
 
 
-def _contend(folders: list[str], barrier, results, emulator: str | None) -> None:
-    """One contender: at each barrier release, tries to take the lock of the next folder."""
-    if emulator:
-        os.environ['STORAGE_EMULATOR_HOST'] = emulator
-    from pipeline.errors import DatasetError
-    for folder in folders:
-        barrier.wait()
-        try:
-            output_lock.acquire(folder, RUN_ID, 'DirectRunner', waits=True)
-            results.put((folder, 'won'))
-        except DatasetError as exc:
-            results.put((folder, str(exc)))
-
-
-def _race(folders: list[str], contenders: int, emulator: str | None = None) -> dict:
-    context = multiprocessing.get_context('spawn')
-    barrier, results = context.Barrier(contenders), context.Queue()
-    processes = [context.Process(target=_contend, args=(folders, barrier, results, emulator))
-                 for _ in range(contenders)]
-    for process in processes:
-        process.start()
-    outcomes = {}
-    for _ in range(len(folders) * contenders):
-        folder, outcome = results.get(timeout=300)
-        outcomes.setdefault(folder, []).append(outcome)
-    for process in processes:
-        process.join(timeout=60)
-    return outcomes
-
-
+@pytest.mark.slow
 def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tmp_path):
     pid = _dead_pid()
     folders = []
@@ -197,7 +198,7 @@ def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tm
         folder.mkdir()
         (folder / '.lock').write_bytes(_stale_lock(pid))
         folders.append(str(folder))
-    outcomes = _race(folders, contenders=4)
+    outcomes = lock_race.race(folders, 4, RUN_ID)
     for folder, results in outcomes.items():
         assert results.count('won') == 1, (folder, results)
         assert all(r.startswith(f'{folder} is being written by another run: run {RUN_ID} on host ')
@@ -207,13 +208,14 @@ def test_many_runs_released_together_at_a_stale_lock_leave_exactly_one_holder(tm
         assert sorted(os.listdir(folder)) == ['.lock']
 
 
+@pytest.mark.slow
 def test_runs_released_together_at_a_stale_lock_on_cloud_storage_leave_one_holder(gcs):
     pid = _dead_pid()
     names = [f'out{i}' for i in range(15)]
     for name in names:
         upload({'.lock': _stale_lock(pid)}, name)
     folders = [f'gs://{BUCKET}/{name}' for name in names]
-    outcomes = _race(folders, contenders=3, emulator=os.environ['STORAGE_EMULATOR_HOST'])
+    outcomes = lock_race.race(folders, 3, RUN_ID, emulator=os.environ['STORAGE_EMULATOR_HOST'])
     for folder, results in outcomes.items():
         assert results.count('won') == 1, (folder, results)
         assert output_lock.read_lock(folder).holder['token'] != 'stale'
@@ -224,18 +226,7 @@ def _foreign_lock() -> bytes:
                        'started': 's', 'runner': 'DirectRunner', 'waits': True}).encode()
 
 
-def _break(folders: list[str], barrier, results, emulator: str | None) -> None:
-    """One run with --break_lock: at each barrier release, breaks the lock of the next folder."""
-    from pipeline.errors import DatasetError
-    for folder in folders:
-        barrier.wait()
-        try:
-            output_lock.acquire(folder, RUN_ID, 'DirectRunner', waits=True, break_lock=True)
-            results.put((folder, 'won'))
-        except DatasetError as exc:
-            results.put((folder, str(exc)))
-
-
+@pytest.mark.slow
 def test_runs_that_break_the_same_lock_together_leave_one_holder(tmp_path):
     folders = []
     for i in range(20):
@@ -243,18 +234,7 @@ def test_runs_that_break_the_same_lock_together_leave_one_holder(tmp_path):
         folder.mkdir()
         (folder / '.lock').write_bytes(_foreign_lock())
         folders.append(str(folder))
-    context = multiprocessing.get_context('spawn')
-    barrier, results = context.Barrier(4), context.Queue()
-    processes = [context.Process(target=_break, args=(folders, barrier, results, None))
-                 for _ in range(4)]
-    for process in processes:
-        process.start()
-    outcomes = {}
-    for _ in range(len(folders) * 4):
-        folder, outcome = results.get(timeout=300)
-        outcomes.setdefault(folder, []).append(outcome)
-    for process in processes:
-        process.join(timeout=60)
+    outcomes = lock_race.race(folders, 4, RUN_ID, break_lock=True)
     for folder, found in outcomes.items():
         assert found.count('won') == 1, (folder, found)
 
@@ -265,18 +245,18 @@ def test_break_lock_never_takes_the_lock_of_a_live_run_on_this_host(tmp_path, in
     holder = json.loads(_stale_lock(os.getpid()))   # This very process: alive.
     holder['pid_start'] = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]
     (out / '.lock').write_text(json.dumps(holder))
-    line = _one_error_line(run_cli(*_flags(inputs, str(out), '--break_lock')))
+    line = _one_error_line(cli(*_flags(inputs, str(out), '--break_lock')))
     assert line.startswith(f'error: {out} is being written by another run: run old on host ')
     assert json.loads((out / '.lock').read_text()) == holder
 
 
-def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_path):
+@pytest.mark.slow
+def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_path,
+                                                                           image_folders):
     """The killed launcher is a zombie until its parent reaps it; it holds nothing."""
-    inputs = write_tree(tmp_path / 'in', _images(900))
     out = str(tmp_path / 'out')
-    flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
-             '--direct_running_mode=multi_processing', '--direct_num_workers=2']
-    first = start_cli(*flags)
+    flags = [f'--input_dir={image_folders(900)}', f'--output_dir={out}', '--num_shards=3']
+    first = start_cli(*flags, '--direct_running_mode=multi_processing', '--direct_num_workers=2')
     deadline = time.monotonic() + 120
     while not _parts(out) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -284,7 +264,7 @@ def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_p
     while _state(first.pid) != 'Z' and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _state(first.pid) == 'Z'   # Dead, not reaped yet: its pid still exists.
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     first.wait()
     assert rerun.returncode == 0, rerun.stderr
     assert 'taking over (its process is gone)' in rerun.stderr and 'resuming run' in rerun.stderr
@@ -301,6 +281,7 @@ def _parts(out: str) -> list[str]:
             if n.endswith('.tfrecord.json')]
 
 
+@pytest.mark.slow
 def test_lock_of_a_reused_pid_is_stale(tmp_path, inputs):
     """The pid in the lock is alive, but it is another process: it started at another time."""
     out = tmp_path / 'out'
@@ -308,10 +289,11 @@ def test_lock_of_a_reused_pid_is_stale(tmp_path, inputs):
     holder = json.loads(_stale_lock(os.getpid()))
     holder.update(pid_start='1')
     (out / '.lock').write_text(json.dumps(holder))
-    result = run_cli(*_flags(inputs, str(out)))
+    result = cli(*_flags(inputs, str(out)))
     assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('machine', [{'pid_ns': 'pid:[1]'}, {'boot_id': 'another boot'}, {}])
 def test_a_dead_pid_is_stale_only_on_this_machine_in_this_pid_namespace(tmp_path, inputs,
                                                                          machine):
@@ -320,14 +302,15 @@ def test_a_dead_pid_is_stale_only_on_this_machine_in_this_pid_namespace(tmp_path
     out.mkdir()
     dead = 2**22 + 17   # Above the largest pid_max Linux allows: no such process.
     (out / '.lock').write_bytes(_stale_lock(dead, **machine))
-    result = run_cli(*_flags(inputs, str(out)))
+    result = cli(*_flags(inputs, str(out)))
     if machine:
         assert 'is being written by another run' in _one_error_line(result)
-        assert run_cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
+        assert cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
     else:
         assert result.returncode == 0 and 'taking over (its process is gone)' in result.stderr
 
 
+@pytest.mark.slow
 def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
     """A real holder in its own PID namespace (as in a container sharing the host's name)."""
     probe = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', 'true'],
@@ -343,33 +326,35 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_lock(tmp_path, inputs):
     try:
         assert holder.stdout.readline() == 'held\n'
         assert json.load(open(f'{out}/.lock'))['pid'] == 1   # pid 1 means another process here.
-        line = _one_error_line(run_cli(*_flags(inputs, out)))
+        line = _one_error_line(cli(*_flags(inputs, out)))
         assert 'is being written by another run' in line and 'pass --break_lock' in line
     finally:
         holder.kill()
         holder.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('pid', ['1', None, [1]])
 def test_break_lock_clears_a_lock_of_this_machine_whose_process_cannot_be_named(tmp_path, inputs,
                                                                               pid):
     out = tmp_path / 'out'
     out.mkdir()
     (out / '.lock').write_bytes(_stale_lock(pid))
-    assert 'is being written by another run' in _one_error_line(run_cli(*_flags(inputs, str(out))))
-    assert run_cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
+    assert 'is being written by another run' in _one_error_line(cli(*_flags(inputs, str(out))))
+    assert cli(*_flags(inputs, str(out), '--break_lock')).returncode == 0
 
 
+@pytest.mark.slow
 def test_empty_lock_is_refused_while_young_and_taken_over_when_old(tmp_path, inputs):
     out = tmp_path / 'out'
     out.mkdir()
     (out / '.lock').write_bytes(b'')
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert line.startswith(f'error: {out} is being written by another run: an empty or '
                            'unreadable lock, written ')
     old = time.time() - 2 * output_lock.STALE_UNREADABLE_SECONDS
     os.utime(out / '.lock', (old, old))
-    result = run_cli(*_flags(inputs, str(out)))
+    result = cli(*_flags(inputs, str(out)))
     assert result.returncode == 0, result.stderr
     assert 'taking over (its process is gone) the lock' in result.stderr
     assert not (out / '.lock').exists()
@@ -381,7 +366,7 @@ def test_crafted_lock_cannot_drive_the_terminal_or_forge_lines(tmp_path, inputs)
     (out / '.lock').write_text(json.dumps({
         'token': 't', 'run_id': 'r\x1b[2J\x1b[31m', 'host': 'h\nerror: forged line',
         'pid': 1, 'started': 's\u2028x', 'waits': False}))
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert '\x1b' not in line and '\u2028' not in line
     assert 'run r\\x1b[2J\\x1b[31m on host h\\nerror: forged line, pid 1, started s\\u2028x' in line
 
@@ -392,67 +377,59 @@ COMMIT_POINTS = ['commit:journal', 'commit:replace:1', 'commit:install:1', 'comm
                  'commit:marked', 'commit:unjournaled', 'cleanup:contents', 'cleanup:marker']
 
 
-@pytest.fixture(scope='module')
-def reference(tmp_path_factory):
-    """A dataset converted without interruption, and the inputs it came from."""
-    root = tmp_path_factory.mktemp('reference')
-    inputs = write_tree(root / 'in', _images())
-    out = str(root / 'out')
-    assert run_cli(*_flags(inputs, out)).returncode == 0
-    return inputs, _tree(out)
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize('point', COMMIT_POINTS)
 def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_path, reference,
                                                                          point):
     inputs, expected = reference
     out = str(tmp_path / 'out')
-    assert run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
-                   *IN_PROCESS).returncode == 0
+    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old').returncode == 0
     flags = _flags(inputs, out, '--overwrite')
-    assert run_cli(*flags, kill_at=point).returncode == -signal.SIGKILL
-    rerun = run_cli(*flags)
+    assert killed_at(point, *flags).returncode == -signal.SIGKILL
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert _tree(out) == expected                   # Nothing left over, not even a folder.
     assert sorted(os.listdir(out)) == sorted(expected)
-    again = run_cli(*flags[:-1])                    # The same command without --overwrite.
+    again = cli(*flags[:-1])                    # The same command without --overwrite.
     assert again.returncode == 0, again.stderr
     assert 'already holds the dataset of this command' in again.stderr
     assert _tree(out) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('point', ['commit:marked', 'commit:unjournaled', 'cleanup:contents'])
-def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point):
+def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point, capsys):
     source = upload(_images(), 'raw')
     flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
-    assert run_cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    assert cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
     out = f'gs://{BUCKET}/out'
     assert run_cli(*flags, f'--output_dir={out}', kill_at=point).returncode == -signal.SIGKILL
     assert any(name.startswith('.tmp-') for name in download('out'))
-    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', out], capture_output=True,
-                            text=True, timeout=120)
+    code, stderr = _verify(out, capsys)
     if point == 'commit:marked':   # The journal is still there.
-        assert verify.returncode == 2 and 'interrupted commit' in verify.stderr
+        assert code == 2 and 'interrupted commit' in stderr
     else:
-        assert verify.returncode == 0 and 'whose commit finished' in verify.stderr
-    rerun = run_cli(*flags, f'--output_dir={out}')
+        assert code == 0 and 'whose commit finished' in stderr
+    rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert download('out') == _tree(f'{tmp_path}/local')
 
 
+@pytest.mark.slow
 def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
     flags = _flags(inputs, out)
-    assert run_cli(*flags, kill_at='shard:2').returncode == -signal.SIGKILL
+    assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
     shard = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
                  if n.endswith('.tfrecord') and '/shards/' in os.path.join(d, n))
     os.truncate(shard, os.path.getsize(shard) - 10)
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('damage', ['outside', 'truncated', 'shard data gone', 'other shard'])
 def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the_work(
         tmp_path, reference, damage):
@@ -463,7 +440,7 @@ def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the
     victim.write_bytes(b'not part of any dataset')
     flags = _flags(inputs, out)
     point = 'shard:1' if damage == 'shard data gone' else 'chunk:1'
-    assert run_cli(*flags, kill_at=point).returncode == -signal.SIGKILL
+    assert killed_at(point, *flags).returncode == -signal.SIGKILL
     temp = [d for d, _, names in os.walk(out) if d.endswith('/parts')][0]
     part = next(os.path.join(temp, n[:-len('.json')]) for n in sorted(os.listdir(temp))
                 if n.endswith('.tfrecord.json') and os.path.exists(os.path.join(temp, n[:-5])))
@@ -482,17 +459,18 @@ def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the
         for name in os.listdir(shards):
             if not name.endswith('.json'):
                 os.remove(os.path.join(shards, name))
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert victim.read_bytes() == b'not part of any dataset'
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
+@pytest.mark.slow
 def test_a_damaged_shard_in_a_second_format_is_made_again(tmp_path, inputs):
     flags = ['--output_format=tfrecord,array_record']
     reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
-    assert run_cli(*_flags(inputs, reference, *flags)).returncode == 0
-    assert run_cli(*_flags(inputs, out, *flags), kill_at='shard:2').returncode == -signal.SIGKILL
+    assert cli(*_flags(inputs, reference, *flags)).returncode == 0
+    assert killed_at('shard:2', *_flags(inputs, out, *flags)).returncode == -signal.SIGKILL
     shard = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
                  if n.endswith('.array_record'))
     os.truncate(shard, os.path.getsize(shard) - 100)
@@ -500,47 +478,49 @@ def test_a_damaged_shard_in_a_second_format_is_made_again(tmp_path, inputs):
     crafted = json.load(open(sidecar))            # A sidecar that names no array_record file.
     crafted['format_bytes'] = {'tfrecord': crafted['format_bytes']['tfrecord']}
     json.dump(crafted, open(sidecar, 'w'))
-    rerun = run_cli(*_flags(inputs, out, *flags))
+    rerun = cli(*_flags(inputs, out, *flags))
     assert rerun.returncode == 0, rerun.stderr
     assert _tree(out) == _tree(reference)
 
 
+@pytest.mark.slow
 def test_a_pipe_in_place_of_a_sidecar_is_never_read_and_its_work_is_made_again(tmp_path,
                                                                                 reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
-    assert run_cli(*_flags(inputs, out), kill_at='chunk:1').returncode == -signal.SIGKILL
+    assert killed_at('chunk:1', *_flags(inputs, out)).returncode == -signal.SIGKILL
     sidecar = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
                    if n.endswith('.tfrecord.json'))
     os.remove(sidecar)
     os.mkfifo(sidecar)
-    rerun = run_cli(*_flags(inputs, out), timeout=120)
+    rerun = cli(*_flags(inputs, out), timeout=120)
     assert rerun.returncode == 0, rerun.stderr
     assert _tree(out) == expected
 
 
+@pytest.mark.slow
 def test_kill_while_replacing_an_old_dataset_with_a_linked_file_then_the_rerun_finishes(
         tmp_path, reference):
     inputs, expected = reference
     out, kept = str(tmp_path / 'out'), tmp_path / 'my-labels.txt'
-    assert run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
-                   *IN_PROCESS).returncode == 0
+    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old').returncode == 0
     kept.write_bytes(open(f'{out}/labels.txt', 'rb').read())
     os.remove(f'{out}/labels.txt')
     os.symlink(kept, f'{out}/labels.txt')        # The old dataset's file is a link.
     flags = _flags(inputs, out, '--overwrite')
-    assert run_cli(*flags, kill_at='commit:replace:2').returncode == -signal.SIGKILL
-    rerun = run_cli(*flags)
+    assert killed_at('commit:replace:2', *flags).returncode == -signal.SIGKILL
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
     assert not os.path.islink(f'{out}/labels.txt') and kept.exists()
 
 
+@pytest.mark.slow
 def test_kill_while_the_first_marker_is_written_then_the_rerun_finishes(tmp_path, reference):
     inputs, expected = reference
     out = str(tmp_path / 'out')
     flags = _flags(inputs, out)
-    assert run_cli(*flags, kill_at='chunk:1').returncode == -signal.SIGKILL
+    assert killed_at('chunk:1', *flags).returncode == -signal.SIGKILL
     temp = next(os.path.join(out, n) for n in os.listdir(out) if n.startswith('.tmp-'))
     for name in os.listdir(temp):                 # As a kill before the marker's rename leaves it.
         path = os.path.join(temp, name)
@@ -548,26 +528,28 @@ def test_kill_while_the_first_marker_is_written_then_the_rerun_finishes(tmp_path
             shutil.rmtree(path)
         else:
             os.rename(path, os.path.join(temp, '.image-tfrecords-run.json.partial-0123abcd'))
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert _tree(out) == expected and sorted(os.listdir(out)) == sorted(expected)
 
 
+@pytest.mark.slow
 def test_leftovers_of_atomic_writes_are_removed_by_the_next_run(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, {'.commit.json.partial-0badc0de': b'{', f'.lock.partial-{"ab" * 16}': b'',
                      '.lock.partial-notours': b'x'})
     (out / '.tmp-fedcba9876543210').mkdir()          # Someone's empty folder.
-    result = run_cli(*_flags(inputs, str(out)))
+    result = cli(*_flags(inputs, str(out)))
     assert result.returncode == 0, result.stderr
     names = os.listdir(out)
     assert '.commit.json.partial-0badc0de' not in names and f'.lock.partial-{"ab" * 16}' not in names
     assert '.lock.partial-notours' in names and '.tmp-fedcba9876543210' in names
 
 
-@pytest.mark.parametrize('name', ['.lock', '.commit.json', 'dataset_info.json'])
+@pytest.mark.parametrize('name', [pytest.param('.lock', marks=pytest.mark.slow),   # It converts.
+                                  '.commit.json', 'dataset_info.json'])
 def test_deeply_nested_json_a_folder_pipe_or_device_in_place_of_a_protocol_file_is_one_line(
-        tmp_path, inputs, name):
+        tmp_path, inputs, name, capsys):
     for kind in ('nested', 'folder', 'pipe', 'device'):
         out = tmp_path / f'out-{kind}'
         out.mkdir()
@@ -581,46 +563,44 @@ def test_deeply_nested_json_a_folder_pipe_or_device_in_place_of_a_protocol_file_
             os.mkfifo(out / name)
         else:                     # Reading it would never end.
             os.symlink('/dev/zero', out / name)
-        result = run_cli(*_flags(inputs, str(out)))
+        result = cli(*_flags(inputs, str(out)))
         if name == '.lock' and kind == 'nested':   # An old unreadable lock: taken over.
             assert result.returncode == 0, result.stderr
             continue
         line = _one_error_line(result)
         assert 'Error:' not in line, line
-        verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
-                                capture_output=True, text=True, timeout=120)
-        assert 'Traceback' not in verify.stderr and verify.returncode in (1, 2), verify.stderr
+        code, stderr = _verify(out, capsys)
+        assert 'Traceback' not in stderr and code in (1, 2), stderr
 
 
-def test_verify_refuses_a_dataset_info_naming_files_outside(tmp_path, inputs):
-    out = tmp_path / 'out'
-    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+@pytest.mark.slow
+def test_verify_refuses_a_dataset_info_naming_files_outside(converted, capsys):
+    out = converted
     info = json.loads((out / 'dataset_info.json').read_text())
     (out / 'dataset_info.json').write_text(json.dumps(dict(info, name='../victim/secret')))
-    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
-                            capture_output=True, text=True, timeout=120)
-    assert verify.returncode == 2
-    assert verify.stderr.strip().startswith(f'error: {out}/dataset_info.json does not describe a '
+    code, stderr = _verify(out, capsys)
+    assert code == 2
+    assert stderr.strip().startswith(f'error: {out}/dataset_info.json does not describe a '
                                             "dataset this tool can read (dataset name ")
 
 
-def test_verify_reports_a_pipe_in_place_of_a_shard_instead_of_waiting_on_it(tmp_path, inputs):
-    out = tmp_path / 'out'
-    assert run_cli(*_flags(inputs, str(out))).returncode == 0
+@pytest.mark.slow
+def test_verify_reports_a_pipe_in_place_of_a_shard_instead_of_waiting_on_it(converted, capsys):
+    out = converted
     shard = out / 'dataset-train.tfrecord-00001-of-00002'
     shard.unlink()
     os.mkfifo(shard)
-    verify = subprocess.run([sys.executable, '-m', 'pipeline.verify', str(out)],
-                            capture_output=True, text=True, timeout=120)
-    assert verify.returncode == 1, verify.stderr
+    code, stderr = _verify(out, capsys)
+    assert code == 1, stderr
     assert ('train shard 1 (dataset-train.tfrecord-00001-of-00002) not a regular file (a '
-            'folder, pipe or device)\n') in verify.stderr
+            'folder, pipe or device)\n') in stderr
 
 
+@pytest.mark.slow
 def test_folder_named_like_a_shard_is_refused_before_anything_moves(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, {'dataset-train.tfrecord-00000-of-00002/mine': b'm'})
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))), alone=False)
+    line = _one_error_line(cli(*_flags(inputs, str(out))), alone=False)
     assert line == (f'error: {out} holds files this run would overwrite that are not part of a '
                     'dataset it replaces: dataset-train.tfrecord-00000-of-00002; move them away '
                     'or choose another --output_dir')
@@ -636,11 +616,12 @@ LOOK_ALIKES = {'.tmp-cache/important.db': b'db', 'errors-2024.jsonl': b'{}\n',
                'dataset-train.tfrecord-backup': b'b', 'notes.md': b'#'}
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_only_the_old_datasets_own_files(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, LOOK_ALIKES)
-    assert run_cli(*_flags(inputs, str(out), '--dataset_name=old', '--num_shards=3')).returncode == 0
-    result = run_cli(*_flags(inputs, str(out), '--overwrite', '--clean_temp'))
+    assert cli(*_flags(inputs, str(out), '--dataset_name=old', '--num_shards=3')).returncode == 0
+    result = cli(*_flags(inputs, str(out), '--overwrite', '--clean_temp'))
     assert result.returncode == 0, result.stderr
     after = _tree(out)
     assert {k: after[k] for k in LOOK_ALIKES} == LOOK_ALIKES
@@ -654,17 +635,18 @@ def test_user_files_with_dataset_names_are_refused_not_overwritten(tmp_path, inp
     write_tree(out, {'labels.txt': b'my labels\n', 'summary.json': b'{"mine": 1}', **LOOK_ALIKES})
     before = _tree(out)
     for flags in ([], ['--overwrite']):
-        line = _one_error_line(run_cli(*_flags(inputs, str(out), *flags)))
+        line = _one_error_line(cli(*_flags(inputs, str(out), *flags)))
         assert line == (f'error: {out} holds files this run would overwrite that are not part of '
                         'a dataset it replaces: labels.txt, summary.json; move them away or '
                         'choose another --output_dir')
         assert _tree(out) == before
 
 
+@pytest.mark.slow
 def test_a_report_name_of_a_split_the_dataset_does_not_have_is_left_alone(tmp_path, inputs):
     out = tmp_path / 'out'
     write_tree(out, {'errors-test.jsonl': b'my notes\n', 'image-class-label.labels.txt': b'x\n'})
-    result = run_cli(*_flags(inputs, str(out)))       # A dataset of train only.
+    result = cli(*_flags(inputs, str(out)))       # A dataset of train only.
     assert result.returncode == 0, result.stderr
     assert (out / 'errors-test.jsonl').read_bytes() == b'my notes\n'
     assert (out / 'image-class-label.labels.txt').read_bytes() == b'x\n'
@@ -685,12 +667,13 @@ def test_linked_temp_folder_of_this_run_is_refused(tmp_path, inputs):
     out.mkdir()
     elsewhere = write_tree(tmp_path / 'elsewhere', {'keep.txt': b'k'})
     os.symlink(elsewhere, out / f'.tmp-{_run_id(inputs, str(out))}')
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert line.endswith('is a symbolic link; this tool keeps its temporary files only in a real '
                          'folder. Remove the link and rerun')
     assert _tree(elsewhere) == {'keep.txt': b'k'}
 
 
+@pytest.mark.slow
 def test_linked_temp_folders_of_other_runs_are_left_alone(tmp_path, inputs):
     out = tmp_path / 'out'
     out.mkdir()
@@ -698,7 +681,7 @@ def test_linked_temp_folders_of_other_runs_are_left_alone(tmp_path, inputs):
         'keep.txt': b'k', '.image-tfrecords-run.json': json.dumps(
             {'run_id': 'fedcba9876543210', 'state': 'running'}).encode()})
     os.symlink(elsewhere, out / '.tmp-fedcba9876543210')
-    result = run_cli(*_flags(inputs, str(out), '--clean_temp'))
+    result = cli(*_flags(inputs, str(out), '--clean_temp'))
     assert result.returncode == 0, result.stderr
     assert 'removed temporary folders' not in result.stderr
     assert os.path.islink(out / '.tmp-fedcba9876543210') and 'keep.txt' in _tree(elsewhere)
@@ -708,7 +691,7 @@ def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, 
     out = tmp_path / 'out'
     run_id = _run_id(inputs, str(out))
     write_tree(out, {f'.tmp-{run_id}/mine.txt': b'm'})
-    line = _one_error_line(run_cli(*_flags(inputs, str(out))))
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
     assert line == (f'error: {out}/.tmp-{run_id} exists but was not made by this tool (it has no '
                     'marker .image-tfrecords-run.json); move it away and rerun')
     assert _tree(out) == {f'.tmp-{run_id}/mine.txt': b'm'}
@@ -716,24 +699,25 @@ def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, 
 
 # --- 6. Class names that cannot be one line of labels.txt ----------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['two\nlines', 'carriage\rreturn', 'line\u2028separator',
                                   'escape\x1b[31m'])
 def test_class_names_with_line_breaks_are_refused_in_one_line(tmp_path, name):
     inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
                                           'train/plain/b.jpg': imagemaker.jpeg(8, 8, seed=1)})
-    line = _one_error_line(run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
-                                   *IN_PROCESS))
+    line = _one_error_line(cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out'))
     assert line == (f'error: class name {printable_repr(name)} (split train) holds a line break or '
                     'control character; labels.txt keeps one name per line, so rename the class '
                     'folder or fix the label')
     assert not os.path.exists(f'{tmp_path}/out/labels.txt')
 
 
+@pytest.mark.slow
 def test_class_names_with_direction_overrides_are_kept_but_printed_inert(tmp_path):
     name = 'cat\u202edog\u2066'
     inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
                                           'train/plain/b.jpg': imagemaker.jpeg(8, 8, seed=1)})
-    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out')
     assert result.returncode == 0, result.stderr
     printed = result.stdout + result.stderr
     assert '\u202e' not in printed and '\u2066' not in printed
@@ -746,11 +730,12 @@ def printable_repr(name: str) -> str:
     return printable(repr(name))
 
 
+@pytest.mark.slow
 def test_csv_label_with_a_quoted_newline_is_refused(tmp_path):
     write_tree(tmp_path, {'a.jpg': imagemaker.jpeg(8, 8)})
     (tmp_path / 'train.csv').write_text('uri,label\na.jpg,"cat\ndog"\n')
-    line = _one_error_line(run_cli(f'--csv_train={tmp_path}/train.csv',
-                                   f'--output_dir={tmp_path}/out', *IN_PROCESS))
+    line = _one_error_line(cli(f'--csv_train={tmp_path}/train.csv',
+                               f'--output_dir={tmp_path}/out'))
     assert line.startswith("error: class name 'cat\\ndog' (split train) holds a line break")
 
 
@@ -758,8 +743,8 @@ def test_csv_label_with_a_quoted_newline_is_refused(tmp_path):
 
 def test_output_that_is_a_file_or_below_one_is_one_line(tmp_path, inputs):
     (tmp_path / 'file').write_text('x')
-    assert _one_error_line(run_cli(*_flags(inputs, f'{tmp_path}/file'))) == (
+    assert _one_error_line(cli(*_flags(inputs, f'{tmp_path}/file'))) == (
         f'error: --output_dir {tmp_path}/file is not a folder; choose a folder')
-    assert _one_error_line(run_cli(*_flags(inputs, f'{tmp_path}/file/out'))) == (
+    assert _one_error_line(cli(*_flags(inputs, f'{tmp_path}/file/out'))) == (
         f'error: --output_dir {tmp_path}/file/out is not a folder ({tmp_path}/file is a file); '
         'choose a folder')

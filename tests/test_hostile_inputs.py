@@ -2,7 +2,8 @@
 and archive members over --max_input_mb, an outsized or wrongly blamed lock, and what a run
 leaves in the system temp folder.
 
-Each test runs the command line in a subprocess on a few dozen generated images.
+Each test runs the command line on a few dozen generated images: in the test's process, or in
+a process of its own where a kill, the temp folder or the memory of every process is the point.
 """
 import glob
 import io
@@ -19,10 +20,8 @@ from PIL import Image
 
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import upload
-from tests.helpers import (IN_PROCESS, output_files, read_split, run_cli, run_measured,
-                           write_tree)
-
-pytestmark = pytest.mark.slow
+from tests.helpers import (IN_PROCESS, cli, killed_at, output_files, read_split, run_cli,
+                           run_measured, write_tree)
 
 TIMEOUT = 120   # No run may hang: a pipe read by mistake would wait for ever.
 
@@ -31,9 +30,18 @@ def _images(n: int, classes: int = 3) -> dict:
     return {f'train/c{i % classes}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(n)}
 
 
-def _run(inputs: str, out: str, *more: str, **kwargs):
-    return run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
-                   *more, timeout=TIMEOUT, **kwargs)
+def _flags(inputs: str, out: str, *more: str) -> list[str]:
+    return [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS, *more]
+
+
+def _run(inputs: str, out: str, *more: str):
+    """The command line in this process."""
+    return cli(*_flags(inputs, out, *more), timeout=TIMEOUT)
+
+
+def _run_alone(inputs: str, out: str, *more: str, **kwargs):
+    """The command line as a process of its own (`kill_at`, `env`: helpers.run_cli's)."""
+    return run_cli(*_flags(inputs, out, *more), timeout=TIMEOUT, **kwargs)
 
 
 def _errors(out: str) -> dict:
@@ -42,11 +50,19 @@ def _errors(out: str) -> dict:
         return {e['source']: e['reason'] for e in map(json.loads, stream)}
 
 
-def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path):
-    inputs = write_tree(tmp_path / 'in', _images(40))
-    reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
-    assert _run(inputs, reference).returncode == 0
-    assert _run(inputs, out, kill_at='chunk:1').returncode == -9
+@pytest.fixture(scope='module')
+def reference(image_folders, tmp_path_factory) -> tuple[str, dict]:
+    """40 images, and the files of their dataset converted without interruption."""
+    inputs, out = image_folders(40), str(tmp_path_factory.mktemp('reference'))
+    assert _run(inputs, out).returncode == 0
+    return inputs, output_files(out)
+
+
+@pytest.mark.slow
+def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path, reference):
+    inputs, expected = reference
+    out = str(tmp_path / 'out')
+    assert killed_at('chunk:1', *_flags(inputs, out)).returncode == -9
     outside = tmp_path / 'outside.txt'
     outside.write_bytes(b'not the tool\'s')
     part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord'))[0]
@@ -56,13 +72,13 @@ def test_a_hard_linked_part_file_is_replaced_never_written_through(tmp_path):
     rerun = _run(inputs, out)
     assert rerun.returncode == 0, rerun.stderr
     assert outside.read_bytes() == b'not the tool\'s'
-    assert output_files(out) == output_files(reference)
+    assert output_files(out) == expected
 
 
-@pytest.fixture
-def hostile(tmp_path):
+@pytest.fixture(scope='module')
+def hostile(tmp_path_factory):
     """A folder layout with 30 images, a FIFO, a link to /dev/zero and a 3 MiB file."""
-    root = tmp_path / 'in'
+    root = tmp_path_factory.mktemp('hostile')
     write_tree(root, _images(30))
     os.mkfifo(root / 'train/c0/pipe.jpg')
     os.symlink('/dev/zero', root / 'train/c1/zero.jpg')
@@ -75,6 +91,7 @@ NOT_REGULAR = ('not a regular file but {}; only regular files are read: replace 
 OVER = 'more than --max_input_mb=2 MiB, the most read for one input; raise --max_input_mb to read it'
 
 
+@pytest.mark.slow
 def test_pipes_devices_and_inputs_over_the_bound_are_reported_not_read(tmp_path, hostile):
     out = str(tmp_path / 'out')
     result = _run(str(hostile), out, '--max_input_mb=2', '--max_error_ratio=0.2')
@@ -86,14 +103,15 @@ def test_pipes_devices_and_inputs_over_the_bound_are_reported_not_read(tmp_path,
     assert len(read_split(out, 'train')) == 30
 
 
+@pytest.mark.slow
 def test_csv_listed_pipes_and_devices_are_reported_not_read(tmp_path, hostile):
     rows = [f'{hostile}/train/c{i % 3}/{i}.jpg,c{i % 3}' for i in range(30)]
     rows += [f'{hostile}/train/c0/pipe.jpg,c0', '/dev/zero,c1', f'{hostile}/train/c2/big.jpg,c2']
     csv = tmp_path / 'train.csv'
     csv.write_text('\n'.join(rows) + '\n')
     out = str(tmp_path / 'out')
-    result = run_cli(f'--csv_train={csv}', f'--output_dir={out}', '--num_shards=2',
-                     '--max_input_mb=2', '--max_error_ratio=0.2', *IN_PROCESS, timeout=TIMEOUT)
+    result = cli(f'--csv_train={csv}', f'--output_dir={out}', '--num_shards=2', '--max_input_mb=2',
+                 '--max_error_ratio=0.2', timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
     assert _errors(out) == {
         f'{hostile}/train/c0/pipe.jpg':
@@ -106,13 +124,14 @@ def test_csv_listed_pipes_and_devices_are_reported_not_read(tmp_path, hostile):
 @pytest.mark.parametrize('flag', ['--csv_train', '--labels_file'])
 def test_a_pipe_given_as_a_csv_or_labels_file_is_refused_in_one_line(tmp_path, hostile, flag):
     pipe = f'{hostile}/train/c0/pipe.jpg'
-    result = run_cli(f'{flag}={pipe}', *([] if flag == '--csv_train' else [f'--input_dir={hostile}']),
-                     f'--output_dir={tmp_path}/out', timeout=TIMEOUT)
+    result = cli(f'{flag}={pipe}', *([] if flag == '--csv_train' else [f'--input_dir={hostile}']),
+                 f'--output_dir={tmp_path}/out', timeout=TIMEOUT)
     assert result.returncode == 2
     assert result.stderr.strip() == f'error: {flag} {pipe}: ' + NOT_REGULAR.format(
         'a named pipe (FIFO)')
 
 
+@pytest.mark.slow
 def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported(tmp_path, gcs):
     """Listed by a CSV without sizes: the bound stops the download itself."""
     images = {f'c{i % 2}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(8)}
@@ -120,13 +139,14 @@ def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported
     rows = [f'{source}/{name},{name[:2]}' for name in [*images, 'c0/big.jpg']]
     csv = upload({'train.csv': ('\n'.join(rows) + '\n').encode()}, 'lists')
     out = str(tmp_path / 'out')
-    result = run_cli(f'--csv_train={csv}/train.csv', f'--output_dir={out}', '--num_shards=2',
-                     '--max_input_mb=2', '--max_error_ratio=0.2', *IN_PROCESS, timeout=TIMEOUT)
+    result = cli(f'--csv_train={csv}/train.csv', f'--output_dir={out}', '--num_shards=2',
+                 '--max_input_mb=2', '--max_error_ratio=0.2', timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
     assert _errors(out) == {f'{source}/c0/big.jpg': f'cannot read file: its download holds {OVER}'}
     assert len(read_split(out, 'train')) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('suffix', ['.zip', '.tar', '.tar.gz'])
 def test_an_archive_member_over_the_bound_is_reported_before_it_is_inflated(tmp_path, suffix):
     """A zip bomb's member states its size: nothing is inflated past the bound."""
@@ -145,8 +165,8 @@ def test_an_archive_member_over_the_bound_is_reported_before_it_is_inflated(tmp_
     assert len(read_split(out, 'train')) == 9
 
 
-def test_an_outsized_lock_is_refused_after_reading_a_bounded_prefix(tmp_path):
-    inputs = write_tree(tmp_path / 'in', _images(6))
+def test_an_outsized_lock_is_refused_after_reading_a_bounded_prefix(tmp_path, image_folders):
+    inputs = image_folders(6)
     out = tmp_path / 'out'
     out.mkdir()
     (out / '.lock').write_bytes(b'{' + b' ' * (4 << 20))
@@ -158,10 +178,10 @@ def test_an_outsized_lock_is_refused_after_reading_a_bounded_prefix(tmp_path):
     assert os.path.getsize(out / '.lock') == (4 << 20) + 1
 
 
-def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path):
+def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path, image_folders):
     """The lock names a live process of this machine (this test's): --break_lock refuses it,
     and the message says so instead of suggesting it."""
-    inputs = write_tree(tmp_path / 'in', _images(6))
+    inputs = image_folders(6)
     out = tmp_path / 'out'
     out.mkdir()
     with open('/proc/self/stat') as stream:
@@ -184,20 +204,24 @@ def test_break_lock_is_not_offered_for_the_lock_of_a_running_process(tmp_path):
     assert json.loads((out / '.lock').read_text()) == holder
 
 
-def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path):
-    inputs = write_tree(tmp_path / 'in', _images(12))
+@pytest.mark.slow
+def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path, image_folders):
+    """The temp folder of the process: a process of its own."""
+    inputs = image_folders(12)
     temp = tmp_path / 'temp'
     temp.mkdir()
     env = dict(os.environ, TMPDIR=str(temp))
-    assert _run(inputs, str(tmp_path / 'one'), env=env).returncode == 0
+    assert _run_alone(inputs, str(tmp_path / 'one'), env=env).returncode == 0
     assert os.listdir(temp) == []
-    assert _run(inputs, str(tmp_path / 'two'), kill_at='chunk:1', env=env).returncode == -9
+    assert _run_alone(inputs, str(tmp_path / 'two'), kill_at='chunk:1', env=env).returncode == -9
     assert len(os.listdir(temp)) == 1   # The killed run's folder, its log in it.
-    assert _run(inputs, str(tmp_path / 'two'), env=env).returncode == 0
+    assert _run_alone(inputs, str(tmp_path / 'two'), env=env).returncode == 0
     assert os.listdir(temp) == []
 
 
+@pytest.mark.slow
 def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
+    """The log the process keeps: a process of its own."""
     (tmp_path / 'failing_config.py').write_text(
         'from pipeline.config import ImageClassificationConfig\n'
         'class Failing(ImageClassificationConfig):\n'
@@ -217,11 +241,11 @@ def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
     assert os.listdir(temp) == ['image-tfrecords-logs']
 
 
-def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path):
-    inputs = write_tree(tmp_path / 'in', _images(40))
-    reference, out = str(tmp_path / 'reference'), str(tmp_path / 'out')
-    assert _run(inputs, reference).returncode == 0
-    assert _run(inputs, out, kill_at='chunk:1').returncode == -9
+@pytest.mark.slow
+def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path, reference):
+    inputs, expected = reference
+    out = str(tmp_path / 'out')
+    assert killed_at('chunk:1', *_flags(inputs, out)).returncode == -9
     part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.json'))[0].removesuffix('.json')
     with open(f'{part}.json') as stream:
         sidecar = json.load(stream)
@@ -231,9 +255,10 @@ def test_a_pipe_planted_as_a_part_file_is_made_again_not_read(tmp_path):
         json.dump(dict(sidecar, bytes=0), stream)
     rerun = _run(inputs, out)
     assert rerun.returncode == 0, rerun.stderr
-    assert output_files(out) == output_files(reference)
+    assert output_files(out) == expected
 
 
+@pytest.mark.slow
 def test_a_socket_listed_in_a_csv_and_a_link_into_proc_are_reported(tmp_path):
     root = write_tree(tmp_path / 'in', _images(6))
     server = socket.socket(socket.AF_UNIX)
@@ -241,8 +266,8 @@ def test_a_socket_listed_in_a_csv_and_a_link_into_proc_are_reported(tmp_path):
     os.symlink('/proc/self', f'{root}/train/proc')
     csv = tmp_path / 'train.csv'
     csv.write_text(f'{root}/train/c1/1.jpg,c1\n{root}/train/c0/socket.jpg,c0\n')
-    listed = run_cli(f'--csv_train={csv}', f'--output_dir={tmp_path}/csv', '--max_error_ratio=1',
-                     *IN_PROCESS, timeout=TIMEOUT)
+    listed = cli(f'--csv_train={csv}', f'--output_dir={tmp_path}/csv', '--max_error_ratio=1',
+                 timeout=TIMEOUT)
     assert listed.returncode == 0, listed.stderr
     assert list(_errors(f'{tmp_path}/csv')) == [f'{root}/train/c0/socket.jpg']
     folder = _run(root, f'{tmp_path}/folder', '--max_error_ratio=1')
@@ -273,6 +298,7 @@ def _zeros_tar_gz(path: str, members: int, size: int) -> None:
             archive.addfile(info, io.BufferedReader(Zeros(), 1 << 20))
 
 
+@pytest.mark.slow
 def test_a_gzip_tar_of_large_members_is_streamed_within_bounded_memory(tmp_path):
     """20 members of 60 MB in one chunk: never all held at once (their 1.2 GB was)."""
     os.makedirs(tmp_path / 'in/train')
@@ -289,6 +315,7 @@ def test_a_gzip_tar_of_large_members_is_streamed_within_bounded_memory(tmp_path)
     assert peak < 1 << 30
 
 
+@pytest.mark.slow
 def test_a_png_of_88_megapixels_converts_within_bounded_memory(tmp_path):
     """Just under the default --max_image_pixels: decoded once, no other full-size copy held
     (the hash's float luminance, np.asarray's and the RGB conversion's copies took 2.2 GB)."""
@@ -336,6 +363,7 @@ def _hostile_run(tmp_path, name: str, write) -> tuple:
     return peak, _errors(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('archived', [False, True], ids=['file', 'tar.gz member'])
 def test_a_png_padded_with_a_250_mib_chunk_stays_within_bounded_memory(tmp_path, archived):
     """Its bytes are held while it is converted, so they count against --max_image_pixels: the
@@ -356,6 +384,7 @@ def test_a_png_padded_with_a_250_mib_chunk_stays_within_bounded_memory(tmp_path,
     assert '--max_image_pixels 89478485' in reason
 
 
+@pytest.mark.slow
 def test_a_webp_of_88_megapixels_stays_within_bounded_memory(tmp_path):
     """libwebp decodes the whole frame, with copies (19 bytes a pixel, 1.5 GB here): a WebP is
     bounded by a lower pixel limit and reported as too large."""
@@ -376,6 +405,7 @@ def _png_with_chunk_after_pixels(mode: str, kind: bytes, body: bytes) -> bytes:
     return png[:-12] + imagemaker.png_chunk(kind, body) + png[-12:]
 
 
+@pytest.mark.slow
 def test_pngs_with_a_chunk_cut_short_after_their_pixels_are_reported_not_fatal(tmp_path):
     """Pillow fails on such chunks with an IndexError or a struct.error, not its usual errors:
     each is one input that cannot be converted, listed with the reason, and the run goes on."""

@@ -11,16 +11,24 @@ import pytest
 
 from pipeline import worker_watch
 from pipeline.testing import imagemaker
-from tests.helpers import read_split, run_cli, start_cli, start_until_converting, write_tree
+from tests.helpers import (alive_after, cli, read_split, start_cli, start_until_converting,
+                           write_tree)
 
 pytestmark = pytest.mark.slow
 
 INTERRUPTED = 'interrupted; rerun the same command to resume'
 
 
-def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path):
-    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
-                                          imagemaker.jpeg(256, 192, seed=i) for i in range(3000)})
+@pytest.fixture(scope='module')
+def many(tmp_path_factory) -> str:
+    """3000 inputs: a run on one worker per core converts for seconds (50 different images)."""
+    images = [imagemaker.jpeg(256, 192, seed=i) for i in range(50)]
+    return write_tree(tmp_path_factory.mktemp('many'), {f'train/c{i % 3}/{i}.jpg': images[i % 50]
+                                                        for i in range(3000)})
+
+
+def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path, many):
+    inputs = many
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
     process = start_until_converting(out, *flags, poll=0.05)
@@ -33,16 +41,15 @@ def test_ctrl_c_prints_one_line_releases_the_lock_and_the_rerun_resumes(tmp_path
     assert not os.path.exists(f'{out}/.lock')
     assert not glob.glob(f'{out}/*.tfrecord-*')
 
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert 'resuming run' in rerun.stderr
     assert len(read_split(out, 'train')) == 3000
 
 
 def test_sigterm_to_the_launcher_stops_its_workers_releases_the_lock_and_the_rerun_resumes(
-        tmp_path):
-    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
-                                          imagemaker.jpeg(256, 192, seed=i) for i in range(3000)})
+        tmp_path, many):
+    inputs = many
     out = str(tmp_path / 'out')
     flags = [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2']
     process = start_until_converting(out, *flags, poll=0.05)
@@ -55,26 +62,29 @@ def test_sigterm_to_the_launcher_stops_its_workers_releases_the_lock_and_the_rer
         'terminated (SIGTERM); rerun the same command to resume']
     assert stdout == ''
     assert not os.path.exists(f'{out}/.lock')
-    assert not [pid for pid, started in workers.items()
-                if worker_watch.start_time(pid) == started]   # None runs on, unseen.
+    assert not alive_after(workers)   # None runs on, unseen.
 
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert 'resuming run' in rerun.stderr
     assert len(read_split(out, 'train')) == 3000
+
+
+@pytest.fixture(scope='module')
+def few(tmp_path_factory) -> str:
+    return write_tree(tmp_path_factory.mktemp('few'), {
+        f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(64, 48, seed=i) for i in range(200)})
 
 
 @pytest.mark.parametrize('number,code,line', [
     (signal.SIGINT, 130, INTERRUPTED),
     (signal.SIGTERM, 143, 'terminated (SIGTERM); rerun the same command to resume')])
 @pytest.mark.parametrize('delay', [0.0, 0.5])
-def test_a_stop_signal_while_the_workers_start_ends_the_run_at_once(tmp_path, number, code, line,
-                                                                   delay):
+def test_a_stop_signal_while_the_workers_start_ends_the_run_at_once(tmp_path, few, number, code,
+                                                                   line, delay):
     """The runner's own cleanup waited forever for a worker still starting (the lock held)."""
-    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
-                                          imagemaker.jpeg(64, 48, seed=i) for i in range(200)})
     out = str(tmp_path / 'out')
-    process = start_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--reencode')
+    process = start_cli(f'--input_dir={few}', f'--output_dir={out}', '--reencode')
     workers = {}
     while not workers:
         assert process.poll() is None, process.communicate()
@@ -90,5 +100,4 @@ def test_a_stop_signal_while_the_workers_start_ends_the_run_at_once(tmp_path, nu
     assert process.returncode == code, stderr
     assert [x for x in stderr.splitlines() if not x.startswith('converting: ')] == [line]
     assert not os.path.exists(f'{out}/.lock')
-    assert not [pid for pid, started in workers.items()
-                if worker_watch.start_time(pid) == started]
+    assert not alive_after(workers)

@@ -1,14 +1,12 @@
 """Nothing lost or half-written: overwrite rules, failed runs, error ratio, duplicates, CLI errors."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
-from tests.helpers import convert, output_files, read_split, run_cli, shard_paths, write_tree
+from tests.helpers import cli, convert, output_files, read_split, shard_paths, write_tree
 
 
 def _error(*argv, **kwargs) -> str:
@@ -104,7 +102,6 @@ def test_empty_split_is_an_error(tmp_path, images):
     assert message == "split 'test' has no examples; add images for it or leave the split out of the input"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('argv,expected', [
     (['--input_dir=/no/such/folder', '--output_dir={out}'],
      'error: cannot list folder /no/such/folder: No such file or directory'),
@@ -118,39 +115,22 @@ def test_empty_split_is_an_error(tmp_path, images):
     (['--input_dir=/tmp', '--output_dir={out}', '--jpeg_quality=0'], 'error: --jpeg_quality must be 1..100'),
 ])
 def test_cli_errors_are_one_line(tmp_path, argv, expected):
-    result = run_cli(*(arg.format(out=tmp_path / 'out') for arg in argv))
+    result = cli(*(arg.format(out=tmp_path / 'out') for arg in argv))
     assert result.returncode == 2
     assert result.stderr.strip() == expected
 
 
-@pytest.mark.slow
 def test_cli_help_documents_every_flag():
     from pipeline.options import converter_flag_names
-    result = run_cli('--help')
+    result = cli('--help')
     assert result.returncode == 0
     for name in converter_flag_names():
         assert f'--{name}' in result.stdout, name
 
 
-@pytest.mark.slow
-def test_default_run_converts_a_generated_sample(tmp_path):
-    result = run_cli(cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    out = tmp_path / 'sample_tfrecords'
-    assert 'shard 1/1 written' in result.stderr
-    assert ("Load it with:\n  import tensorflow_datasets as tfds\n  "
-            "tfds.builder_from_directory('sample_tfrecords')") in result.stdout
-    assert sorted(n for n in os.listdir(out) if 'tfrecord' in n) == [
-        'dataset-test.tfrecord-00000-of-00001', 'dataset-train.tfrecord-00000-of-00001',
-        'dataset-validation.tfrecord-00000-of-00001']
-    assert run_cli(cwd=tmp_path).returncode == 0  # Running it again replaces the sample output.
-
-
-@pytest.mark.slow
 def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):
     for out in (f'{images}/train/out', images):
-        result = subprocess.run([sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
-                                 f'--output_dir={out}'], capture_output=True, text=True, timeout=300)
+        result = cli(f'--input_dir={images}', f'--output_dir={out}')
         assert result.returncode == 2
         assert result.stderr.strip() == (
             f'error: --output_dir {out} is inside --input_dir {images}; the next run would read '
@@ -159,17 +139,16 @@ def test_output_inside_the_input_is_refused_in_one_line(tmp_path, images):
 
 
 def _converted_once(tmp_path, images) -> tuple[list[str], dict]:
-    """(the command line converting `images` into tmp_path/out, the files it wrote)."""
-    argv = [sys.executable, '-m', 'pipeline.run', f'--input_dir={images}',
-            f'--output_dir={tmp_path}/out', '--direct_running_mode=in_memory']
-    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    """(the flags converting `images` into tmp_path/out, the files they wrote)."""
+    argv = [f'--input_dir={images}', f'--output_dir={tmp_path}/out']
+    assert cli(*argv).returncode == 0
     return argv, output_files(f'{tmp_path}/out')
 
 
 @pytest.mark.slow
 def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
     argv, before = _converted_once(tmp_path, images)
-    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    again = cli(*argv)
     assert again.returncode == 0, again.stderr
     run_id = json.loads(before['summary.json'])['run_id']
     assert again.stderr.strip() == (
@@ -179,7 +158,7 @@ def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
     assert '8 inputs, converted by an earlier run of this command; nothing converted now' in (
         again.stdout)
     assert output_files(f'{tmp_path}/out') == before
-    other = subprocess.run([*argv, '--jpeg_quality=80'], capture_output=True, text=True, timeout=300)
+    other = cli(*argv, '--jpeg_quality=80')
     assert other.returncode == 2 and 'already holds a dataset (' in other.stderr
 
 
@@ -189,14 +168,14 @@ def test_a_rerun_after_the_input_changed_says_what_changed_and_converts_nothing(
     refusal = (f'error: {tmp_path}/out holds the dataset of this command, but its input changed '
                'since ({}); pass --overwrite to convert again')
     write_tree(images, {'train/c0/new.jpg': imagemaker.jpeg(30, 20, seed=99)})
-    added = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    added = cli(*argv)
     assert (added.returncode, added.stderr.strip()) == (2, refusal.format('train: 9 inputs now, 8 then'))
     os.remove(f'{images}/train/c0/new.jpg')
     write_tree(images, {'train/c0/0.jpg': imagemaker.jpeg(32, 20, seed=0)})   # Rewritten.
-    modified = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    modified = cli(*argv)
     assert (modified.returncode, modified.stderr.strip()) == (2, refusal.format(
         'train: 8 inputs as then, but other names, sizes or labels'))
     assert output_files(f'{tmp_path}/out') == before
-    rebuilt = subprocess.run([*argv, '--overwrite'], capture_output=True, text=True, timeout=300)
+    rebuilt = cli(*argv, '--overwrite')
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(open(f'{tmp_path}/out/summary.json').read())['splits']['train']['records'] == 8

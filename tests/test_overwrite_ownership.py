@@ -7,9 +7,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, output_files, run_cli, write_tree
-
-pytestmark = pytest.mark.slow
+from tests.helpers import cli, output_files, write_tree
 
 
 @pytest.fixture
@@ -36,7 +34,7 @@ def test_a_folder_tfds_built_is_refused_and_left_as_it_was(tmp_path, tfds_folder
     assert len(before) == 7
     inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
                                           for i in range(4)})
-    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tfds_folder}', *flags, *IN_PROCESS)
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tfds_folder}', *flags)
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
         f'error: {tfds_folder} holds files this run would overwrite that are not part of a '
@@ -46,14 +44,15 @@ def test_a_folder_tfds_built_is_refused_and_left_as_it_was(tmp_path, tfds_folder
     assert tfds.builder_from_directory(tfds_folder).info.splits['train'].num_examples == 4
 
 
+@pytest.mark.slow
 def test_overwrite_leaves_a_file_of_the_users_with_an_old_metadata_name(tmp_path):
     """A dataset that noted its metadata files (summary.json's digests) owns only those: a file
     named like the class-names file of earlier versions is the user's."""
     inputs = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
                                           for i in range(4)})
     out = tmp_path / 'out'
-    flags = [f'--input_dir={inputs}', f'--output_dir={out}', *IN_PROCESS]
-    assert run_cli(*flags).returncode == 0
+    flags = [f'--input_dir={inputs}', f'--output_dir={out}']
+    assert cli(*flags).returncode == 0
     (out / 'image-class-label.labels.txt').write_text('my own class list\n')
-    assert run_cli(*flags, '--overwrite').returncode == 0
+    assert cli(*flags, '--overwrite').returncode == 0
     assert (out / 'image-class-label.labels.txt').read_text() == 'my own class list\n'

@@ -3,20 +3,15 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.testing import archivemaker, imagemaker
-from pipeline.testing.gcs_servers import upload
-from tests.helpers import run_cli, write_tree
-from transforms.local_rate import SAMPLE_SIZE, WARM_UP
+from tests.helpers import cli, write_tree
 
 
 def _plan_cli(*argv):
-    return subprocess.run([sys.executable, '-m', 'pipeline.run', '--plan_only', *argv],
-                          capture_output=True, text=True, timeout=300)
+    return cli('--plan_only', *argv)
 
 
 @pytest.mark.slow
@@ -134,37 +129,3 @@ def test_the_time_here_is_the_plans_own_time_and_the_sampled_rate_on_the_workers
     assert plan.estimate(one_chunk, here)['estimate']['here']['workers'] == 1
     assert plan.estimate(document)['estimate']['seconds_here'] is None   # Dataflow only.
 
-
-def _mosaic_tree(count: int) -> dict:
-    splits = ('train', 'train', 'train', 'validation', 'test')
-    return {f'{splits[i % 5]}/c{i % 10}/{i}.jpg': data
-            for i, data in enumerate(imagemaker.mosaics(count))}
-
-
-def _plan_then_run(input_dir: str, output_dir: str) -> tuple[dict, float]:
-    """The plan's estimate for this machine, then the wall time of the same command without
-    --plan_only, as it prints it."""
-    planned = _plan_cli(f'--input_dir={input_dir}', f'--output_dir={output_dir}',
-                        '--plan_format=json')
-    assert planned.returncode == 0, planned.stderr
-    run = run_cli(f'--input_dir={input_dir}', f'--output_dir={output_dir}')
-    assert run.returncode == 0, run.stderr
-    seconds = float(re.search(r' inputs in ([\d.]+) s of wall time', run.stdout)[1])
-    return json.loads(planned.stdout)['estimate'], seconds
-
-
-@pytest.mark.slow
-def test_the_time_here_is_within_30_percent_of_the_run_from_local_disk(tmp_path):
-    root = write_tree(tmp_path / 'in', _mosaic_tree(8000))
-    estimate, seconds = _plan_then_run(root, str(tmp_path / 'out'))
-    assert estimate['here']['images_timed'] == SAMPLE_SIZE - WARM_UP
-    assert 0.7 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)
-
-
-def test_the_time_here_from_cloud_storage_is_within_30_percent_of_the_run(gcs):
-    """gs:// to gs:// on the emulator, the run's requests to the output counted in
-    (0.99-1.11 of the run measured on a quiet machine, 2026-12-05)."""
-    raw = upload(_mosaic_tree(2000), 'raw')
-    estimate, seconds = _plan_then_run(raw, 'gs://test-bucket/out')
-    assert estimate['here']['images_timed'] == SAMPLE_SIZE - WARM_UP
-    assert 0.7 <= estimate['seconds_here'] / seconds <= 1.3, (estimate['here'], seconds)

@@ -11,32 +11,33 @@ import pytest
 
 from pipeline.progress import status_text
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, run_cli, write_tree
+from tests.helpers import IN_PROCESS, cli, write_tree
 
-PROGRESS = re.compile(r'converting: ([\d,]+) of 1,000 inputs \(\d+%\), [\d,]+ inputs/s, '
+PROGRESS = re.compile(r'converting: ([\d,]+) of 600 inputs \(\d+%\), [\d,]+ inputs/s, '
                       r'about \d+ (s|min) left')
-DONE = re.compile(r'converting: 1,000 of 1,000 inputs \(100%\), [\d,]+ inputs/s')
+DONE = re.compile(r'converting: 600 of 600 inputs \(100%\), [\d,]+ inputs/s')
 
 
-@pytest.fixture
-def inputs(tmp_path):
-    """Images large enough that re-encoding them spans many polls of the progress display."""
-    return write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(800, 600,
-                                                                                   seed=i)
-                                        for i in range(1000)})
+@pytest.fixture(scope='module')
+def inputs(tmp_path_factory):
+    """600 images (5 chunks) large enough that re-encoding them spans many polls of the progress
+    display; 20 different ones, each in 30 files."""
+    images = [imagemaker.jpeg(800, 600, seed=i) for i in range(20)]
+    return write_tree(tmp_path_factory.mktemp('in'), {f'train/c{i % 3}/{i}.jpg': images[i % 20]
+                                                      for i in range(600)})
 
 
 @pytest.mark.slow
 def test_a_log_gets_progress_lines_while_chunks_are_converted(tmp_path, inputs):
-    result = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=2',
-                     '--reencode', *IN_PROCESS)
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=2',
+                 '--reencode')
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     progress = [n for n, line in enumerate(lines) if PROGRESS.fullmatch(line)]
     shards = [n for n, line in enumerate(lines) if ' written: ' in line]
     assert progress and len(shards) == 2 and max(progress) < min(shards)
     done = [int(PROGRESS.fullmatch(lines[n])[1].replace(',', '')) for n in progress]
-    assert done == sorted(done) and 0 < done[0] and done[-1] < 1000   # Seen while converting.
+    assert done == sorted(done) and 0 < done[0] and done[-1] < 600   # Seen while converting.
     assert len(progress) <= 10   # About a line per tenth of the work.
     assert [n for n, line in enumerate(lines) if DONE.fullmatch(line)] == [min(shards) - 1]
     assert '\r' not in result.stderr

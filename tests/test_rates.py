@@ -7,8 +7,7 @@ import signal
 
 import pytest
 
-from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, run_cli, write_tree
+from tests.helpers import IN_PROCESS, cli, killed_at
 
 pytestmark = pytest.mark.slow
 
@@ -20,20 +19,20 @@ REUSED = re.compile(r'train shard \d/4 reused from an earlier attempt: \d+ image
                     r'0 skipped')
 
 
-def _flags(tmp_path) -> list[str]:
-    inputs = write_tree(tmp_path / 'in', {f'train/c{i % 3}/{i}.jpg':
-                                          imagemaker.jpeg(24, 16, seed=i) for i in range(600)})
-    return [f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--num_shards=4',
-            *IN_PROCESS]   # 5 chunks, converted one at a time.
+@pytest.fixture
+def flags(tmp_path, image_folders) -> list[str]:
+    """600 inputs in 5 chunks, converted one at a time, into 4 shards."""
+    return [f'--input_dir={image_folders(600)}', f'--output_dir={tmp_path}/out', '--num_shards=4',
+            *IN_PROCESS]
 
 
 def _killed_at(point: str, flags: list[str]) -> None:
-    result = run_cli(*flags, kill_at=point)
+    result = killed_at(point, *flags)
     assert result.returncode == -signal.SIGKILL
 
 
-def test_a_run_reports_its_wall_time_and_each_shard_its_conversion_rate(tmp_path):
-    result = run_cli(*_flags(tmp_path))
+def test_a_run_reports_its_wall_time_and_each_shard_its_conversion_rate(flags):
+    result = cli(*flags)
     assert result.returncode == 0, result.stderr
     total = [m for m in map(TOTAL.fullmatch, result.stdout.splitlines()) if m]
     assert len(total) == 1 and total[0][1] == '600' and total[0][2] is None
@@ -41,14 +40,13 @@ def test_a_run_reports_its_wall_time_and_each_shard_its_conversion_rate(tmp_path
     assert len([line for line in result.stderr.splitlines() if WRITTEN.fullmatch(line)]) == 4
 
 
-def test_inputs_reused_after_an_interruption_are_not_counted_as_converted(tmp_path):
-    flags = _flags(tmp_path)
+def test_inputs_reused_after_an_interruption_are_not_counted_as_converted(tmp_path, flags):
     _killed_at('chunk:3', flags)
     reused = 0
     for sidecar in glob.glob(f'{tmp_path}/out/.tmp-*/parts/*.tfrecord.json'):
         part = json.load(open(sidecar))
         reused += part['records'] + part['errors']
-    result = run_cli(*flags)
+    result = cli(*flags)
     assert result.returncode == 0, result.stderr
     total = [m for m in map(TOTAL.fullmatch, result.stdout.splitlines()) if m]
     assert len(total) == 1 and int(total[0][3]) == 600 - reused
@@ -56,10 +54,9 @@ def test_inputs_reused_after_an_interruption_are_not_counted_as_converted(tmp_pa
         in result.stdout.splitlines()
 
 
-def test_a_shard_finished_before_an_interruption_is_reported_as_reused(tmp_path):
-    flags = _flags(tmp_path)
+def test_a_shard_finished_before_an_interruption_is_reported_as_reused(flags):
     _killed_at('shard:1', flags)
-    result = run_cli(*flags)
+    result = cli(*flags)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert len([line for line in lines if REUSED.fullmatch(line)]) == 1

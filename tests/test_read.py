@@ -4,13 +4,13 @@ import hashlib
 
 import numpy as np
 import pytest
-import torch
 
 from pipeline.output import records
 from pipeline.readers.tf_data import dataset
-from pipeline.readers.torch_data import TFRecordImageDataset
 from pipeline.testing import imagemaker
 from tests.helpers import convert, pixels, read_split, write_tree
+
+pytestmark = pytest.mark.slow   # Every test reads a dataset converted once per module.
 
 
 @pytest.fixture(scope='module')
@@ -36,7 +36,6 @@ def _items(pairs) -> collections.Counter:
                                for image, label in pairs)
 
 
-@pytest.mark.slow
 def test_tf_data_returns_every_record_once(written):
     out, expected = written
     plain = list(dataset(out, 'train').as_numpy_iterator())
@@ -49,6 +48,8 @@ def test_tf_data_returns_every_record_once(written):
 
 @pytest.mark.parametrize('workers', [0, 2, 5])
 def test_torch_dataloader_workers_split_records_without_duplicates(written, workers):
+    import torch   # Imported here: collecting the tests of the quick tier need not import it.
+    from pipeline.readers.torch_data import TFRecordImageDataset
     out, expected = written
     loader = torch.utils.data.DataLoader(TFRecordImageDataset(out, 'train'), batch_size=None,
                                          num_workers=workers)
@@ -58,6 +59,7 @@ def test_torch_dataloader_workers_split_records_without_duplicates(written, work
 
 
 def test_torch_ranks_partition_the_split(written):
+    from pipeline.readers.torch_data import TFRecordImageDataset
     out, expected = written
     parts = [list(TFRecordImageDataset(out, 'test', rank=r, world_size=2)) for r in range(2)]
     assert _items([(i.numpy(), l) for part in parts for i, l in part]) == expected['test-pillow']

@@ -85,13 +85,14 @@ def test_a_format_registered_outside_the_product_converts_resumes_and_verifies(t
         f'dataset-train.lenprefix-0000{i}-of-00003' for i in range(3)]
     (tmp_path / 'reader.py').write_text(
         'import hashlib, sys, lenprefix_format\n'
-        'records = list(lenprefix_format.LENPREFIX.read_records(sys.argv[1]))\n'
-        'print(len(records), hashlib.sha256(b"".join(records)).hexdigest())\n')
-    for tfrecord, twin in zip(tfrecords, twins):   # The same records, read by the format.
-        written = list(shard_formats.TFRECORD.read_records(tfrecord))
-        read = subprocess.run([sys.executable, str(tmp_path / 'reader.py'), twin],
-                              capture_output=True, text=True, check=True).stdout.split()
-        assert read == [str(len(written)), hashlib.sha256(b''.join(written)).hexdigest()]
+        'for path in sys.argv[1:]:\n'
+        '    records = list(lenprefix_format.LENPREFIX.read_records(path))\n'
+        '    print(len(records), hashlib.sha256(b"".join(records)).hexdigest())\n')
+    read = subprocess.run([sys.executable, str(tmp_path / 'reader.py'), *twins],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    written = [list(shard_formats.TFRECORD.read_records(path)) for path in tfrecords]
+    assert read == [f'{len(shard)} {hashlib.sha256(b"".join(shard)).hexdigest()}'
+                    for shard in written]   # The same records, read by the format.
 
     verified = _run(tmp_path, 'pipeline.tools.verify', str(out))
     assert verified.returncode == 0, verified.stderr

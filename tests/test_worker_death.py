@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from pipeline.testing import imagemaker
 from pipeline.worker_watch import worker_processes
-from tests.helpers import output_files, run_cli, start_until_converting, write_tree
+from tests.helpers import alive_after, cli, output_files, run_cli, start_until_converting
 
 pytestmark = pytest.mark.slow
 
@@ -21,15 +20,15 @@ DIED = ('error: a worker process of this run died (killed by SIGKILL; the system
 
 
 @pytest.fixture(scope='module')
-def inputs(tmp_path_factory) -> str:
-    return write_tree(tmp_path_factory.mktemp('in'), {
-        f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(24, 16, seed=i) for i in range(900)})
+def inputs(image_folders) -> str:
+    return image_folders(900)
 
 
 @pytest.fixture(scope='module')
 def reference(inputs, tmp_path_factory) -> dict:
+    """The files an uninterrupted run writes (the same on any runner)."""
     out = str(tmp_path_factory.mktemp('reference') / 'out')
-    assert run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3').returncode == 0
+    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3').returncode == 0
     return output_files(out)
 
 
@@ -48,7 +47,7 @@ def _assert_stopped_then_resumed(result, flags: list[str], out: str, reference: 
     assert result.stderr.splitlines()[-1] == DIED
     assert 'Traceback' not in result.stderr and result.stdout == ''
     assert not os.path.exists(f'{out}/.lock')
-    rerun = run_cli(*flags)
+    rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
     assert output_files(out) == reference
 
@@ -64,7 +63,7 @@ def test_worker_killed_while_converting(tmp_path, inputs, reference):
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         raise
-    assert not [pid for pid in workers if os.path.exists(f'/proc/{pid}')]   # None left.
+    assert not alive_after(workers)   # None left.
     _assert_stopped_then_resumed(subprocess.CompletedProcess(process.args, process.returncode,
                                                              stdout, stderr),
                                  flags, out, reference)
