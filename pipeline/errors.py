@@ -16,6 +16,19 @@ def printable(text: str) -> str:
         ('Cc', 'Zl', 'Zp') else c for c in str(text))
 
 
+def shown(value: object, longest: int = 80) -> str:
+    """A value as an error line shows it: its repr cut to `longest` characters, a huge integer by
+    its size (Python refuses to print one of over 4,300 digits, and no reader wants one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 18:
+        digits = int(abs(value).bit_length() * 0.30103) + 1
+        return f'{"-" if value < 0 else ""}(an integer of about {digits:,} digits)'
+    try:
+        text = repr(value)
+    except Exception:   # A user's object whose repr fails (or is an integer too long to print).
+        return f'(a {type(value).__name__})'
+    return text if len(text) <= longest else f'{text[:longest - 4]}...{text[-1]}'
+
+
 class DatasetError(Exception):
     """A problem with the user's input or options, described in one line (anything that
     would break the line or drive the terminal is escaped)."""

@@ -13,7 +13,7 @@ from pipeline.inputs.kinds import InputKind, Source, check_regular
 from pipeline.io import fileio
 from pipeline.options import ConverterOptions
 from pipeline.base.splits import SPLITS
-from pipeline.base.settings import LabelSettings
+from pipeline.base.settings import MAX_LABEL_ID, LabelSettings
 
 
 def resolve_source(opts: ConverterOptions, config: ImageClassificationConfig | None = None) -> Source:
@@ -66,14 +66,24 @@ def _beside(first: Source, first_kind: InputKind, other: Source, kind: InputKind
         splits=tuple(s for s in SPLITS if s in first.splits + other.splits),
         identity=f'{first.identity} {other.identity}')
 
+MAX_LABELS_BYTES = 64 << 20   # Of --labels_file (a million names of 60 characters fit).
+
 
 def _read_labels_file(path: str) -> tuple[str, ...]:
+    """The class names of --labels_file, one a line: at most MAX_LABELS_BYTES read, fewer than
+    MAX_LABEL_ID names."""
     check_regular(path, '--labels_file')
     try:
-        text = fileio.read_bytes(path).decode('utf-8')
+        text = fileio.read_input(path, MAX_LABELS_BYTES).decode('utf-8')
+    except fileio.TooLarge:
+        raise DatasetError(f'--labels_file {path} is larger than {MAX_LABELS_BYTES >> 20} MiB; '
+                           'it holds one class name a line') from None
     except Exception as exc:
         raise DatasetError(f'--labels_file {path} cannot be read: {str(exc).splitlines()[0]}') from None
     names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if len(names) >= MAX_LABEL_ID:
+        raise DatasetError(f'--labels_file {path} names {len(names):,} classes; class ids run '
+                           f'below {MAX_LABEL_ID:,}')
     if len(set(names)) != len(names):
         raise DatasetError(f'--labels_file {path} lists a class name twice')
     return names

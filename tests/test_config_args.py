@@ -62,3 +62,41 @@ def test_a_keyword_the_class_takes_reaches_it(tmp_path, config_module):
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())
     assert summary['splits']['train']['records'] == 5
+
+
+LABELED = '''
+from pipeline.config import ImageClassificationConfig
+
+
+class Labeled(ImageClassificationConfig):
+    num_labels, supported_modes = 2, ['train']
+
+    def example_generator(self, mode):
+        yield {{'image_path': {image!r}, 'label': {label}}}
+'''
+
+
+@pytest.mark.parametrize('label, shown', [
+    ('10 ** 5000', "Labeled.example_generator('train') yielded label (an integer of about 5,001 "
+                   'digits); an integer label is a class id 0..999,999'),
+    ('-10 ** 30', "Labeled.example_generator('train') yielded label -(an integer of about 31 "
+                  'digits); an integer label is a class id 0..999,999'),
+    ('-1', "Labeled.example_generator('train') yielded label -1; an integer label is a class id "
+           '0..999,999'),
+    ("['x'] * 10 ** 6", "Labeled.example_generator('train') yielded label " + "['x', "
+                        + "'x', " * 14 + "...]; labels must be str or int"),
+])
+def test_a_label_out_of_bounds_is_one_line_that_shows_it_short(tmp_path, monkeypatch, label, shown):
+    """Python refuses to print an integer of over 4,300 digits: the line says its size; a long
+    value is cut."""
+    image = write_tree(tmp_path / 'in', {'a.jpg': imagemaker.jpeg(20, 20, seed=1)}) + '/a.jpg'
+    (tmp_path / 'mods').mkdir()
+    (tmp_path / 'mods' / 'labeled.py').write_text(LABELED.format(image=image, label=label))
+    monkeypatch.syspath_prepend(tmp_path / 'mods')
+    try:
+        result = cli('--config=labeled:Labeled', f'--output_dir={tmp_path}/out')
+    finally:
+        sys.modules.pop('labeled', None)
+    assert result.returncode == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line == f'error: {shown}'

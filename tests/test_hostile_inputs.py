@@ -131,6 +131,25 @@ def test_a_pipe_given_as_a_csv_or_labels_file_is_refused_in_one_line(tmp_path, h
         'a named pipe (FIFO)')
 
 
+
+@pytest.mark.parametrize('size, names, line', [
+    ((64 << 20) + 1, None, 'is larger than 64 MiB; it holds one class name a line'),
+    (None, 1_000_000, 'names 1,000,000 classes; class ids run below 1,000,000'),
+])
+def test_a_labels_file_past_its_bounds_is_one_line(tmp_path, hostile, size, names, line):
+    """Sized before it is read (a sparse file of 64 MiB and a byte is never read); its names
+    counted before anything is made of them."""
+    labels = tmp_path / 'labels.txt'
+    if size:
+        with open(labels, 'wb') as f:
+            f.truncate(size)
+    else:
+        labels.write_text(''.join(f'{i}\n' for i in range(names)))
+    result = cli(f'--labels_file={labels}', f'--input_dir={hostile}', f'--output_dir={tmp_path}/out',
+                 timeout=TIMEOUT)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f'error: --labels_file {labels} {line}'
+
 @pytest.mark.slow
 def test_a_cloud_storage_object_over_the_bound_stops_downloading_and_is_reported(tmp_path, gcs):
     """Listed by a CSV without sizes: the bound stops the download itself."""

@@ -13,7 +13,7 @@ from typing import Iterable
 import apache_beam as beam
 
 from pipeline.output import records
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, shown
 from pipeline.base.refs import ExampleRef, listing_hash
 from pipeline.base.settings import MAX_LABEL_ID, LabelSettings
 
@@ -174,8 +174,8 @@ def resolve_labels(facts: DatasetFacts, settings: LabelSettings) -> LabelMap:
     """Fixes the label ids of a dataset, or raises a DatasetError naming the offending labels."""
     texts = sorted(facts.texts)
     if texts and facts.int_labels:
-        raise DatasetError(f'labels mix integers ({sorted(facts.int_labels)[:_SHOW]}) and texts '
-                           f'({texts[:_SHOW]}); use one kind')
+        raise DatasetError(f'labels mix integers ({_preview(sorted(facts.int_labels))}) and texts '
+                           f'({_preview(texts)}); use one kind')
     if settings.text_label_map is not None:
         mapping = dict(settings.text_label_map)
         _check_known(facts, mapping, settings.names_origin)
@@ -191,14 +191,14 @@ def resolve_labels(facts: DatasetFacts, settings: LabelSettings) -> LabelMap:
         mapping = {text: i for i, text in enumerate(names) if i >= settings.label_offset}
     if facts.int_labels:
         if max(facts.int_labels) >= MAX_LABEL_ID:
-            raise DatasetError(f'integer label {max(facts.int_labels)} is not a class id: ids run '
+            raise DatasetError(f'integer label {shown(max(facts.int_labels))} is not a class id: ids run '
                                f'0..N-1, and this tool takes ids below {MAX_LABEL_ID:,}; fix the '
                                'label, or give names with --labels_file')
         size = max(len(names), max(facts.int_labels) + 1, settings.num_labels or 0)
         names += [str(i) for i in range(len(names), size)]
         bad = [i for i in facts.int_labels if i < 0]
         if bad:
-            raise DatasetError(f'negative integer label {bad[0]}; labels are ids 0..N-1')
+            raise DatasetError(f'negative integer label {shown(bad[0])}; labels are ids 0..N-1')
     _check_one_line(names, facts, settings.names_origin)
     limit = settings.num_labels
     if limit is not None:
@@ -216,7 +216,7 @@ def _check_one_line(names: list[str], facts: DatasetFacts, origin: str) -> None:
         if any(unicodedata.category(c) in ('Cc', 'Zl', 'Zp') for c in name):
             where = (f'split {", ".join(sorted(facts.texts[name]))}' if name in facts.texts
                      else origin)
-            raise DatasetError(f'class name {name!r} ({where}) holds a line break or control '
+            raise DatasetError(f'class name {shown(name)} ({where}) holds a line break or control '
                                'character; labels.txt keeps one name per line, so rename the '
                                'class folder or fix the label')
 
@@ -225,11 +225,12 @@ def _check_known(facts: DatasetFacts, mapping: dict, origin: str) -> None:
     unknown = [t for t in sorted(facts.texts) if t not in mapping]
     if unknown:
         where = ', '.join(sorted(facts.texts[unknown[0]]))
-        raise DatasetError(f'label {unknown[0]!r} (split {where}) is not in {origin}'
+        raise DatasetError(f'label {shown(unknown[0])} (split {where}) is not in {origin}'
                            + (f'; {len(unknown)} unknown labels: {_preview(unknown)}' if len(unknown) > 1 else '')
                            + '; add it there or fix the input')
 
 
 def _preview(items: list) -> str:
-    shown = ', '.join(repr(i) for i in items[:_SHOW])
+    shown = ', '.join(shown(i) for i in items[:_SHOW])
     return shown + (f', ... ({len(items) - _SHOW} more)' if len(items) > _SHOW else '')
+

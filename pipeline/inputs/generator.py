@@ -10,12 +10,12 @@ from typing import Any, Callable, Iterator
 import cloudpickle
 
 from pipeline.inputs.classic_config import ImageClassificationConfig
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, shown
 from pipeline.inputs.kinds import InputKind, Partition, Source, path_ref
 from pipeline.base.refs import ExampleRef
 from pipeline.output import records
 from pipeline.base.splits import SPLITS
-from pipeline.base.settings import LabelSettings
+from pipeline.base.settings import MAX_LABEL_ID, LabelSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,10 @@ def example_to_ref(split: str, example: Any, origin: str) -> ExampleRef:
             raise DatasetError(f"{where}: extra key '{name}': {exc}") from None
     label = example['label']
     if not isinstance(label, (str, int)) or isinstance(label, bool):
-        raise DatasetError(f'{where} yielded label {label!r}; labels must be str or int')
+        raise DatasetError(f'{where} yielded label {shown(label)}; labels must be str or int')
+    if isinstance(label, int) and not 0 <= label < MAX_LABEL_ID:
+        raise DatasetError(f'{where} yielded label {shown(label)}; an integer label is a class id '
+                           f'0..{MAX_LABEL_ID - 1:,}')
     extras_t = tuple(sorted(extras.items()))
     path, data = _image_location(example, where)
     if path is not None:
