@@ -11,11 +11,10 @@ over the span's rows, never a list of them. The images are read after the shard 
 reads its image column one row at a time through a READ_BUFFER window (each a ranged read on
 gs://), which the worker writes into one blob that each chunk reads its rows from.
 
-Before pyarrow reads a column chunk, its page headers are walked (pipeline/inputs/parquet_pages.py):
-a page of the label or path column may hold LISTING_PAGE_BYTES, one of the image column
---max_input_mb (with its compressed bytes and dictionary); the rows of a larger page, and those
-after it in its row group (pages are read in order), are reported, each as `FILE:row N`. A row
-whose image column holds no bytes is read from its path (absolute, or relative to the parquet
+Page headers are walked before pyarrow reads a column chunk (parquet_pages.py): a page of labels
+or paths holds at most LISTING_PAGE_BYTES, one of images --max_input_mb (compressed bytes and
+dictionary included); the rows of a larger page and the rest of its row group are reported, each
+as `FILE:row N`. A row with no image bytes is read from its path (absolute, or relative to the
 file's folder; local or gs://), as `datasets` reads it.
 """
 import contextlib
@@ -51,8 +50,6 @@ MAX_LABEL_TEXT = 64 << 10    # Characters of a class name read from a label colu
 FOOTER_CACHE = 64 << 20      # Bytes of the footers a process keeps (the last one at least).
 _REWRITE = 'write the file again with smaller pages (datasets writes about 1 MiB a page)'
 NOT_UTF8 = object()          # A text value whose bytes are not UTF-8 (pyarrow does not check).
-
-
 _NAMES: dict[str, tuple[str, ...]] = {}   # Class names by digest, read once per process.
 
 
