@@ -7,6 +7,7 @@ OUTPUT_DIR) for the sample dataset converted in both formats; a loader block run
 libraries of the other extras cannot be imported."""
 import csv
 import glob
+import json
 import os
 import re
 import shutil
@@ -125,6 +126,15 @@ def test_the_docs_show_a_loader_for_each_reader():
     loaders = [_extra(block.code) for block in doc_blocks.blocks('docs/loading.md')
                if block.language == 'python' and block.not_run is None]
     assert sorted(loaders) == ['grain', 'tensorflow', 'tensorflow', 'torch']
+
+
+@pytest.mark.slow
+def test_the_docs_count_the_samples_records_as_it_has_them(inputs):
+    with open(inputs['sample'] / 'summary.json') as stream:
+        train = json.load(stream)['splits']['train']['records']
+    with open(os.path.join(doc_blocks.REPO, 'docs', 'performance.md')) as stream:
+        shown = int(re.search(r'on the sample \((\d+) training images\)', stream.read())[1])
+    assert shown == train, f'docs/performance.md: the sample has {train} training images, not {shown}'
 
 
 def _anchors(path: str) -> set[str]:
