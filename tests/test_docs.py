@@ -3,13 +3,14 @@
 is one `python -m pipeline.run` command in this process (helpers.cli), any other in a process of
 its own, with `/data/` standing for a folder of small generated inputs (flowers/ in the
 folder layout, flowers.zip, train.csv, validation.csv, classes.txt) and `sample_tfrecords` (or
-OUTPUT_DIR) for the sample dataset converted in both formats; a loader block runs where the
-libraries of the other extras cannot be imported, a Dataflow dry run where there are no Google
-Cloud credentials. A block's output block (tests/doc_blocks.py) is compared with what it
-prints."""
+OUTPUT_DIR) for the sample dataset converted in both formats, its TFRecord shards indexed for
+DALI; a loader block runs where the libraries of the other extras cannot be imported (the DALI
+loader where nvidia.dali can be imported), a Dataflow dry run where there are no Google Cloud
+credentials. A block's output block (tests/doc_blocks.py) is compared with what it prints."""
 import contextlib
 import csv
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -52,6 +53,18 @@ def _extra(code: str) -> str | None:
     return found and found[1]
 
 
+def _unlisted(code: str) -> str | None:
+    """The module a block imports that no extra of setup.py installs: NVIDIA DALI."""
+    return 'nvidia.dali' if re.search(r'^(from|import) nvidia\.dali\b', code, re.M) else None
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:   # Its parent package is missing.
+        return False
+
+
 @contextlib.contextmanager
 def _without_credentials():
     """This process's environment as on a workstation that has not signed in to Google Cloud:
@@ -68,7 +81,8 @@ def _without_credentials():
 
 @pytest.fixture(scope='module')
 def inputs(tmp_path_factory) -> dict:
-    """{'data': folder of generated inputs, 'sample': the sample dataset in both formats}."""
+    """{'data': folder of generated inputs, 'sample': the sample dataset in both formats, its
+    TFRecord shards indexed for DALI}."""
     root = tmp_path_factory.mktemp('docs')
     data = root / 'data'
     flowers = write_sample_dataset(str(data / 'flowers'), num_classes=3, per_class=(2, 3))
@@ -81,7 +95,7 @@ def inputs(tmp_path_factory) -> dict:
                 for image in sorted(os.listdir(os.path.join(flowers, split, label))):
                     rows.writerow([f'flowers/{split}/{label}/{image}', label])
     (data / 'classes.txt').write_text(''.join(f'class-{i}\n' for i in range(3)))
-    result = cli('--output_format=tfrecord,array_record', cwd=root)
+    result = cli('--output_format=tfrecord,array_record', '--dali_index', cwd=root)
     assert result.returncode == 0, result.stderr
     return {'data': data, 'sample': root / 'sample_tfrecords'}
 
@@ -111,9 +125,20 @@ def run_block(block: doc_blocks.Block, inputs: dict, work) -> Answer | subproces
                           env=doc_blocks.environment())
 
 
+def _param(block: doc_blocks.Block):
+    """The block as a test case: skipped, saying why, where a module it needs is missing."""
+    unlisted, marks = _unlisted(block.code), []
+    if unlisted and not _importable(unlisted):
+        marks = [pytest.mark.skip(reason=f'{block.name} imports {unlisted}, which no extra '
+                                  'installs and which cannot be imported here (NVIDIA DALI: pip '
+                                  'install nvidia-dali-cuda120)')]
+    return pytest.param(block, id=block.name, marks=marks)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize('block', RUNNABLE, ids=lambda block: block.name)
+@pytest.mark.parametrize('block', [_param(block) for block in RUNNABLE])
 def test_a_documented_block_runs_as_printed(block, inputs, tmp_path):
+    unlisted = _unlisted(block.code)
     result = run_block(block, inputs, tmp_path)
     assert result.returncode == 0, f'{block.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}'
     if block.output:
@@ -123,8 +148,9 @@ def test_a_documented_block_runs_as_printed(block, inputs, tmp_path):
             pytest.fail(f'{block.name} printed other than its output block at '
                         f'{block.output.path}:{block.output.line} shows:\n{difference}')
     extra = _extra(block.code)
-    if block.language == 'python' and extra:   # A loader: fixed-size batches.
-        shape = '[32, 3, 224, 224]' if extra == 'torch' else '(32, 224, 224, 3)'
+    if block.language == 'python' and (extra or unlisted):   # A loader: fixed-size batches.
+        shapes = {'torch': '[32, 3, 224, 224]', 'nvidia.dali': '(32, 3, 224, 224)'}
+        shape = shapes.get(extra or unlisted, '(32, 224, 224, 3)')
         assert shape in result.stdout
     if extra == 'grain':   # 100 batches of a dataset that repeats forever, in bounded memory.
         assert int(re.search(r'peak RSS KB (\d+)', result.stderr)[1]) < 1_000_000
@@ -182,9 +208,10 @@ def test_an_output_block_fails_on_a_number_that_differs():
 
 
 def test_the_docs_show_a_loader_for_each_reader():
-    loaders = [_extra(block.code) for block in doc_blocks.blocks('docs/loading.md')
+    loaders = [_extra(block.code) or _unlisted(block.code)
+               for block in doc_blocks.blocks('docs/loading.md')
                if block.language == 'python' and block.not_run is None]
-    assert sorted(loaders) == ['grain', 'tensorflow', 'tensorflow', 'torch']
+    assert sorted(loaders) == ['grain', 'nvidia.dali', 'tensorflow', 'tensorflow', 'torch']
 
 
 @pytest.mark.slow
