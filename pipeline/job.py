@@ -182,8 +182,8 @@ def _list_again(runner, launch: Launch, source: Source, settings: ConversionSett
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-listing-', suffix='.json')
     os.close(handle)
     try:
-        build_plan_pipeline(runner, launch.beam, source.partitions, settings,
-                            path).run().wait_until_finish()
+        build_plan_pipeline(runner, launch.beam, source.partitions, settings, path,
+                            sample=False).run().wait_until_finish()
         return json.loads(fileio.read_bytes(path))
     finally:
         os.remove(path)

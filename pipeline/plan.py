@@ -1,8 +1,10 @@
 """The plan preview (`--plan_only`): what a conversion will produce, and what it will cost,
 before any image is read.
 
-The listing, label and shard-planning stages run as they would in the conversion; their result
-is a small document per split, to which `estimate` adds the time and cost model below.
+The listing, label and shard-planning stages run as they would in the conversion, a
+deterministic sample of the inputs converted as the conversion converts it to size the shards by
+their output (transforms/local_rate.py, sharding.output_line); their result is a small
+document per split, to which `estimate` adds the time and cost model below.
 
 The model: Dataflow runs one SDK process per vCPU, and each process up to one work item per
 harness thread (--number_of_worker_harness_threads, 4 by default here, pipeline/dataflow.py).
@@ -26,6 +28,7 @@ import math
 
 from pipeline.io import fileio
 from pipeline.base.splits import SPLITS
+from transforms.sharding import output_line
 
 # Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
 # Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,
@@ -49,9 +52,10 @@ def seconds_to_read(objects: int) -> float:
     return doubling * math.log2(1 + objects * math.log(2) / (rate * doubling))
 
 
-def plan_document(facts, label_map, plans: dict, local_rate: dict | None = None) -> dict:
-    """Per split: inputs, ignored files, labels, shards, estimated bytes, and the rate measured
-    here if any (runs in the pipeline)."""
+def plan_document(facts, label_map, plans: dict, sample: dict | None = None) -> dict:
+    """Per split: inputs, ignored files, labels, shards, estimated bytes in and out; what the
+    converted sample weighed and, when it was timed here, the rate measured (runs in the
+    pipeline)."""
     splits = {}
     for split, plan in plans.items():
         labels = {t for t, where in facts.texts.items() if split in where} or facts.int_labels
@@ -59,16 +63,40 @@ def plan_document(facts, label_map, plans: dict, local_rate: dict | None = None)
                          'listing': facts.listing_fingerprint(split),
                          'labels': len(labels), 'shards': plan.num_shards,
                          'chunks': plan.num_chunks, 'input_bytes': plan.input_bytes,
-                         'shard_bytes': plan.input_bytes // plan.num_shards}
+                         'output_bytes': plan.output_bytes,
+                         'output_sampled': plan.output_sampled,
+                         'shard_bytes': plan.output_bytes // plan.num_shards}
         if facts.streamed.get(split):   # Gzip archives: read in one pass per chunk.
             splits[split]['streamed_archives'] = sorted(facts.streamed[split])
     document = {'labels': len(label_map.names), 'splits': splits}
-    return dict(document, local_rate=local_rate) if local_rate else document
+    if sample is None:
+        return document
+    document['sample'] = sample_summary(sample.get('weighed') or [])
+    document['sample']['converted_by_run'] = sample.get('converted_by_run', False)
+    rate = {k: v for k, v in sample.items() if k not in ('weighed', 'converted_by_run')}
+    return dict(document, local_rate=rate) if rate else document
 
 
-def write_plan(facts, label_map, plans: dict, path: str, local_rate: dict | None = None) -> None:
+def sample_summary(weighed: list) -> dict:
+    """What the converted sample weighed: per split its inputs, their bytes where known and
+    their records' bytes; and the line the shards are sized by (sharding.output_line)."""
+    splits = {}
+    for split, size, out in weighed:
+        found = splits.setdefault(split, dict.fromkeys(
+            ('sampled', 'sized', 'input_bytes', 'records', 'output_bytes'), 0))
+        found['sampled'] += 1
+        found['sized'] += size is not None
+        found['input_bytes'] += size or 0
+        found['records'] += out > 0
+        found['output_bytes'] += out
+    line = output_line(weighed)
+    return {'splits': splits, 'line': None if line is None else {
+        'bytes_per_record': float(line[0]), 'bytes_per_input_byte': float(line[1])}}
+
+
+def write_plan(facts, label_map, plans: dict, path: str, sample: dict | None = None) -> None:
     """The last step of a plan-only job: its document, as JSON at `path`."""
-    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans, local_rate)).encode())
+    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans, sample)).encode())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +132,10 @@ def estimate(document: dict, here: Here | None = None) -> dict:
     return dict(document, estimate={
         'images': images,
         'input_bytes': sum(s['input_bytes'] for s in document['splits'].values()),
+        'output_bytes': sum(s.get('output_bytes', s['input_bytes'])
+                            for s in document['splits'].values()),
+        'output_sampled': sum(s['sampled'] for s in
+                              document.get('sample', {}).get('splits', {}).values()),
         'vcpu_hours': vcpu_hours,
         'seconds_here': local['seconds'] if local else None,
         'cores_here': here.cores if here else 0,
@@ -126,8 +158,9 @@ def estimate(document: dict, here: Here | None = None) -> dict:
 
 def time_here(document: dict, images: int, here: Here) -> dict:
     """The wall time of the same command without --plan_only on this machine: the plan's own
-    time (start-up, listing, planning; the conversion repeats them) less the sample's timing,
-    plus the conversion at the rate measured for the sample (transforms/local_rate.py). The
+    time (start-up, listing, planning; the conversion repeats them, and the conversion of the
+    sample too where it sizes the shards by it, else the sample's timing is taken off), plus
+    the conversion at the rate measured for the sample (transforms/local_rate.py). The
     conversion runs on the workers that convert at once (at most one per core and per chunk),
     and cannot be faster than the cores give the CPU the whole machine spent per sampled image:
     with a gs:// output, the CPU it spent beyond the worker's own (a local storage emulator's,
@@ -137,7 +170,8 @@ def time_here(document: dict, images: int, here: Here) -> dict:
     rate = document.get('local_rate') or {}
     chunks = sum(s['chunks'] for s in document['splits'].values())
     parallel = max(1, min(here.workers, here.cores, chunks))
-    fixed = max(0.0, here.planning_seconds - rate.get('seconds', 0.0))
+    repeated = document.get('sample', {}).get('converted_by_run', False)
+    fixed = max(0.0, here.planning_seconds - (0.0 if repeated else rate.get('seconds', 0.0)))
     shards = sum(s['shards'] for s in document['splits'].values())
     storage = (output_requests(chunks + shards, shards, parallel) * here.request_seconds
                if here.output_in_cloud else 0.0)
@@ -159,11 +193,12 @@ def time_here(document: dict, images: int, here: Here) -> dict:
 def format_plan(document: dict) -> str:
     """The plan as a table and a few lines of estimates."""
     lines = [f'{"split":<12}{"inputs":>10}{"ignored":>9}{"labels":>8}{"shards":>8}{"chunks":>8}'
-             f'{"input GB":>10}{"MB/shard":>10}']
+             f'{"input GB":>10}{"output GB":>11}{"MB/shard":>10}']
     for split in (s for s in SPLITS if s in document['splits']):
         s = document['splits'][split]
         lines.append(f'{split:<12}{s["inputs"]:>10}{s["ignored"]:>9}{s["labels"]:>8}'
                      f'{s["shards"]:>8}{s["chunks"]:>8}{s["input_bytes"] / 1e9:>10.2f}'
+                     f'{s.get("output_bytes", s["input_bytes"]) / 1e9:>11.2f}'
                      f'{s["shard_bytes"] / 1e6:>10.1f}')
     streamed = sorted({archive for s in document['splits'].values()   # One may hold every split.
                        for archive in s.get('streamed_archives', ())})
@@ -173,8 +208,11 @@ def format_plan(document: dict) -> str:
                   'uncompressed .tar is read by ranged reads): '
                   + ', '.join(streamed[:3]) + (' ...' if len(streamed) > 3 else '')]
     e = document['estimate']
-    lines += ['', f'{e["images"]} images, about {e["input_bytes"] / 1e9:.1f} GB in and out '
-              f'(pass-through keeps the bytes); {document["labels"]} label ids.',
+    out = (f'from the records of {e["output_sampled"]} sampled inputs converted with these '
+           'options' if e['output_sampled'] else 'as the input: no input could be sampled')
+    lines += ['', f'{e["images"]} images, about {_size(e["input_bytes"])} in and '
+              f'{_size(e["output_bytes"])} out (estimated {out}); {document["labels"]} label '
+              'ids.',
               f'Conversion: about {e["vcpu_hours"]:.3g} vCPU-hours on Dataflow'
               + f'; one hour needs {e["dataflow_workers_for_one_hour"]} Dataflow n2-standard-4 '
               f'worker(s), reading {e["reads_per_second"]:,.0f} objects/s.']
@@ -210,6 +248,13 @@ def here_line(here: dict) -> str:
             f'{here["fixed_seconds"] - storage:.0f} s of start-up, listing and planning (as this '
             f'plan took them){requests}, and {here["converting_seconds"]:.0f} s converting at '
             f'{rate:,.0f} images/s, {how}.')
+
+
+def _size(count: int) -> str:
+    for unit, scale in (('GB', 1e9), ('MB', 1e6)):
+        if count >= scale:
+            return f'{count / scale:.{1 if unit == "GB" else 0}f} {unit}'
+    return f'{count / 1e3:.0f} KB'
 
 
 def dumps(document: dict) -> str:
