@@ -27,6 +27,7 @@ import json
 import math
 
 from pipeline.io import fileio
+from pipeline.io.sorted_runs import BUDGET_BYTES
 from pipeline.base.splits import SPLITS
 from transforms.sharding import output_line
 
@@ -101,15 +102,18 @@ def write_plan(facts, label_map, plans: dict, path: str, sample: dict | None = N
 
 @dataclasses.dataclass(frozen=True)
 class Here:
-    """This machine, for the time of a local run: its cores, the local runner's worker
-    processes, the seconds the plan took from the command's start (imports, the runner's
+    """This machine, for the time and memory of a local run: its cores, the local runner's
+    worker processes, the seconds the plan took from the command's start (imports, the runner's
     start-up, listing, planning, and timing the sample), whether the output is gs://, and then
-    the seconds of one small request to it."""
+    the seconds of one small request to it; the plan's peak memory, and whether the runner
+    runs in the launcher's process."""
     cores: int
     workers: int
     planning_seconds: float
     output_in_cloud: bool = False
     request_seconds: float = 0.0
+    launcher_peak_bytes: int = 0    # The plan's own peak resident bytes (0: unknown).
+    one_process: bool = False       # The runner runs in the launcher (no worker processes).
 
 
 def output_requests(parts: int, shards: int, workers: int) -> float:
@@ -129,6 +133,7 @@ def estimate(document: dict, here: Here | None = None) -> dict:
     workers = max(1, math.ceil(vcpu_hours / DATAFLOW_VCPUS_PER_WORKER))
     reads_per_second = workers * DATAFLOW_VCPUS_PER_WORKER * IMAGES_PER_VCPU_SECOND
     local = time_here(document, images, here) if here else None
+    memory = memory_here(document, here) if here else None
     return dict(document, estimate={
         'images': images,
         'input_bytes': sum(s['input_bytes'] for s in document['splits'].values()),
@@ -140,6 +145,7 @@ def estimate(document: dict, here: Here | None = None) -> dict:
         'seconds_here': local['seconds'] if local else None,
         'cores_here': here.cores if here else 0,
         'here': local,
+        'memory_here': memory,
         'dataflow_workers_for_one_hour': workers,
         'reads_per_second': reads_per_second,
         'bucket_reads_per_second': BUCKET_READS_PER_SECOND,
@@ -190,6 +196,84 @@ def time_here(document: dict, images: int, here: Here) -> dict:
             'images_timed': rate.get('images', 0)}
 
 
+# The memory of a local run beyond what the plan measured (memory_here), from the code:
+RUN_BUDGET_BYTES = BUDGET_BYTES   # What a sorted-run writer holds before it writes a run.
+WRITING_COPIES = 3                # While it writes one: the records held, sorted, and as bytes.
+HELD_REF_BYTES = 140              # A listed ref held beyond its pickle: the (key, pickle) tuple,
+                                  # the key, the pickle's header, its place in the list.
+JOIN_BYTES_PER_RECORD = 650       # A shard's join holds its parts' sidecars: per record its
+                                  # hashes (SHA-256 in hex, ...) and its content mark, and its
+                                  # source's characters (706 measured with 56-character paths).
+LAUNCHER_BYTES_PER_PART = 1024    # The runner's copy of a part's PartDone and its shard's key.
+
+
+def memory_here(document: dict, here: Here) -> dict | None:
+    """The peak resident bytes of a local run without --plan_only: of its launcher, of its
+    largest worker process and of all its processes together (each shared page once), from
+    what the plan measured and what the run holds beyond it. None where the plan measured
+    nothing (no sample converted, no /proc).
+
+    Measured: the plan's own peak (the launcher: imports, the runner, listing and planning,
+    which the run repeats) and the peak of the worker that converted the sample (its imports,
+    its share of the listing, one conversion's working set), with the bytes that worker shares
+    with the launcher it was forked from. Modelled, per worker, for its share of the inputs, in
+    sizes the sample gives: listing holds each input's ref, pickled, in a sorted-run writer up
+    to RUN_BUDGET_BYTES and then writes them out (as much again); the conversion files each
+    record's digest and hashes up to that budget, and writing them takes WRITING_COPIES times
+    what is held; a shard's join holds its parts' sidecars (JOIN_BYTES_PER_RECORD and the
+    source's characters per record of the shard). These come one after another, each in what
+    the one before freed, so a worker is estimated at the sample worker's peak plus the largest
+    of them. The launcher adds what the runner keeps per part of a shard. Together, each page
+    once as PSS counts them: the launcher, and every worker less what it shares with the
+    launcher. In one process (no worker processes), all of it is the launcher's."""
+    sample = (document.get('local_rate') or {}).get('memory')
+    if not sample or not sample.get('peak_bytes') or not here.launcher_peak_bytes:
+        return None
+    splits = document['splits'].values()
+    processes = 1 if here.one_process else max(1, here.workers)
+    inputs = -(-sum(s['inputs'] for s in splits) // processes)
+    listed = min(inputs * sample['ref_bytes'], RUN_BUDGET_BYTES)
+    listing = 2 * listed + (listed / sample['ref_bytes'] * HELD_REF_BYTES
+                            if sample['ref_bytes'] else 0)
+    filing = WRITING_COPIES * min(inputs * sample['filed_bytes_per_record'], RUN_BUDGET_BYTES)
+    join = (max((-(-s['inputs'] // s['shards']) for s in splits), default=0)
+            * (JOIN_BYTES_PER_RECORD + sample['source_chars']))
+    growth = max(listing, filing, join)
+    parts = sum(s['chunks'] + s['shards'] for s in splits)
+    launcher = here.launcher_peak_bytes + parts * LAUNCHER_BYTES_PER_PART
+    if here.one_process:
+        launcher = together = launcher + growth
+        worker, workers = 0, 0
+    else:
+        worker, workers = sample['peak_bytes'] + growth, here.workers
+        together = launcher + workers * max(0, worker - sample['shared_bytes'])
+    return {'launcher_bytes': int(launcher), 'largest_worker_bytes': int(worker),
+            'together_bytes': int(together), 'workers': workers,
+            'plan_launcher_bytes': here.launcher_peak_bytes,
+            'sample_worker_bytes': sample['peak_bytes'],
+            'shared_bytes': sample['shared_bytes'],
+            'inputs_per_worker': inputs, 'listing_bytes': int(listing),
+            'filing_bytes': int(filing), 'join_bytes': int(join)}
+
+
+def memory_line(memory: dict) -> str:
+    """The memory a local run will need, and how it was estimated."""
+    mb = lambda n: f'{n / (1 << 20):,.0f} MB'   # noqa: E731
+    parts = (f'the listing\'s refs {mb(memory["listing_bytes"])}, the filed hashes '
+             f'{mb(memory["filing_bytes"])} or a shard\'s join {mb(memory["join_bytes"])}')
+    if not memory['workers']:
+        return (f'Memory here: ~{mb(memory["together_bytes"])} in one process: this plan\'s peak '
+                f'({mb(memory["plan_launcher_bytes"])}) and, for {memory["inputs_per_worker"]:,} '
+                f'inputs, {parts}.')
+    return (f'Memory here: ~{mb(memory["together_bytes"])} in all, the launcher '
+            f'~{mb(memory["launcher_bytes"])} and each of {memory["workers"]} worker(s) up to '
+            f'~{mb(memory["largest_worker_bytes"])}: this plan\'s peaks (the launcher '
+            f'{mb(memory["plan_launcher_bytes"])}, the worker that converted the sample '
+            f'{mb(memory["sample_worker_bytes"])}, {mb(memory["shared_bytes"])} of it shared '
+            f'with the others) and, per worker for {memory["inputs_per_worker"]:,} inputs, '
+            f'{parts}.')
+
+
 def format_plan(document: dict) -> str:
     """The plan as a table and a few lines of estimates."""
     lines = [f'{"split":<12}{"inputs":>10}{"ignored":>9}{"labels":>8}{"shards":>8}{"chunks":>8}'
@@ -226,6 +310,8 @@ def format_plan(document: dict) -> str:
     lines.append(f'Dataflow assumes {e["assumptions"]}.')
     if e.get('here'):
         lines.append(here_line(e['here']))
+    if e.get('memory_here'):
+        lines.append(memory_line(e['memory_here']))
     return '\n'.join(lines)
 
 

@@ -50,6 +50,12 @@ def test_plan_only_lists_and_plans_without_writing(tmp_path):
     assert '35 images' in text.stdout and 'images/s per vCPU' in text.stdout
     assert 'out (estimated from the records of 35 sampled inputs converted with these options)' \
         in text.stdout
+    # In the test's process (no worker processes): the memory of one process, at least this
+    # plan's peak.
+    memory = plan['estimate']['memory_here']
+    assert memory['workers'] == 0 and memory['largest_worker_bytes'] == 0
+    assert memory['together_bytes'] == memory['launcher_bytes'] >= memory['plan_launcher_bytes'] > 0
+    assert re.search(r'^Memory here: ~[\d,]+ MB in one process: ', text.stdout, re.M)
 
 
 @pytest.mark.slow
@@ -195,3 +201,34 @@ def test_the_output_is_estimated_by_a_line_through_the_sampled_inputs():
     assert output_line(unknown) == (1050, 0)
     assert output_estimate(4, 0, output_line(unknown), unknown) == 4200
     assert output_estimate(4, 12_345, None) == 12_345
+
+
+def test_the_memory_here_is_the_plans_peaks_and_what_the_run_holds_beyond_them():
+    from pipeline import plan
+    mb = 1 << 20
+    memory = {'peak_bytes': 200 * mb, 'shared_bytes': 140 * mb, 'ref_bytes': 250.0,
+              'filed_bytes_per_record': 532.0, 'source_chars': 50.0}
+    document = dict(_document(200_000), local_rate={'memory': memory})   # 1,024 shards.
+    here = plan.Here(cores=2, workers=2, planning_seconds=9, launcher_peak_bytes=250 * mb)
+    m = plan.estimate(document, here)['estimate']['memory_here']
+    # Per worker 100,000 inputs: their refs held and written (2 x 25 MB, and 140 bytes each),
+    # 53.2 MB of filed hashes written out (x3), 196 records of a shard joined (700 bytes each).
+    assert m['inputs_per_worker'] == 100_000
+    assert m['listing_bytes'] == 2 * 25_000_000 + 14_000_000
+    assert m['filing_bytes'] == 3 * 53_200_000 and m['join_bytes'] == 196 * 700
+    assert m['largest_worker_bytes'] == 200 * mb + 3 * 53_200_000
+    # The launcher: its plan's peak and 1 KB per part (1,562 chunks and 1,024 shards).
+    assert m['launcher_bytes'] == 250 * mb + (1562 + 1024) * 1024
+    assert m['together_bytes'] == m['launcher_bytes'] + 2 * (m['largest_worker_bytes'] - 140 * mb)
+    assert plan.memory_line(m).startswith(
+        'Memory here: ~677 MB in all, the launcher ~253 MB and each of 2 worker(s) up to ~352 MB')
+    # A budget's worth held at most: 1,000,000 inputs per worker write 64 MiB at a time.
+    big = plan.estimate(dict(document, splits={'train': dict(
+        document['splits']['train'], inputs=2_000_000)}), here)['estimate']['memory_here']
+    assert big['filing_bytes'] == 3 * (64 << 20)
+    # In one process: all of it in the launcher.
+    one = plan.estimate(document, dataclasses.replace(here, workers=1, one_process=True))
+    m = one['estimate']['memory_here']
+    assert (m['workers'], m['largest_worker_bytes'], m['inputs_per_worker']) == (0, 0, 200_000)
+    assert m['together_bytes'] == m['launcher_bytes'] == 250 * mb + (1562 + 1024) * 1024 + 3 * (64 << 20)
+    assert plan.estimate(_document(10))['estimate']['memory_here'] is None   # Dataflow only.

@@ -16,18 +16,26 @@ Timed (a plan on a local runner), the first WARM_UP images are converted untimed
 client set-up); the rest are timed in one worker, in two halves, and the faster half gives the
 rate (a moment of load from elsewhere slows one half, not the run): seconds of one worker per
 image, its CPU seconds per image, and the CPU seconds the whole machine used per image
-meanwhile (a local storage emulator's too), which bound what more workers can do.
+meanwhile (a local storage emulator's too), which bound what more workers can do. The worker
+also gives what the plan's memory estimate starts from: its peak memory, what it shares with the
+launcher, and the bytes a listed ref and a record's filed hashes take (`_memory`).
 """
 import contextlib
 import dataclasses
 import os
+import pickle
 import tempfile
 import time
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics.metricbase import Counter
 
+from pipeline.io.sorted_runs import record_dtype
+from pipeline.quality.pairing import BANDS, FILING, filings
 from transforms import entries
+from transforms.copies import COPY
+from transforms.leakage import part_table
 from transforms.grouped_reads import read_grouped
 from transforms.listing import merged_sample
 from transforms.labels import LabelMap
@@ -102,6 +110,7 @@ class _SampleConverter:
         self._encoder = _SampleEncoder(dataclasses.replace(settings, dali_index=True))
         self._label_map = label_map
         self.weighed: list[list] = []
+        self.records = self.filings = 0   # Records written; their filings for the leakage check.
 
     def __enter__(self) -> '_SampleConverter':
         self._encoder.setup()
@@ -133,13 +142,16 @@ class _SampleConverter:
                 else:
                     out = next(sizes)
                 self.weighed.append([split, ref.size, out])
+            self.records += result.records
+            self.filings += len(next(filings(part_table(result)))[1]) if result.records else 0
 
 
 def time_sample(refs: list[ExampleRef], label_map: LabelMap,
                 settings: ConversionSettings) -> dict:
     """Converts `refs` as a chunk is converted, timing all but the first WARM_UP in two halves;
-    the rate, with what each sampled input weighed in and out ('weighed')."""
-    refs = sorted(read_grouped(refs), key=_sample_key)
+    the rate, with what each sampled input weighed in and out ('weighed') and what the plan's
+    memory estimate takes from this process ('memory')."""
+    listed, refs = refs, sorted(read_grouped(refs), key=_sample_key)
     timed = refs[WARM_UP:] if len(refs) > 2 * WARM_UP else refs
     if not timed:
         return {'images': 0, 'seconds': 0.0, 'seconds_per_image': None, 'weighed': []}
@@ -158,7 +170,44 @@ def time_sample(refs: list[ExampleRef], label_map: LabelMap,
     return {'images': len(timed), 'seconds': sum(t[0][0] for t in timings),
             'seconds_per_image': seconds / count, 'worker_cpu_seconds_per_image': cpu / count,
             'machine_cpu_seconds_per_image': busy / count if busy > 0 else None,
-            'weighed': converter.weighed}
+            'weighed': converter.weighed,
+            'memory': _memory(process_memory(), converter, listed)}
+
+
+def _memory(now: dict, converter: _SampleConverter, listed: list[ExampleRef]) -> dict:
+    """What the plan's memory estimate (pipeline/plan.py) takes from the process that converted
+    the sample: its peak so far (its imports, its share of the listing, the sample's
+    conversion), the bytes of those it shares with other processes (the launcher it was forked
+    from, the other workers), the bytes
+    a listed ref takes in a sorted run (its pickle as listing spills it, and the run's header),
+    those a record takes filed for the count of copies and the leakage check (a copies row, and
+    a filing per band under each of its hashes that differs from the flat one), and the length
+    of a record's source (which a shard's join holds)."""
+    row = lambda dtype: record_dtype(dtype).itemsize   # noqa: E731  (key, length, payload)
+    head = row(np.dtype((np.void, 0)))
+    filings_per_record = converter.filings / converter.records if converter.records else 0.0
+    return {'peak_bytes': now.get('peak', 0), 'shared_bytes': now.get('shared', 0),
+            'ref_bytes': (sum(len(pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) for r in listed)
+                          / len(listed) + head) if listed else 0.0,
+            'filed_bytes_per_record': row(COPY) + BANDS * filings_per_record * row(FILING),
+            'source_chars': (sum(len(r.source or r.filename) for r in listed) / len(listed)
+                             if listed else 0.0)}
+
+
+def process_memory() -> dict:
+    """This process's memory (Linux; {} elsewhere), in bytes: 'peak' (VmHWM, its peak resident
+    size so far), 'resident' (VmRSS) and 'shared' (resident pages other processes map too)."""
+    try:
+        with open('/proc/self/status') as status:
+            fields = dict(line.split(':', 1) for line in status if ':' in line)
+        with open('/proc/self/smaps_rollup') as rollup:
+            fields.update(line.split(':', 1) for line in rollup.read().splitlines()[1:]
+                          if ':' in line)
+    except (OSError, ValueError):
+        return {}
+    kib = lambda name: int(fields.get(name, '0 kB').split()[0]) * 1024   # noqa: E731
+    return {'peak': kib('VmHWM'), 'resident': kib('VmRSS'),
+            'shared': kib('Shared_Clean') + kib('Shared_Dirty')}
 
 
 def machine_busy_seconds() -> float:
