@@ -1,16 +1,19 @@
 """The Beam pipeline, built from plain arguments and returned unrun (so it can be dry-run).
 
     partitions -> List Examples (on workers): inputs spilled into sorted runs, a Listed per
-                  bundle -> Resolve Labels: facts and label map (small)
-                          -> Plan Shards: a shard plan per split (small)
+                  bundle (with the run's sample) -> Resolve Labels: facts and label map (small)
+                          -> Plan Shards: the sample converted (Measure Sample, unless
+                             --num_shards is given) to size the shards by their output, and a
+                             shard plan per split (small)
                -> Write Shards: the plans' chunks cut into tasks; each task's inputs read from
                   the runs, fingerprinted, converted into part files; their hashes clustered
                   across splits (Find Leakage); parts joined per shard
                -> Commit Dataset
 (and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)
 
-A plan-only job (`--plan_only`) lists and plans, writing no run, and writes the plan instead (on
-a local runner, with the conversion rate of a sample of the inputs: transforms/local_rate.py).
+A plan-only job (`--plan_only`) lists and plans, writing no run, and writes the plan instead,
+its sample converted as the conversion converts it (so it plans the same shards), and timed on a
+local runner for the conversion rate here (transforms/local_rate.py).
 """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -22,7 +25,7 @@ from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
 from transforms.listing import ListExamples
-from transforms.local_rate import SAMPLE_SIZE, MeasureLocalRate
+from transforms.local_rate import SAMPLE_SIZE, MeasureSample
 from pipeline.base.settings import ConversionSettings
 from transforms.sharding import PlanShards
 from transforms.write_shards import WriteShards
@@ -33,11 +36,13 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     """The conversion of `partitions` into a committed dataset under settings.output_dir, to
     run on `runner` (None: the one --runner names)."""
     p = beam.Pipeline(runner=runner, options=options)
-    measure_sizes = not settings.num_shards and not all(x.sizes_known for x in partitions)
+    sized = not settings.num_shards   # Shards sized by the output of a converted sample.
+    measure_sizes = sized and not all(x.sizes_known for x in partitions)
     listed = p | 'List Examples' >> ListExamples(
         partitions, output_folder.listed_folder(settings.temp_dir), measure_sizes,
-        groups_in=settings.temp_dir, resuming=settings.resuming)
-    facts, label_map, plans = _plan(listed, settings)
+        groups_in=settings.temp_dir, resuming=settings.resuming,
+        sample_size=SAMPLE_SIZE if sized else 0)
+    facts, label_map, plans, _ = _plan(listed, settings, sample=sized)
     if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
         plans = _note_plan(facts, label_map, plans,
                            output_folder.plan_note(settings.temp_dir, settings.lock_token))
@@ -57,24 +62,29 @@ def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam
 
 def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
                         partitions: list[Partition], settings: ConversionSettings,
-                        plan_path: str, measure_rate: bool = False) -> beam.Pipeline:
-    """Lists and plans without converting: the plan document goes to `plan_path`, with this
-    machine's conversion rate for a sample of the inputs if `measure_rate`."""
+                        plan_path: str, measure_rate: bool = False,
+                        sample: bool = True) -> beam.Pipeline:
+    """Lists and plans without converting: the plan document goes to `plan_path`, with what a
+    converted sample of the inputs weighs (unless not `sample`: the listing alone) and, if
+    `measure_rate`, this machine's conversion rate for it."""
     p = beam.Pipeline(runner=runner, options=options)
     measure_sizes = not all(x.sizes_known for x in partitions)
     listed = p | 'List Examples' >> ListExamples(
-        partitions, None, measure_sizes, sample_size=SAMPLE_SIZE if measure_rate else 0)
-    facts, label_map, plans = _plan(listed, settings)
-    rate = ([listed | 'Measure Local Rate' >> MeasureLocalRate(settings, label_map)]
-            if measure_rate else [])
+        partitions, None, measure_sizes, sample_size=SAMPLE_SIZE if sample else 0)
+    facts, label_map, plans, measured = _plan(listed, settings, sample, timed=measure_rate)
     _ = facts | 'Write Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
                                          beam.pvalue.AsDict(plans), plan_path,
-                                         *map(beam.pvalue.AsSingleton, rate))
+                                         *([beam.pvalue.AsSingleton(measured)] if sample else []))
     return p
 
 
-def _plan(listed: beam.PCollection, settings: ConversionSettings) -> tuple:
-    """(facts, label map, shard plans) of what listing found."""
+def _plan(listed: beam.PCollection, settings: ConversionSettings, sample: bool,
+          timed: bool = False) -> tuple:
+    """(facts, label map, shard plans, the sample's measurement or None) of what listing found;
+    with `sample`, the shards are sized from a converted sample of the inputs (timed too if
+    `timed`)."""
     facts, label_map = listed | 'Resolve Labels' >> ResolveLabels(settings.splits, settings.labels)
-    plans = listed | 'Plan Shards' >> PlanShards(settings.num_shards, settings.target_shard_mb)
-    return facts, label_map, plans
+    planner = PlanShards(settings.num_shards, settings.target_shard_mb,
+                         MeasureSample(settings, label_map, timed) if sample else None)
+    plans = listed | 'Plan Shards' >> planner
+    return facts, label_map, plans, planner.sample

@@ -35,6 +35,7 @@ from pipeline.progress import Progress
 from pipeline.inputs.kinds import Source
 from pipeline.sources import input_given, input_paths, input_root, resolve_source
 from transforms.leakage import NAMESPACE
+from transforms.local_rate import process_memory
 
 LOG = logging.getLogger('image_tfrecords')
 SAMPLE_OUTPUT = 'sample_tfrecords'
@@ -182,8 +183,8 @@ def _list_again(runner, launch: Launch, source: Source, settings: ConversionSett
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-listing-', suffix='.json')
     os.close(handle)
     try:
-        build_plan_pipeline(runner, launch.beam, source.partitions, settings,
-                            path).run().wait_until_finish()
+        build_plan_pipeline(runner, launch.beam, source.partitions, settings, path,
+                            sample=False).run().wait_until_finish()
         return json.loads(fileio.read_bytes(path))
     finally:
         os.remove(path)
@@ -259,7 +260,9 @@ def plan(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationConfig
     here = Here(cores=os.cpu_count() or 1, workers=max(1, job.launch.workers),
                 planning_seconds=planned, output_in_cloud=fileio.is_gcs(output_dir),
                 request_seconds=(gcs.round_trip_seconds(output_dir)
-                                 if fileio.is_gcs(output_dir) else 0.0))
+                                 if fileio.is_gcs(output_dir) else 0.0),
+                launcher_peak_bytes=process_memory().get('peak', 0),
+                one_process=not job.launch.workers)
     return estimate(document, here)
 
 

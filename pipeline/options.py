@@ -73,7 +73,8 @@ class ConverterOptions(PipelineOptions):
         flag('num_shards', type=int, default=0, help='Shards per split (default 0: automatic '
              'from --target_shard_mb).')
         flag('target_shard_mb', type=float, default=DEFAULT_TARGET_SHARD_MB,
-             help=f'Shard size aimed at when --num_shards is 0 (default {DEFAULT_TARGET_SHARD_MB}).')
+             help=f'Shard size aimed at when --num_shards is 0, in the records\' bytes as a '
+             f'converted sample estimates them (default {DEFAULT_TARGET_SHARD_MB}).')
         switch('overwrite', False, 'Replace a dataset already in --output_dir (and remove '
                'temporary folders other runs left there)')
         switch('clean_temp', False, 'Remove the temporary folders unfinished runs left in '
@@ -127,7 +128,9 @@ class ConverterOptions(PipelineOptions):
         switch('skip_duplicates', False, 'Drop inputs listed twice in a split (reported) instead '
                'of failing')
         switch('plan_only', False, 'List the inputs and print what the conversion would write '
-               'and cost (per split: inputs, labels, shards, sizes), converting nothing')
+               'and cost (per split: inputs, labels, shards, bytes in and out, the output from '
+               'a sample converted as the run converts it; the time and memory here, or the '
+               'Dataflow workers), converting nothing')
         flag('plan_format', choices=('text', 'json'), default='text',
              help='How --plan_only prints the plan: text or json (default text).')
         switch('verbose', False, 'Print the runner\'s full log and tracebacks (they go to a log '

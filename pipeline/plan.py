@@ -1,8 +1,10 @@
 """The plan preview (`--plan_only`): what a conversion will produce, and what it will cost,
 before any image is read.
 
-The listing, label and shard-planning stages run as they would in the conversion; their result
-is a small document per split, to which `estimate` adds the time and cost model below.
+The listing, label and shard-planning stages run as they would in the conversion, a
+deterministic sample of the inputs converted as the conversion converts it to size the shards by
+their output (transforms/local_rate.py, sharding.output_line); their result is a small
+document per split, to which `estimate` adds the time and cost model below.
 
 The model: Dataflow runs one SDK process per vCPU, and each process up to one work item per
 harness thread (--number_of_worker_harness_threads, 4 by default here, pipeline/dataflow.py).
@@ -25,7 +27,9 @@ import json
 import math
 
 from pipeline.io import fileio
+from pipeline.io.sorted_runs import BUDGET_BYTES
 from pipeline.base.splits import SPLITS
+from transforms.sharding import output_line
 
 # Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
 # Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,
@@ -49,9 +53,10 @@ def seconds_to_read(objects: int) -> float:
     return doubling * math.log2(1 + objects * math.log(2) / (rate * doubling))
 
 
-def plan_document(facts, label_map, plans: dict, local_rate: dict | None = None) -> dict:
-    """Per split: inputs, ignored files, labels, shards, estimated bytes, and the rate measured
-    here if any (runs in the pipeline)."""
+def plan_document(facts, label_map, plans: dict, sample: dict | None = None) -> dict:
+    """Per split: inputs, ignored files, labels, shards, estimated bytes in and out; what the
+    converted sample weighed and, when it was timed here, the rate measured (runs in the
+    pipeline)."""
     splits = {}
     for split, plan in plans.items():
         labels = {t for t, where in facts.texts.items() if split in where} or facts.int_labels
@@ -59,29 +64,56 @@ def plan_document(facts, label_map, plans: dict, local_rate: dict | None = None)
                          'listing': facts.listing_fingerprint(split),
                          'labels': len(labels), 'shards': plan.num_shards,
                          'chunks': plan.num_chunks, 'input_bytes': plan.input_bytes,
-                         'shard_bytes': plan.input_bytes // plan.num_shards}
+                         'output_bytes': plan.output_bytes,
+                         'output_sampled': plan.output_sampled,
+                         'shard_bytes': plan.output_bytes // plan.num_shards}
         if facts.streamed.get(split):   # Gzip archives: read in one pass per chunk.
             splits[split]['streamed_archives'] = sorted(facts.streamed[split])
     document = {'labels': len(label_map.names), 'splits': splits}
-    return dict(document, local_rate=local_rate) if local_rate else document
+    if sample is None:
+        return document
+    document['sample'] = sample_summary(sample.get('weighed') or [])
+    document['sample']['converted_by_run'] = sample.get('converted_by_run', False)
+    rate = {k: v for k, v in sample.items() if k not in ('weighed', 'converted_by_run')}
+    return dict(document, local_rate=rate) if rate else document
 
 
-def write_plan(facts, label_map, plans: dict, path: str, local_rate: dict | None = None) -> None:
+def sample_summary(weighed: list) -> dict:
+    """What the converted sample weighed: per split its inputs, their bytes where known and
+    their records' bytes; and the line the shards are sized by (sharding.output_line)."""
+    splits = {}
+    for split, size, out in weighed:
+        found = splits.setdefault(split, dict.fromkeys(
+            ('sampled', 'sized', 'input_bytes', 'records', 'output_bytes'), 0))
+        found['sampled'] += 1
+        found['sized'] += size is not None
+        found['input_bytes'] += size or 0
+        found['records'] += out > 0
+        found['output_bytes'] += out
+    line = output_line(weighed)
+    return {'splits': splits, 'line': None if line is None else {
+        'bytes_per_record': float(line[0]), 'bytes_per_input_byte': float(line[1])}}
+
+
+def write_plan(facts, label_map, plans: dict, path: str, sample: dict | None = None) -> None:
     """The last step of a plan-only job: its document, as JSON at `path`."""
-    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans, local_rate)).encode())
+    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans, sample)).encode())
 
 
 @dataclasses.dataclass(frozen=True)
 class Here:
-    """This machine, for the time of a local run: its cores, the local runner's worker
-    processes, the seconds the plan took from the command's start (imports, the runner's
+    """This machine, for the time and memory of a local run: its cores, the local runner's
+    worker processes, the seconds the plan took from the command's start (imports, the runner's
     start-up, listing, planning, and timing the sample), whether the output is gs://, and then
-    the seconds of one small request to it."""
+    the seconds of one small request to it; the plan's peak memory, and whether the runner
+    runs in the launcher's process."""
     cores: int
     workers: int
     planning_seconds: float
     output_in_cloud: bool = False
     request_seconds: float = 0.0
+    launcher_peak_bytes: int = 0    # The plan's own peak resident bytes (0: unknown).
+    one_process: bool = False       # The runner runs in the launcher (no worker processes).
 
 
 def output_requests(parts: int, shards: int, workers: int) -> float:
@@ -101,13 +133,19 @@ def estimate(document: dict, here: Here | None = None) -> dict:
     workers = max(1, math.ceil(vcpu_hours / DATAFLOW_VCPUS_PER_WORKER))
     reads_per_second = workers * DATAFLOW_VCPUS_PER_WORKER * IMAGES_PER_VCPU_SECOND
     local = time_here(document, images, here) if here else None
+    memory = memory_here(document, here) if here else None
     return dict(document, estimate={
         'images': images,
         'input_bytes': sum(s['input_bytes'] for s in document['splits'].values()),
+        'output_bytes': sum(s.get('output_bytes', s['input_bytes'])
+                            for s in document['splits'].values()),
+        'output_sampled': sum(s['sampled'] for s in
+                              document.get('sample', {}).get('splits', {}).values()),
         'vcpu_hours': vcpu_hours,
         'seconds_here': local['seconds'] if local else None,
         'cores_here': here.cores if here else 0,
         'here': local,
+        'memory_here': memory,
         'dataflow_workers_for_one_hour': workers,
         'reads_per_second': reads_per_second,
         'bucket_reads_per_second': BUCKET_READS_PER_SECOND,
@@ -126,8 +164,9 @@ def estimate(document: dict, here: Here | None = None) -> dict:
 
 def time_here(document: dict, images: int, here: Here) -> dict:
     """The wall time of the same command without --plan_only on this machine: the plan's own
-    time (start-up, listing, planning; the conversion repeats them) less the sample's timing,
-    plus the conversion at the rate measured for the sample (transforms/local_rate.py). The
+    time (start-up, listing, planning; the conversion repeats them, and the conversion of the
+    sample too where it sizes the shards by it, else the sample's timing is taken off), plus
+    the conversion at the rate measured for the sample (transforms/local_rate.py). The
     conversion runs on the workers that convert at once (at most one per core and per chunk),
     and cannot be faster than the cores give the CPU the whole machine spent per sampled image:
     with a gs:// output, the CPU it spent beyond the worker's own (a local storage emulator's,
@@ -137,7 +176,8 @@ def time_here(document: dict, images: int, here: Here) -> dict:
     rate = document.get('local_rate') or {}
     chunks = sum(s['chunks'] for s in document['splits'].values())
     parallel = max(1, min(here.workers, here.cores, chunks))
-    fixed = max(0.0, here.planning_seconds - rate.get('seconds', 0.0))
+    repeated = document.get('sample', {}).get('converted_by_run', False)
+    fixed = max(0.0, here.planning_seconds - (0.0 if repeated else rate.get('seconds', 0.0)))
     shards = sum(s['shards'] for s in document['splits'].values())
     storage = (output_requests(chunks + shards, shards, parallel) * here.request_seconds
                if here.output_in_cloud else 0.0)
@@ -156,14 +196,93 @@ def time_here(document: dict, images: int, here: Here) -> dict:
             'images_timed': rate.get('images', 0)}
 
 
+# The memory of a local run beyond what the plan measured (memory_here), from the code:
+RUN_BUDGET_BYTES = BUDGET_BYTES   # What a sorted-run writer holds before it writes a run.
+WRITING_COPIES = 3                # While it writes one: the records held, sorted, and as bytes.
+HELD_REF_BYTES = 140              # A listed ref held beyond its pickle: the (key, pickle) tuple,
+                                  # the key, the pickle's header, its place in the list.
+JOIN_BYTES_PER_RECORD = 650       # A shard's join holds its parts' sidecars: per record its
+                                  # hashes (SHA-256 in hex, ...) and its content mark, and its
+                                  # source's characters (706 measured with 56-character paths).
+LAUNCHER_BYTES_PER_PART = 1024    # The runner's copy of a part's PartDone and its shard's key.
+
+
+def memory_here(document: dict, here: Here) -> dict | None:
+    """The peak resident bytes of a local run without --plan_only: of its launcher, of its
+    largest worker process and of all its processes together (each shared page once), from
+    what the plan measured and what the run holds beyond it. None where the plan measured
+    nothing (no sample converted, no /proc).
+
+    Measured: the plan's own peak (the launcher: imports, the runner, listing and planning,
+    which the run repeats) and the peak of the worker that converted the sample (its imports,
+    its share of the listing, one conversion's working set), with the bytes that worker shares
+    with the launcher it was forked from. Modelled, per worker, for its share of the inputs, in
+    sizes the sample gives: listing holds each input's ref, pickled, in a sorted-run writer up
+    to RUN_BUDGET_BYTES and then writes them out (as much again); the conversion files each
+    record's digest and hashes up to that budget, and writing them takes WRITING_COPIES times
+    what is held; a shard's join holds its parts' sidecars (JOIN_BYTES_PER_RECORD and the
+    source's characters per record of the shard). These come one after another, each in what
+    the one before freed, so a worker is estimated at the sample worker's peak plus the largest
+    of them. The launcher adds what the runner keeps per part of a shard. Together, each page
+    once as PSS counts them: the launcher, and every worker less what it shares with the
+    launcher. In one process (no worker processes), all of it is the launcher's."""
+    sample = (document.get('local_rate') or {}).get('memory')
+    if not sample or not sample.get('peak_bytes') or not here.launcher_peak_bytes:
+        return None
+    splits = document['splits'].values()
+    processes = 1 if here.one_process else max(1, here.workers)
+    inputs = -(-sum(s['inputs'] for s in splits) // processes)
+    listed = min(inputs * sample['ref_bytes'], RUN_BUDGET_BYTES)
+    listing = 2 * listed + (listed / sample['ref_bytes'] * HELD_REF_BYTES
+                            if sample['ref_bytes'] else 0)
+    filing = WRITING_COPIES * min(inputs * sample['filed_bytes_per_record'], RUN_BUDGET_BYTES)
+    join = (max((-(-s['inputs'] // s['shards']) for s in splits), default=0)
+            * (JOIN_BYTES_PER_RECORD + sample['source_chars']))
+    growth = max(listing, filing, join)
+    parts = sum(s['chunks'] + s['shards'] for s in splits)
+    launcher = here.launcher_peak_bytes + parts * LAUNCHER_BYTES_PER_PART
+    if here.one_process:
+        launcher = together = launcher + growth
+        worker, workers = 0, 0
+    else:
+        worker, workers = sample['peak_bytes'] + growth, here.workers
+        together = launcher + workers * max(0, worker - sample['shared_bytes'])
+    return {'launcher_bytes': int(launcher), 'largest_worker_bytes': int(worker),
+            'together_bytes': int(together), 'workers': workers,
+            'plan_launcher_bytes': here.launcher_peak_bytes,
+            'sample_worker_bytes': sample['peak_bytes'],
+            'shared_bytes': sample['shared_bytes'],
+            'inputs_per_worker': inputs, 'listing_bytes': int(listing),
+            'filing_bytes': int(filing), 'join_bytes': int(join)}
+
+
+def memory_line(memory: dict) -> str:
+    """The memory a local run will need, and how it was estimated."""
+    mb = lambda n: f'{n / (1 << 20):,.0f} MB'   # noqa: E731
+    parts = (f'the listing\'s refs {mb(memory["listing_bytes"])}, the filed hashes '
+             f'{mb(memory["filing_bytes"])} or a shard\'s join {mb(memory["join_bytes"])}')
+    if not memory['workers']:
+        return (f'Memory here: ~{mb(memory["together_bytes"])} in one process: this plan\'s peak '
+                f'({mb(memory["plan_launcher_bytes"])}) and, for {memory["inputs_per_worker"]:,} '
+                f'inputs, {parts}.')
+    return (f'Memory here: ~{mb(memory["together_bytes"])} in all, the launcher '
+            f'~{mb(memory["launcher_bytes"])} and each of {memory["workers"]} worker(s) up to '
+            f'~{mb(memory["largest_worker_bytes"])}: this plan\'s peaks (the launcher '
+            f'{mb(memory["plan_launcher_bytes"])}, the worker that converted the sample '
+            f'{mb(memory["sample_worker_bytes"])}, {mb(memory["shared_bytes"])} of it shared '
+            f'with the others) and, per worker for {memory["inputs_per_worker"]:,} inputs, '
+            f'{parts}.')
+
+
 def format_plan(document: dict) -> str:
     """The plan as a table and a few lines of estimates."""
     lines = [f'{"split":<12}{"inputs":>10}{"ignored":>9}{"labels":>8}{"shards":>8}{"chunks":>8}'
-             f'{"input GB":>10}{"MB/shard":>10}']
+             f'{"input GB":>10}{"output GB":>11}{"MB/shard":>10}']
     for split in (s for s in SPLITS if s in document['splits']):
         s = document['splits'][split]
         lines.append(f'{split:<12}{s["inputs"]:>10}{s["ignored"]:>9}{s["labels"]:>8}'
                      f'{s["shards"]:>8}{s["chunks"]:>8}{s["input_bytes"] / 1e9:>10.2f}'
+                     f'{s.get("output_bytes", s["input_bytes"]) / 1e9:>11.2f}'
                      f'{s["shard_bytes"] / 1e6:>10.1f}')
     streamed = sorted({archive for s in document['splits'].values()   # One may hold every split.
                        for archive in s.get('streamed_archives', ())})
@@ -173,8 +292,11 @@ def format_plan(document: dict) -> str:
                   'uncompressed .tar is read by ranged reads): '
                   + ', '.join(streamed[:3]) + (' ...' if len(streamed) > 3 else '')]
     e = document['estimate']
-    lines += ['', f'{e["images"]} images, about {e["input_bytes"] / 1e9:.1f} GB in and out '
-              f'(pass-through keeps the bytes); {document["labels"]} label ids.',
+    out = (f'from the records of {e["output_sampled"]} sampled inputs converted with these '
+           'options' if e['output_sampled'] else 'as the input: no input could be sampled')
+    lines += ['', f'{e["images"]} images, about {_size(e["input_bytes"])} in and '
+              f'{_size(e["output_bytes"])} out (estimated {out}); {document["labels"]} label '
+              'ids.',
               f'Conversion: about {e["vcpu_hours"]:.3g} vCPU-hours on Dataflow'
               + f'; one hour needs {e["dataflow_workers_for_one_hour"]} Dataflow n2-standard-4 '
               f'worker(s), reading {e["reads_per_second"]:,.0f} objects/s.']
@@ -188,6 +310,8 @@ def format_plan(document: dict) -> str:
     lines.append(f'Dataflow assumes {e["assumptions"]}.')
     if e.get('here'):
         lines.append(here_line(e['here']))
+    if e.get('memory_here'):
+        lines.append(memory_line(e['memory_here']))
     return '\n'.join(lines)
 
 
@@ -210,6 +334,13 @@ def here_line(here: dict) -> str:
             f'{here["fixed_seconds"] - storage:.0f} s of start-up, listing and planning (as this '
             f'plan took them){requests}, and {here["converting_seconds"]:.0f} s converting at '
             f'{rate:,.0f} images/s, {how}.')
+
+
+def _size(count: int) -> str:
+    for unit, scale in (('GB', 1e9), ('MB', 1e6)):
+        if count >= scale:
+            return f'{count / scale:.{1 if unit == "GB" else 0}f} {unit}'
+    return f'{count / 1e3:.0f} KB'
 
 
 def dumps(document: dict) -> str:

@@ -1,13 +1,15 @@
 """The plan preview: what a conversion will write and cost, with nothing converted or written."""
 import dataclasses
+import glob
 import json
 import os
 import re
 
 import pytest
+from PIL import Image
 
 from pipeline.testing import archivemaker, imagemaker
-from tests.helpers import cli, write_tree
+from tests.helpers import cli, output_files, write_tree
 
 
 def _plan_cli(*argv):
@@ -28,9 +30,12 @@ def test_plan_only_lists_and_plans_without_writing(tmp_path):
     train_bytes = sum(len(v) for k, v in files.items() if k.startswith('train/') and 'DS_' not in k)
     listing = plan['splits']['train'].pop('listing')   # What a rerun compares (job.py).
     assert re.fullmatch('[0-9a-f]{16}', listing) and listing != plan['splits']['test']['listing']
+    # Every input sampled: the records' bytes, each JPEG kept as it is plus its features.
+    output = plan['splits']['train'].pop('output_bytes')
+    assert train_bytes < output < train_bytes + 30 * 1000
     assert plan['splits']['train'] == {
         'inputs': 30, 'ignored': 1, 'labels': 2, 'shards': 3, 'chunks': 1,
-        'input_bytes': train_bytes, 'shard_bytes': train_bytes // 3}
+        'input_bytes': train_bytes, 'output_sampled': 35, 'shard_bytes': output // 3}
     assert plan['splits']['test']['inputs'] == 5 and plan['splits']['test']['shards'] == 3
     assert plan['labels'] == 2 and plan['estimate']['images'] == 35
     assert plan['estimate']['dataflow_workers_for_one_hour'] == 1
@@ -40,9 +45,17 @@ def test_plan_only_lists_and_plans_without_writing(tmp_path):
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].split() == ['split', 'inputs', 'ignored', 'labels', 'shards', 'chunks',
-                                'input', 'GB', 'MB/shard']
+                                'input', 'GB', 'output', 'GB', 'MB/shard']
     assert lines[1].split()[:6] == ['train', '30', '1', '2', '3', '1']
     assert '35 images' in text.stdout and 'images/s per vCPU' in text.stdout
+    assert 'out (estimated from the records of 35 sampled inputs converted with these options)' \
+        in text.stdout
+    # In the test's process (no worker processes): the memory of one process, at least this
+    # plan's peak.
+    memory = plan['estimate']['memory_here']
+    assert memory['workers'] == 0 and memory['largest_worker_bytes'] == 0
+    assert memory['together_bytes'] == memory['launcher_bytes'] >= memory['plan_launcher_bytes'] > 0
+    assert re.search(r'^Memory here: ~[\d,]+ MB in one process: ', text.stdout, re.M)
 
 
 @pytest.mark.slow
@@ -129,3 +142,93 @@ def test_the_time_here_is_the_plans_own_time_and_the_sampled_rate_on_the_workers
     assert plan.estimate(one_chunk, here)['estimate']['here']['workers'] == 1
     assert plan.estimate(document)['estimate']['seconds_here'] is None   # Dataflow only.
 
+
+def _png_and_jpeg_tree(count: int) -> dict:
+    """A quarter PNG photos (~55 KB, re-encoded as JPEGs of ~10 KB), the rest JPEG photos
+    (~6 KB, kept as they are): the records weigh about 0.4 of the input."""
+    files = {}
+    for i in range(count):
+        png = i % 4 == 0
+        photo = Image.fromarray(imagemaker.photo(*(192, 192) if png else (128, 128), seed=i))
+        files[f'train/c{i % 3}/{i}.{"png" if png else "jpg"}'] = (
+            imagemaker.encode(photo, 'PNG') if png else imagemaker.encode(photo, 'JPEG', quality=90))
+    return files
+
+
+@pytest.mark.slow
+def test_shards_of_reencoded_inputs_are_sized_by_their_output(tmp_path):
+    """600 inputs of which 150 PNGs, aiming at 0.5 MB shards: the plan estimates the output
+    from the 300 sampled inputs it converts, and the run writes the shards it planned, each
+    near the target (sized by the input bytes, there were more than twice as many, each less
+    than half the target); two worker processes write the same bytes."""
+    root = write_tree(tmp_path / 'in', _png_and_jpeg_tree(600))
+    out, target = tmp_path / 'out', 0.5 * (1 << 20)
+    flags = [f'--input_dir={root}', f'--output_dir={out}', '--target_shard_mb=0.5']
+    planned = _plan_cli(*flags, '--plan_format=json')
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)['splits']['train']
+    assert plan['output_sampled'] == 300
+    assert plan['input_bytes'] / target > 2 * plan['shards']
+    result = cli(*flags)
+    assert result.returncode == 0, result.stderr
+    sizes = [os.path.getsize(p) for p in glob.glob(f'{out}/dataset-train.tfrecord-*')]
+    assert len(sizes) == plan['shards']   # The plan's shards.
+    # The plan's output within 5% of what was written (0.6% measured); the shards within 10%
+    # of the target on average (the count is rounded), each within 30% (~60 records, a quarter
+    # of them larger: 0.80-1.14 measured).
+    assert abs(plan['output_bytes'] / sum(sizes) - 1) < 0.05, (plan['output_bytes'], sum(sizes))
+    assert abs(sum(sizes) / len(sizes) / target - 1) < 0.1, sizes
+    assert all(0.7 < size / target < 1.3 for size in sizes), sizes
+    two = cli(*flags[:1], f'--output_dir={tmp_path}/two', '--target_shard_mb=0.5',
+              '--direct_running_mode=multi_processing', '--direct_num_workers=2')
+    assert two.returncode == 0, two.stderr
+    assert output_files(f'{tmp_path}/two') == output_files(out)
+
+
+def test_the_output_is_estimated_by_a_line_through_the_sampled_inputs():
+    from fractions import Fraction
+    from transforms.sharding import output_estimate, output_line
+    # Kept as they are: each record is its input and 500 bytes more, at any size.
+    kept = [['train', size, size + 500] for size in (1000, 5000, 100_000)]
+    assert output_line(kept) == (500, 1)
+    assert output_estimate(10, 2_000_000, output_line(kept)) == 2_005_000
+    # Re-encoded PNGs (a quarter of their bytes) beside JPEGs kept: the line through both.
+    mixed = [['train', 40_000, 10_500], ['test', 40_000, 10_500], ['train', 6000, 6500]]
+    a, b = output_line(mixed)
+    assert (a, b) == (6500 - 6000 * Fraction(4000, 34000), Fraction(4000, 34000))
+    # A size unknown: the mean per input. No sample: the input bytes.
+    unknown = [['train', None, 900], ['train', 700, 1200]]
+    assert output_line(unknown) == (1050, 0)
+    assert output_estimate(4, 0, output_line(unknown), unknown) == 4200
+    assert output_estimate(4, 12_345, None) == 12_345
+
+
+def test_the_memory_here_is_the_plans_peaks_and_what_the_run_holds_beyond_them():
+    from pipeline import plan
+    mb = 1 << 20
+    memory = {'peak_bytes': 200 * mb, 'shared_bytes': 140 * mb, 'ref_bytes': 250.0,
+              'filed_bytes_per_record': 532.0, 'source_chars': 50.0}
+    document = dict(_document(200_000), local_rate={'memory': memory})   # 1,024 shards.
+    here = plan.Here(cores=2, workers=2, planning_seconds=9, launcher_peak_bytes=250 * mb)
+    m = plan.estimate(document, here)['estimate']['memory_here']
+    # Per worker 100,000 inputs: their refs held and written (2 x 25 MB, and 140 bytes each),
+    # 53.2 MB of filed hashes written out (x3), 196 records of a shard joined (700 bytes each).
+    assert m['inputs_per_worker'] == 100_000
+    assert m['listing_bytes'] == 2 * 25_000_000 + 14_000_000
+    assert m['filing_bytes'] == 3 * 53_200_000 and m['join_bytes'] == 196 * 700
+    assert m['largest_worker_bytes'] == 200 * mb + 3 * 53_200_000
+    # The launcher: its plan's peak and 1 KB per part (1,562 chunks and 1,024 shards).
+    assert m['launcher_bytes'] == 250 * mb + (1562 + 1024) * 1024
+    assert m['together_bytes'] == m['launcher_bytes'] + 2 * (m['largest_worker_bytes'] - 140 * mb)
+    assert plan.memory_line(m).startswith(
+        'Memory here: ~677 MB in all, the launcher ~253 MB and each of 2 worker(s) up to ~352 MB')
+    # A budget's worth held at most: 1,000,000 inputs per worker write 64 MiB at a time.
+    big = plan.estimate(dict(document, splits={'train': dict(
+        document['splits']['train'], inputs=2_000_000)}), here)['estimate']['memory_here']
+    assert big['filing_bytes'] == 3 * (64 << 20)
+    # In one process: all of it in the launcher.
+    one = plan.estimate(document, dataclasses.replace(here, workers=1, one_process=True))
+    m = one['estimate']['memory_here']
+    assert (m['workers'], m['largest_worker_bytes'], m['inputs_per_worker']) == (0, 0, 200_000)
+    assert m['together_bytes'] == m['launcher_bytes'] == 250 * mb + (1562 + 1024) * 1024 + 3 * (64 << 20)
+    assert plan.estimate(_document(10))['estimate']['memory_here'] is None   # Dataflow only.

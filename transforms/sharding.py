@@ -19,6 +19,8 @@ range (listing.py); the runner passes tasks, never examples.
 """
 import dataclasses
 import logging
+import math
+from fractions import Fraction
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -47,17 +49,27 @@ def bucket_of(hash_value: int, bits: int) -> int:
 class PlanShards(beam.PTransform):
     """What listing found (a Listed per bundle, listing.py) -> (split, ShardPlan) for every
     split, from each split's count, sizes and the top bits of its key hashes (4 bytes an input,
-    gathered per split: the histogram is sized by the count)."""
+    gathered per split: the histogram is sized by the count). `measure`: a transform of the
+    Listed into what a converted sample weighs (local_rate.MeasureSample), applied here as
+    'Measure Sample'; the plan then sizes the shards by their estimated output (a line fitted to
+    the sample: output_line), else by the input bytes. After expansion, `sample` is that measurement's PCollection."""
 
-    def __init__(self, num_shards: int, target_shard_mb: float):
+    def __init__(self, num_shards: int, target_shard_mb: float,
+                 measure: beam.PTransform | None = None):
         super().__init__()
-        self._num_shards, self._target_shard_mb = num_shards, target_shard_mb
+        self._num_shards, self._target_shard_mb, self._measure = num_shards, target_shard_mb, measure
+        self.sample: beam.PCollection | None = None
 
     def expand(self, listed: beam.PCollection) -> beam.PCollection:
+        sides = []
+        if self._measure is not None:
+            self.sample = listed | 'Measure Sample' >> self._measure
+            sides = [beam.pvalue.AsSingleton(self.sample)]
         return (listed
                 | 'Per Split' >> beam.FlatMap(_per_split)
                 | 'Gather Splits' >> beam.GroupByKey()
-                | 'Cut Into Shards' >> beam.Map(_plan, self._num_shards, self._target_shard_mb))
+                | 'Cut Into Shards' >> beam.Map(_plan, self._num_shards, self._target_shard_mb,
+                                                *sides))
 
 
 def _per_split(listed) -> Iterator[tuple[str, tuple[list[int], np.ndarray]]]:
@@ -73,26 +85,59 @@ def estimated_bytes(totals: tuple[int, int, int]) -> int:
     return size * count // known if known else 0
 
 
+def output_line(weighed: list | None) -> tuple[Fraction, Fraction] | None:
+    """(a, b): a record's bytes = a + b x its input's bytes, the least-squares line through the
+    sampled inputs (`weighed`: [split, bytes in or None, bytes out] each, local_rate.py), in
+    exact fractions, so that every machine plans the same shards; b = 0 (a is their mean) where
+    a sampled input's size is unknown or all have the same. None without a sample."""
+    if not weighed:
+        return None
+    n, outs = len(weighed), [w[2] for w in weighed]
+    ins = [w[1] for w in weighed]
+    spread = (n * sum(x * x for x in ins) - sum(ins) ** 2) if None not in ins else 0
+    if not spread:
+        return Fraction(sum(outs), n), Fraction(0)
+    b = Fraction(n * sum(x * y for x, y in zip(ins, outs)) - sum(ins) * sum(outs), spread)
+    return Fraction(sum(outs), n) - b * Fraction(sum(ins), n), b
+
+
+def output_estimate(count: int, input_bytes: int, line: tuple[Fraction, Fraction] | None,
+                    weighed: list | None = None) -> int:
+    """A split's estimated output: `line` (output_line) applied to its inputs and their bytes;
+    its input bytes without a line, the sample's mean per input where its input bytes are
+    unknown."""
+    if line is None:
+        return input_bytes
+    if not input_bytes:
+        return count * sum(w[2] for w in weighed) // len(weighed)
+    a, b = line
+    return max(0, math.floor(a * count + b * input_bytes))
+
+
 def _plan(split_found: tuple[str, Iterable[tuple[list[int], np.ndarray]]], num_shards: int,
-          target_shard_mb: float) -> tuple[str, 'ShardPlan']:
+          target_shard_mb: float, sample: dict | None = None) -> tuple[str, 'ShardPlan']:
     split, found = split_found[0], list(split_found[1])
     totals = tuple(int(sum(sizes[i] for sizes, _ in found)) for i in range(3))
     count, input_bytes = totals[0], estimated_bytes(totals)
-    shards = shard_count(count, input_bytes, num_shards, target_shard_mb)
+    weighed = (sample or {}).get('weighed')
+    output_bytes = output_estimate(count, input_bytes, output_line(weighed), weighed)
+    shards = shard_count(count, output_bytes, num_shards, target_shard_mb)
     if num_shards > shards:
         LOG.warning('%s: --num_shards %d is more than %s; writing %d shards', split, num_shards,
                     f'its {count} inputs' if shards == count else f'the most ({MAX_SHARDS})', shards)
     bits = bucket_bits(count)
     buckets, counts = np.unique(np.concatenate([tops for _, tops in found]) >> (MAX_BUCKET_BITS - bits),
                                 return_counts=True)
-    return split, plan_shards(buckets.astype(np.int64), counts.astype(np.int64), bits, count,
-                              shards, input_bytes)
+    plan = plan_shards(buckets.astype(np.int64), counts.astype(np.int64), bits, count, shards,
+                       input_bytes)
+    return split, dataclasses.replace(plan, output_bytes=output_bytes,
+                                      output_sampled=len(weighed or ()))
 
 
-def shard_count(count: int, input_bytes: int, num_shards: int, target_shard_mb: float) -> int:
-    """`num_shards` if given, else enough shards of about `target_shard_mb`; at most one per
-    example and MAX_SHARDS."""
-    wanted = num_shards or round(input_bytes / (target_shard_mb * (1 << 20)))
+def shard_count(count: int, output_bytes: int, num_shards: int, target_shard_mb: float) -> int:
+    """`num_shards` if given, else enough shards of about `target_shard_mb` for `output_bytes`;
+    at most one per example and MAX_SHARDS."""
+    wanted = num_shards or round(output_bytes / (target_shard_mb * (1 << 20)))
     return max(1, min(wanted, count, MAX_SHARDS))
 
 
@@ -105,6 +150,8 @@ class ShardPlan:
     chunk_starts: np.ndarray   # First bucket of each chunk, ascending.
     chunk_ranks: np.ndarray    # Rank of each chunk's first example; then `count`.
     input_bytes: int = 0       # Of all inputs, measured or estimated from a sample.
+    output_bytes: int = 0      # Of its records, estimated (output_estimate).
+    output_sampled: int = 0    # The converted inputs that estimate rests on (0: the input bytes).
 
     @property
     def num_chunks(self) -> int:
