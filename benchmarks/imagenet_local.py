@@ -7,7 +7,8 @@ Each size is a folder of that many small distinct JPEGs in 1,000 class folders, 
 validation/ (pipeline/testing/imagenet_shape.py), made once under --root and reused. The default
 command converts it (`python -m pipeline.run --input_dir=... --output_dir=...`: a multi-process
 local run, one worker per core) while its process tree is sampled every 0.2 s. Printed per size:
-exit code, wall seconds, inputs/s, the peak resident MB of the launcher and of the largest worker,
+exit code, wall seconds, the conversion stage's own seconds (from the progress lines) and the
+whole run's ratio to it, inputs/s, the peak resident MB of the launcher and of the largest worker,
 the peak of all processes together (PSS), and the peak of the run's temporary folder; then the
 launcher's growth per input between consecutive sizes. --checkout runs another checkout's code
 (its folder first on PYTHONPATH), to compare two versions on the same inputs. The output of each
@@ -16,6 +17,7 @@ size is removed unless --keep.
 import argparse
 import glob
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -50,9 +52,22 @@ def measure(inputs: str, output: str, checkout: str | None = None) -> dict:
         done.set()
         watcher.join()
     return {'code': result.returncode, 'seconds': time.monotonic() - started,
+            'converting': converting_seconds(result.stderr_lines),
             'launcher': result.launcher, 'worker': result.largest_other,
             'together': result.together, 'temp': temp_peak[0],
             'error': result.stderr.strip().splitlines()[-1:] if result.returncode else []}
+
+
+def converting_seconds(lines: list[tuple[float, str]]) -> float | None:
+    """The conversion stage's own seconds, from the progress lines a run prints off a terminal
+    (a line per tenth of the work): the time from the first line to the 100% line, scaled up by
+    the share of the work the first line says was done before it."""
+    seen = [(t, int(m.group(1).replace(',', '')), int(m.group(2).replace(',', '')))
+            for t, line in lines if (m := re.search(r'converting: ([\d,]+) of ([\d,]+) inputs', line))]
+    if len(seen) < 2 or seen[-1][1] != seen[-1][2]:
+        return None
+    (first, done, total), last = seen[0], seen[-1][0]
+    return (last - first) * total / (total - done) if done < total else None
 
 
 def _tree_bytes(folder: str) -> int:
@@ -73,8 +88,9 @@ def main() -> None:
     parser.add_argument('--checkout', help='Run this checkout of the product instead.')
     parser.add_argument('--keep', action='store_true', help='Keep each output folder.')
     args = parser.parse_args()
-    print(f'{"inputs":>9} {"code":>4} {"seconds":>8} {"inputs/s":>9} {"launcher MB":>12} '
-          f'{"worker MB":>10} {"together MB":>12} {"temp MB":>8}')
+    print(f'{"inputs":>9} {"code":>4} {"seconds":>8} {"converting":>11} {"whole/conv":>10} '
+          f'{"inputs/s":>9} {"launcher MB":>12} {"worker MB":>10} {"together MB":>12} '
+          f'{"temp MB":>8}')
     measured = []
     for size in args.sizes:
         inputs = imagenet_shape.make(os.path.join(args.root, str(size)), size)
@@ -82,8 +98,9 @@ def main() -> None:
         shutil.rmtree(output, ignore_errors=True)
         found = measure(inputs, output, args.checkout)
         measured.append((size, found))
-        print(f'{size:>9} {found["code"]:>4} {found["seconds"]:>8.1f} '
-              f'{size / found["seconds"]:>9.0f} {found["launcher"] / MB:>12.0f} '
+        converting = found['converting'] or float('nan')
+        print(f'{size:>9} {found["code"]:>4} {found["seconds"]:>8.1f} {converting:>11.1f} '
+              f'{found["seconds"] / converting:>10.2f} {size / found["seconds"]:>9.0f} {found["launcher"] / MB:>12.0f} '
               f'{found["worker"] / MB:>10.0f} {found["together"] / MB:>12.0f} '
               f'{found["temp"] / MB:>8.0f}', *found['error'], flush=True)
         if not args.keep:

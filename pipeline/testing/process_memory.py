@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 GIB = 1 << 30
 
@@ -23,6 +24,7 @@ class Sampled:
     launcher: int = 0
     others: dict = dataclasses.field(default_factory=dict)
     together: int = 0
+    stderr_lines: list = dataclasses.field(default_factory=list)   # (seconds from start, line)
 
     @property
     def largest_other(self) -> int:
@@ -45,8 +47,9 @@ def run_sampled(*argv: str, timeout: float = 300, **popen) -> Sampled:
 
 def sample_command(command: list[str], every: float = 0.1, timeout: float = 3600,
                    **popen) -> Sampled:
-    """Runs `command` to its end (stdout and stderr kept as text), sampling its process tree
-    every `every` seconds."""
+    """Runs `command` to its end (stdout and stderr kept as text, each stderr line with the time
+    it came), sampling its process tree every `every` seconds."""
+    started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, **popen)
     sampled, done = Sampled(0, '', ''), threading.Event()
@@ -55,16 +58,26 @@ def sample_command(command: list[str], every: float = 0.1, timeout: float = 3600
         while not done.wait(every):
             _sample(process.pid, sampled)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    def read_stdout() -> None:
+        sampled.stdout = process.stdout.read()
+
+    def read_stderr() -> None:
+        for line in process.stderr:
+            sampled.stderr_lines.append((time.monotonic() - started, line))
+
+    threads = [threading.Thread(target=t, daemon=True) for t in (sample, read_stdout, read_stderr)]
+    for thread in threads:
+        thread.start()
     try:
-        sampled.stdout, sampled.stderr = process.communicate(timeout=timeout)
+        process.wait(timeout=timeout)
     finally:
-        done.set()
-        sampler.join()
         if process.poll() is None:
             process.kill()
             process.wait()
+        done.set()
+        for thread in threads:
+            thread.join()
+    sampled.stderr = ''.join(line for _, line in sampled.stderr_lines)
     sampled.returncode = process.returncode
     return sampled
 
