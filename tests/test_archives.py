@@ -25,8 +25,24 @@ from pipeline.inputs import archives, folders, gzip_pass, tar_index
 from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from pipeline.testing.gcs_servers import BUCKET, upload
-from tests.helpers import (
-    IN_PROCESS, cli, convert, output_files, pixels, read_split, run_cli, start_cli, write_tree)
+from tests import helpers
+from tests.helpers import killed_at, output_files, shard_paths, write_tree
+from tests.test_gcs import through_proxy
+
+# What is tested here is how archives are listed and read: conversions run without the check for
+# copies across splits (--leakage=off), whose Beam stages take half of a small conversion's time
+# and read nothing. The same shards are written either way but for the hashes they carry.
+NO_LEAKAGE_CHECK = '--leakage=off'
+
+
+def cli(*argv, **kwargs) -> helpers.Answer:
+    """helpers.cli with NO_LEAKAGE_CHECK."""
+    return helpers.cli(*argv, NO_LEAKAGE_CHECK, **kwargs)
+
+
+def convert(*argv, **kwargs) -> dict:
+    """helpers.convert with NO_LEAKAGE_CHECK."""
+    return helpers.convert(*argv, NO_LEAKAGE_CHECK, **kwargs)
 
 CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
 PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
@@ -38,18 +54,28 @@ IMAGES['train/n02/png.JPEG'] = PNG_NAMED_JPEG
 IMAGES[f'train/n00/{"long" * 40}.JPEG'] = imagemaker.jpeg(20, 20, seed=9)   # A pax header in a tar.
 
 
-def shards_without_source(out: str, split: str) -> list[list[bytes]]:
-    """Per shard file, its records in order, serialized without image/source."""
-    import tensorflow as tf
-    shards = []
-    for path in sorted(p for p in os.listdir(out) if f'-{split}.tfrecord-' in p):
-        shard = []
-        for raw in tf.data.TFRecordDataset(os.path.join(out, path)):
-            example = tf.train.Example.FromString(raw.numpy())
-            del example.features.feature[records.SOURCE]
-            shard.append(example.SerializeToString(deterministic=True))
-        shards.append(shard)
-    return shards
+def _shard_records(path: str) -> list[dict]:
+    """The records of a shard file, in order, read without TensorFlow: {feature: value}, text
+    as str, bytes as bytes (image/encoded)."""
+    with open(path, 'rb') as stream:
+        return [{name: value.decode() if records.IMAGE_FEATURES.get(name) == 'text' else value
+                 for name, [value] in records.decode_example(data).items()}
+                for data in records.read_records(stream)]
+
+
+def read_split(out: str, split: str) -> list[dict]:
+    """Every record of a split, in shard order (`_shard_records`)."""
+    return [record for path in shard_paths(out, split) for record in _shard_records(path)]
+
+
+def pixels(record: dict) -> np.ndarray:
+    return imagemaker.decode(record[records.ENCODED])
+
+
+def shards_without_source(out: str, split: str) -> list[list[dict]]:
+    """Per shard file, its records in order, without image/source."""
+    return [[{name: value for name, value in record.items() if name != records.SOURCE}
+             for record in _shard_records(path)] for path in shard_paths(out, split)]
 
 
 def archived_layout(root, files: dict) -> None:
@@ -80,17 +106,17 @@ def swap(root, files: dict, archived: bool) -> str:
 @pytest.mark.slow
 def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path):
     root = tmp_path / 'imagenet'
-    flags = [f'--input_dir={root}', '--num_shards=2', *IN_PROCESS]
+    flags = [f'--input_dir={root}', '--num_shards=2']
     swap(root, IMAGES, archived=False)
-    loose = run_cli(*flags, f'--output_dir={tmp_path}/loose')
+    loose = cli(*flags, f'--output_dir={tmp_path}/loose')
     assert loose.returncode == 0, loose.stderr
     swap(root, IMAGES, archived=True)
-    plan = run_cli(*flags, '--plan_only')
+    plan = cli(*flags, '--plan_only')
     assert plan.returncode == 0, plan.stderr
     assert (f'1 gzip-compressed archive(s), each listed in one pass and read again in one pass per '
             f'chunk of its members (gzip cannot be split; an uncompressed .tar is read by ranged '
             f'reads): {root}/test.tar.gz') in plan.stdout
-    archived = run_cli(*flags, f'--output_dir={tmp_path}/archived')
+    archived = cli(*flags, f'--output_dir={tmp_path}/archived')
     assert archived.returncode == 0, archived.stderr
     for split in ('train', 'validation', 'test'):
         assert (shards_without_source(f'{tmp_path}/archived', split)
@@ -222,8 +248,7 @@ def test_a_cut_off_archive_fails_its_split_unless_every_error_is_accepted(tmp_pa
     loose = {f'train/cat/{i}.jpg': imagemaker.jpeg(32, 32, seed=100 + i) for i in range(60)}
     root = write_tree(tmp_path / 'in', {**loose, f'train/{name}': data[:len(data) // 2]})
     out = f'{tmp_path}/out'
-    failed = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5',
-                     *IN_PROCESS)
+    failed = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5')
     assert failed.returncode == 2
     assert failed.stderr.splitlines()[-1].startswith(
         f"error: 1 archive(s) of split 'train' end in damage, e.g. {root}/train/{name}")
@@ -294,8 +319,7 @@ def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
     files, archive = ENDING_DAMAGE[case]
     root = write_tree(tmp_path / 'in', files)
     out = f'{tmp_path}/out'
-    failed = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5',
-                     *IN_PROCESS)
+    failed = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5')
     assert failed.returncode == 2, failed.stderr[-2000:]
     assert failed.stderr.splitlines()[-1].startswith(
         f"error: 1 archive(s) of split 'train' end in damage, e.g. {root}/{archive}: ")
@@ -314,12 +338,12 @@ def test_damage_in_an_input_archive_above_its_splits_fails_the_run(tmp_path, cut
     at = data.index(b'validation/dog/002.jpg') + (10 if cut == 'inside a header' else 0)
     root = write_tree(tmp_path / 'in', {'data.tar': data[:at]})
     out = f'{tmp_path}/out'
-    failed = run_cli(f'--input_dir={root}/data.tar', f'--output_dir={out}', *IN_PROCESS)
+    failed = cli(f'--input_dir={root}/data.tar', f'--output_dir={out}')
     assert failed.returncode == 2
     assert failed.stderr.splitlines()[-1].startswith(
         f'error: {root}/data.tar is damaged above its split folders (')
-    assert run_cli(f'--input_dir={root}/data.tar', f'--output_dir={out}', '--max_error_ratio=1',
-                   *IN_PROCESS).returncode == 0
+    assert cli(f'--input_dir={root}/data.tar', f'--output_dir={out}',
+               '--max_error_ratio=1').returncode == 0
     assert len(read_split(out, 'train')) == 30
 
 
@@ -334,8 +358,7 @@ def test_damage_that_leaves_the_end_of_a_tar_is_bounded(tmp_path):
         'train/dog.tar': DOG_TAR[:last] + b'X' + DOG_TAR[last + 1:],
         'train/eel.zip': archivemaker.zip_(EELS) + b'PK\3\4 and more after its end'})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.05',
-                     *IN_PROCESS)
+    result = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.05')
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.load(open(f'{out}/summary.json'))['splits']['train']
     assert (summary['records'], summary['skipped'], summary['ignored']) == (89, 1, 1)
@@ -349,8 +372,8 @@ def test_a_csv_row_through_a_cut_archive_is_one_input_lost(tmp_path):
     root = write_tree(tmp_path / 'in', {'val.csv': rows, 'val.tar': cut_inside(
         archivemaker.tar(flat), flat['029.jpg'])})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--csv_validation={root}/val.csv', f'--output_dir={out}',
-                     '--max_error_ratio=0.05', *IN_PROCESS)
+    result = cli(f'--csv_validation={root}/val.csv', f'--output_dir={out}',
+                 '--max_error_ratio=0.05')
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(read_split(out, 'validation')) == 29
     assert error_reasons(out, 'validation') == {
@@ -361,28 +384,23 @@ def test_a_csv_row_through_a_cut_archive_is_one_input_lost(tmp_path):
 def test_kill_while_converting_an_archive_then_rerun_resumes_byte_identical(tmp_path):
     files = {f'train/n0{i % 4}/{i}.JPEG': imagemaker.jpeg(24, 16, seed=i) for i in range(600)}
     root = write_tree(tmp_path / 'in', {'train.tar': archivemaker.tar(archivemaker.class_tars(files, 'train'))})
-    flags = [f'--input_dir={root}', '--num_shards=4', *IN_PROCESS]
+    flags = [f'--input_dir={root}', '--num_shards=4']
     out = str(tmp_path / 'out')
-    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:3').returncode == -signal.SIGKILL
-    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert killed_at('chunk:3', *flags, NO_LEAKAGE_CHECK,
+                     f'--output_dir={out}').returncode == -signal.SIGKILL
+    rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'reused 3 of 5 chunks' in rerun.stdout
     reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
 
 
 def _convert_through_counting_proxy(gcs, *argv) -> dict:
     """Runs the command line against the emulator through a proxy; its operations by kind."""
-    from pipeline.testing.gcs_servers import FlakyProxy
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
-    try:
-        process = start_cli(*argv, env=dict(os.environ,
-                                             STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}'))
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        proxy.stop()
-    assert process.returncode == 0, stderr[-3000:]
+    with through_proxy(gcs) as proxy:
+        result = cli(*argv)
+    assert result.returncode == 0, result.stderr[-3000:]
     return dict(proxy.operations)
 
 
@@ -397,7 +415,7 @@ def _replace_on_gcs(prefix: str, files: dict) -> str:
 @pytest.mark.slow
 def test_archives_on_cloud_storage_give_the_loose_images_records_in_one_read_each(gcs, tmp_path):
     source = upload(IMAGES, 'imagenet')
-    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    flags = [f'--input_dir={source}', '--num_shards=2']
     loose = _convert_through_counting_proxy(gcs, *flags, f'--output_dir={tmp_path}/loose')
     archived_layout(tmp_path / 'archives', IMAGES)
     _replace_on_gcs('imagenet', {name: open(tmp_path / 'archives' / name, 'rb').read()
@@ -421,7 +439,7 @@ def test_a_gzip_tar_of_several_chunks_is_listed_once_and_read_once_per_chunk(gcs
     # chunk (about 128 images) reads the archive again, up to its last member.
     files = {f'train/c{i % 2}/{i:03d}.jpg': imagemaker.jpeg(16, 16, seed=i) for i in range(300)}
     source = upload(files, 'many')
-    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    flags = [f'--input_dir={source}', '--num_shards=2']
     loose = _convert_through_counting_proxy(gcs, *flags, f'--output_dir={tmp_path}/loose')
     _replace_on_gcs('many', {'train.tar.gz': archivemaker.tar(archivemaker.folder(files, 'train'),
                                                               'gz')})
@@ -514,8 +532,7 @@ def indexed(tmp_path, data: bytes, name: str = 'x.tar') -> list[tuple[str, str |
 
 def convert_tolerating_errors(root: str, out: str, **kwargs) -> None:
     """The command on `root` with every error tolerated (--max_error_ratio=1); it must succeed."""
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1',
-                     *IN_PROCESS, **kwargs)
+    result = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=1', **kwargs)
     assert result.returncode == 0, result.stderr
 
 
@@ -603,8 +620,8 @@ def test_a_member_named_like_a_damaged_stretch_is_a_member(tmp_path):
     root = write_tree(tmp_path / 'in', {'train/cat.tar': cat, 'train/dog/b.jpg': B,
                                         'val.csv': b'train/cat.tar/@0,cat\n'})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--csv_validation={root}/val.csv',
-                     f'--output_dir={out}', '--max_error_ratio=1', *IN_PROCESS)
+    result = cli(f'--input_dir={root}', f'--csv_validation={root}/val.csv',
+                 f'--output_dir={out}', '--max_error_ratio=1')
     assert result.returncode == 0, result.stderr
     assert list(error_reasons(out, 'train')) == [f'{root}/train/cat.tar//@0']
     for split in ('train', 'validation'):
@@ -685,7 +702,7 @@ def test_a_folder_named_like_an_archive_is_a_folder(tmp_path):
                                         'train.csv': b'imgs.tar/a.jpg,cat\nimgs.tar/b.jpg,dog\n'})
     assert folders.place_of(f'{root}/imgs.tar').archive is None
     out = f'{tmp_path}/out'
-    result = run_cli(f'--csv_train={root}/train.csv', f'--output_dir={out}', *IN_PROCESS)
+    result = cli(f'--csv_train={root}/train.csv', f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     assert {r[records.SOURCE] for r in read_split(out, 'train')} == {
         f'{root}/imgs.tar/a.jpg', f'{root}/imgs.tar/b.jpg'}
@@ -756,7 +773,7 @@ def test_archives_in_a_zip_in_a_gzip_tar_are_read(tmp_path):
                               'dog/d.jpg': A}, 'gz')
     root = write_tree(tmp_path / 'in', {'train.tar.gz': train})
     out = f'{tmp_path}/out'
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', *IN_PROCESS)
+    result = cli(f'--input_dir={root}', f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     assert sorted(r[records.SOURCE] for r in read_split(out, 'train')) == [
         f'{root}/train.tar.gz/{m}' for m in ('cat.zip/b.jpg', 'cat.zip/in.zip/y.jpg',
@@ -994,15 +1011,16 @@ REPEATS = {   # Case: (tar, the records it gives as (source in it, image), error
 def test_a_gzip_tar_converts_as_the_same_tar_uncompressed(tmp_path, case):
     # Read in one pass or by ranged reads, the same tar gives the same records and errors,
     # wherever names repeat: the last copy wins and an earlier archive hides what it holds.
+    # The tar is the train split, its gzip the validation split, of one run.
     data, expected_records, expected_errors = REPEATS[case]
-    for name, raw in (('train.tar', data), ('train.tar.gz', gzip.compress(data))):
-        root = write_tree(tmp_path / name, {name: raw})
-        out = f'{tmp_path}/out-{name}'
-        convert_tolerating_errors(root, out)
+    root = write_tree(tmp_path / 'in', {'train.tar': data, 'validation.tar.gz': gzip.compress(data)})
+    out = f'{tmp_path}/out'
+    convert_tolerating_errors(root, out)
+    for split, name in (('train', 'train.tar'), ('validation', 'validation.tar.gz')):
         inside = f'{root}/{name}/'
         assert sorted((r[records.SOURCE].removeprefix(inside), r[records.ENCODED])
-                      for r in read_split(out, 'train')) == expected_records, name
-        assert sorted(s.removeprefix(inside) for s in error_reasons(out, 'train')) == (
+                      for r in read_split(out, split)) == expected_records, name
+        assert sorted(s.removeprefix(inside) for s in error_reasons(out, split)) == (
             expected_errors), name
 
 
@@ -1012,22 +1030,23 @@ def appended(folder: str) -> bytes:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name, data, inner', [
-    ('train.tar', appended('cat/'), 'cat'),
-    ('train.tar.gz', gzip.compress(appended('cat/')), 'cat'),
-    ('train.tar.gz', archivemaker.tar({'cat.tar': appended('')}, 'gz'), 'cat.tar')])
-def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path, name, data, inner):
-    # Plain or gzip-compressed, at the top or inside an inner tar: the later copy is read.
-    root = write_tree(tmp_path / 'in', {name: data})
+def test_a_member_appended_again_to_a_tar_replaces_the_earlier_one(tmp_path):
+    # Plain or gzip-compressed, at the top or inside an inner tar: the later copy is read. Each
+    # is a split of one run.
+    cases = {'train': ('train.tar', appended('cat/'), 'cat'),
+             'validation': ('validation.tar.gz', gzip.compress(appended('cat/')), 'cat'),
+             'test': ('test.tar.gz', archivemaker.tar({'cat.tar': appended('')}, 'gz'), 'cat.tar')}
+    root = write_tree(tmp_path / 'in', {name: data for name, data, _ in cases.values()})
     out = f'{tmp_path}/out'
     convert_tolerating_errors(root, out)
-    at = f'{root}/{name}/cat.tar' if inner == 'cat.tar' else f'{root}/{name}'
-    assert error_reasons(out, 'train') == {
-        f'{at}//@0': f'{root}/{name}/{inner}/a.jpg is in {at} again later: the later one is '
-                     'read (as tar extracts it)'}
-    assert sorted((r[records.FILENAME], r[records.SOURCE], r[records.ENCODED])
-                  for r in read_split(out, 'train')) == [
-        ('a.jpg', f'{root}/{name}/{inner}/a.jpg', B), ('b.jpg', f'{root}/{name}/{inner}/b.jpg', B)]
+    for split, (name, _, inner) in cases.items():
+        at = f'{root}/{name}/cat.tar' if inner == 'cat.tar' else f'{root}/{name}'
+        assert error_reasons(out, split) == {
+            f'{at}//@0': f'{root}/{name}/{inner}/a.jpg is in {at} again later: the later one is '
+                         'read (as tar extracts it)'}
+        assert sorted((r[records.FILENAME], r[records.SOURCE], r[records.ENCODED])
+                      for r in read_split(out, split)) == [
+            ('a.jpg', f'{root}/{name}/{inner}/a.jpg', B), ('b.jpg', f'{root}/{name}/{inner}/b.jpg', B)]
 
 
 def _imports_of(module: str) -> list[tuple[str, str]]:
@@ -1069,7 +1088,7 @@ def packed(tmp_path_factory):
     base = tmp_path_factory.mktemp('packed')
     write_tree(base / 'data' / 'flowers', FLOWERS)
     reference = f'{base}/reference'
-    result = cli(f'--input_dir={base}/data/flowers', f'--output_dir={reference}', *IN_PROCESS)
+    result = cli(f'--input_dir={base}/data/flowers', f'--output_dir={reference}')
     assert result.returncode == 0, result.stderr
     for kind, suffix in (('gztar', '.tar.gz'), ('zip', '.zip'), ('tar', '.tar')):
         made = shutil.make_archive(f'{base}/data/flowers', kind, base / 'data', 'flowers')
@@ -1089,7 +1108,7 @@ def test_an_archive_of_one_folder_is_read_as_that_folder(packed, suffix):
     base, reference = packed
     archive = f'{base}/data/flowers{suffix}'
     out = f'{base}/out-one-folder{suffix}'
-    result = cli(f'--input_dir={archive}', f'--output_dir={out}', *IN_PROCESS)
+    result = cli(f'--input_dir={archive}', f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     assert f'{archive} holds one folder, flowers/; reading the splits in it' in result.stderr
     for split in ('train', 'validation'):
@@ -1105,7 +1124,7 @@ def test_an_input_dir_through_archives_is_read_in_place(packed, input_dir):
     # A folder at any depth of an archive, through archives inside it, as the input folder.
     base, reference = packed
     out = f'{base}/out-{input_dir.replace("/", "_")}'
-    result = cli(f'--input_dir={base}/{input_dir}', f'--output_dir={out}', *IN_PROCESS)
+    result = cli(f'--input_dir={base}/{input_dir}', f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     for split in ('train', 'validation'):
         if input_dir.startswith('data.'):   # Named as base/data/flowers: the same shards.
@@ -1122,7 +1141,7 @@ def test_an_input_dir_through_archives_is_read_in_place(packed, input_dir):
 def test_an_input_dir_through_an_archive_that_does_not_hold_it_is_one_line(packed):
     base, _ = packed
     result = cli(f'--input_dir={base}/data.zip/flowers.tar/train/tulip',
-                 f'--output_dir={base}/out-missing', *IN_PROCESS)
+                 f'--output_dir={base}/out-missing')
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
         f'error: {base}/data.zip/flowers.tar holds no folder train/tulip/: give --input_dir a '

@@ -4,21 +4,22 @@ tfrecord2idx, written, committed (locally, on Cloud Storage, after a kill), and 
 Each index is compared with one computed here from the shard's own framing (u64 length, u32
 CRC, data, u32 CRC), and each line is read back with TensorFlow's random-access record reader.
 """
+import contextlib
 import glob
+import io
 import json
 import os
 import shutil
 import signal
 import struct
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.output import dali_index
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, output_files, run_cli, write_tree
+from pipeline.tools.verify import main as verify_main
+from tests.helpers import Answer, cli, killed_at, output_files, write_tree
 
 IMAGES = {f'{split}/c{i % 3}/{split}{i}.jpg': imagemaker.jpeg(30 + i % 7, 20, seed=i + seed)
           for split, seed, n in (('train', 0, 24), ('validation', 1000, 9)) for i in range(n)}
@@ -46,24 +47,38 @@ def _check_indexes(files: dict) -> int:
     return len(shards)
 
 
-def _verify(out: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, '-m', 'pipeline.verify', out, '--processes=1'],
-                          capture_output=True, text=True, timeout=300)
+def _verify(out: str) -> Answer:
+    """`python -m pipeline.verify OUT --processes=1`, run in this process."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = verify_main([out, '--processes=1'])
+    return Answer(code, stdout.getvalue(), stderr.getvalue())
 
 
-@pytest.fixture
-def inputs(tmp_path):
-    return write_tree(tmp_path / 'in', IMAGES)
+@pytest.fixture(scope='module')
+def inputs(tmp_path_factory) -> str:
+    """IMAGES as a folder layout, shared by the module's tests (none changes it)."""
+    return write_tree(tmp_path_factory.mktemp('dali') / 'in', IMAGES)
+
+
+FLAGS = ['--num_shards=3', '--dali_index']
+
+
+@pytest.fixture(scope='module')
+def indexed(inputs, tmp_path_factory) -> tuple[str, Answer]:
+    """(output folder, the command's answer) of IMAGES converted once with FLAGS: the dataset
+    the module's tests read, copy and compare with."""
+    out = str(tmp_path_factory.mktemp('indexed') / 'out')
+    run = cli(f'--input_dir={inputs}', f'--output_dir={out}', *FLAGS)
+    assert run.returncode == 0, run.stderr
+    return out, run
 
 
 @pytest.mark.slow
-def test_indexes_match_the_shards_framing_and_verify_checks_them(tmp_path, inputs):
+def test_indexes_match_the_shards_framing_and_verify_checks_them(tmp_path, inputs, indexed):
     import tensorflow as tf
     from tensorflow.python.lib.io import tf_record
-    out = str(tmp_path / 'out')
-    run = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
-                  '--dali_index', *IN_PROCESS)
-    assert run.returncode == 0, run.stderr
+    out, run = indexed
     assert '# or with NVIDIA DALI: fn.readers.tfrecord(path=shards, index_path=' in run.stdout
     files = output_files(out)
     assert _check_indexes(files) == 6
@@ -96,21 +111,22 @@ def test_indexes_match_the_shards_framing_and_verify_checks_them(tmp_path, input
             'dataset-train.tfrecord-00000-of-00003.idx: missing') in failed.stderr
     assert failed.stderr.count('.idx') == 2
 
-    again = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
-                    '--overwrite', *IN_PROCESS)   # Another command: it replaces the dataset.
-    assert again.returncode == 0, again.stderr
-    assert not glob.glob(f'{out}/*.idx') and not glob.glob(f'{out}/.*')
-    assert 'DALI' not in again.stdout
-    assert json.loads(open(f'{out}/summary.json').read())['dali_index'] is False
-    assert _verify(out).returncode == 0
+    again = str(tmp_path / 'again')   # Another command: it replaces the dataset.
+    shutil.copytree(out, again)
+    replaced = cli(f'--input_dir={inputs}', f'--output_dir={again}', '--num_shards=3',
+                   '--overwrite')
+    assert replaced.returncode == 0, replaced.stderr
+    assert not glob.glob(f'{again}/*.idx') and not glob.glob(f'{again}/.*')
+    assert 'DALI' not in replaced.stdout
+    assert json.loads(open(f'{again}/summary.json').read())['dali_index'] is False
+    assert _verify(again).returncode == 0
 
 
 @pytest.mark.slow
 def test_both_formats_index_the_tfrecord_shards_alike(tmp_path, inputs):
-    flags = [f'--input_dir={inputs}', '--num_shards=2', '--dali_index', *IN_PROCESS]
-    assert run_cli(*flags, f'--output_dir={tmp_path}/tf').returncode == 0
-    both = run_cli(*flags, f'--output_dir={tmp_path}/both',
-                   '--output_format=array_record,tfrecord')
+    flags = [f'--input_dir={inputs}', '--num_shards=2', '--dali_index']
+    assert cli(*flags, f'--output_dir={tmp_path}/tf').returncode == 0
+    both = cli(*flags, f'--output_dir={tmp_path}/both', '--output_format=array_record,tfrecord')
     assert both.returncode == 0, both.stderr
     files = output_files(f'{tmp_path}/both')
     assert _check_indexes(files) == 4
@@ -133,8 +149,8 @@ def test_copies_dropped_from_the_shards_are_dropped_from_the_indexes(tmp_path):
               for i in range(0, 24, 5)}
     inputs = write_tree(tmp_path / 'in', {**IMAGES, **copies})
     out = str(tmp_path / 'out')
-    run = run_cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2',
-                  '--leakage=drop', '--dali_index', *IN_PROCESS)
+    run = cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2',
+              '--leakage=drop', '--dali_index')
     assert run.returncode == 0, run.stderr
     summary = json.loads(open(f'{out}/summary.json').read())
     assert summary['splits']['validation']['dropped_copies'] == len(copies) == 5
@@ -152,8 +168,8 @@ def test_copies_dropped_from_the_shards_are_dropped_from_the_indexes(tmp_path):
 
 @pytest.mark.slow
 def test_array_record_alone_is_refused_in_one_line(tmp_path, inputs):
-    refused = run_cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
-                      '--output_format=array_record', '--dali_index', *IN_PROCESS)
+    refused = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
+                  '--output_format=array_record', '--dali_index')
     assert refused.returncode == 2
     assert refused.stderr == ('error: --dali_index indexes TFRecord shards and --output_format='
                               'array_record writes none; add tfrecord to --output_format or '
@@ -163,34 +179,32 @@ def test_array_record_alone_is_refused_in_one_line(tmp_path, inputs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('kill_at', ['shard:2', 'commit:install:1'])
-def test_killed_run_resumed_writes_the_same_indexes(tmp_path, inputs, kill_at):
-    flags = [f'--input_dir={inputs}', '--num_shards=3', '--dali_index', *IN_PROCESS]
-    reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+def test_killed_run_resumed_writes_the_same_indexes(tmp_path, inputs, indexed, kill_at):
+    flags = [f'--input_dir={inputs}', *FLAGS]
     out = str(tmp_path / 'out')
-    killed = run_cli(*flags, f'--output_dir={out}', kill_at=kill_at)
+    killed = killed_at(kill_at, *flags, f'--output_dir={out}')
     assert killed.returncode == -signal.SIGKILL
     if kill_at.startswith('shard'):   # Two shards, each with its index, staged; none committed.
         assert len(glob.glob(f'{out}/.tmp-*/shards/*.idx')) == 2
         assert not [n for n in os.listdir(out) if not n.startswith('.')]
-    resumed = run_cli(*flags, f'--output_dir={out}')
+    resumed = cli(*flags, f'--output_dir={out}')
     assert resumed.returncode == 0, resumed.stderr
     if kill_at.startswith('shard'):
         assert resumed.stderr.count('reused from an earlier attempt') == 2
     else:
         assert 'completed the interrupted commit' in resumed.stderr
-    assert output_files(out) == output_files(reference)
+    assert output_files(out) == output_files(indexed[0])
     assert _check_indexes(output_files(out)) == 6
 
 
 @pytest.mark.slow
 def test_indexes_on_cloud_storage(gcs, tmp_path):
     source = upload(IMAGES, 'raw')
-    flags = [f'--input_dir={source}', '--num_shards=3', '--dali_index', *IN_PROCESS]
+    flags = [f'--input_dir={source}', *FLAGS]
     out = f'gs://{BUCKET}/out'
-    run = run_cli(*flags, f'--output_dir={out}')
+    run = cli(*flags, f'--output_dir={out}')
     assert run.returncode == 0, run.stderr
-    assert run_cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
+    assert cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
     remote = download('out')
     assert _check_indexes(remote) == 6
     assert remote == output_files(f'{tmp_path}/local')

@@ -1,4 +1,5 @@
 """Cloud Storage end to end against a real GCS-API emulator on 127.0.0.1 (no credentials)."""
+import contextlib
 import os
 
 import pytest
@@ -6,13 +7,34 @@ import pytest
 from pipeline.output import records
 from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
-from pipeline.testing.gcs_servers import BUCKET, download, upload
+from pipeline.testing.gcs_servers import BUCKET, FlakyProxy, download, upload
 from tests.helpers import convert, output_files, read_files
 
 IMAGES = {f'{split}/c{c}/{split}{i}.jpg': imagemaker.jpeg(60, 40, seed=c * 50 + i)
           for split in ('train', 'validation') for c in range(3) for i in range(5)}
 IMAGES['train/c0/broken.jpg'] = b'\xff\xd8\xff\xe0 not really'
 IMAGES['train/c2/photo.png'] = imagemaker.png(300, 280)
+
+
+@contextlib.contextmanager
+def through_proxy(gcs, every: int = 0, **latency):
+    """A FlakyProxy in front of the emulator (`every`: each every-th request answered 503;
+    `latency`: read_latency, write_latency), which this process's Cloud Storage clients talk to
+    inside the block, as a process started with STORAGE_EMULATOR_HOST at the proxy would: the
+    product's one client per process (pipeline/io/gcs.py) is made anew for the block and the
+    emulator's is back after it; Beam and the tests make a client per use, from the
+    environment."""
+    from pipeline.io import gcs as gcs_client
+    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=every, **latency)
+    emulator, client = os.environ['STORAGE_EMULATOR_HOST'], gcs_client._CLIENT
+    os.environ['STORAGE_EMULATOR_HOST'] = f'http://127.0.0.1:{proxy.port}'
+    gcs_client._CLIENT = None
+    try:
+        yield proxy
+    finally:
+        os.environ['STORAGE_EMULATOR_HOST'] = emulator
+        gcs_client._CLIENT = client
+        proxy.stop()
 
 
 def _records(files: dict, split: str, tmp_path) -> list[dict]:
@@ -129,22 +151,19 @@ def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
 
 
 @pytest.mark.slow
-def test_transient_503s_are_retried(gcs, tmp_path):
-    import subprocess
-    import sys
-
-    from pipeline.testing.gcs_servers import FlakyProxy
+def test_transient_503s_are_retried(gcs, tmp_path, monkeypatch):
+    """Every 4th request is answered 503 and sent again after a backoff: Google's
+    (google-api-core's exponential_sleep_generator) at a hundredth of its seconds here, since
+    what is tested is that the requests are retried, not how long each waits (0.5 s on average
+    before a first retry: over 30 s for the 60-odd 503s of this run)."""
+    from google.api_core.retry import retry_unary
+    backoff = retry_unary.exponential_sleep_generator
+    monkeypatch.setattr(retry_unary, 'exponential_sleep_generator',
+                        lambda initial, maximum, *args, **kwargs: backoff(
+                            initial / 100, maximum / 100, *args, **kwargs))
     source = upload({k: v for k, v in IMAGES.items() if 'broken' not in k}, 'raw')
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=4)
-    env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
-    try:
-        result = subprocess.run(
-            [sys.executable, '-m', 'pipeline.run', f'--input_dir={source}',
-             f'--output_dir=gs://{BUCKET}/flaky', '--num_shards=2'],
-            env=env, capture_output=True, text=True, timeout=600)
-    finally:
-        proxy.stop()
-    assert result.returncode == 0, result.stderr[-3000:]
+    with through_proxy(gcs, every=4) as proxy:
+        convert(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/flaky', '--num_shards=2')
     assert proxy.failures >= 5
     remote = download('flaky')
     assert len(_records(remote, 'train', tmp_path)) == 16
@@ -163,29 +182,14 @@ def test_concatenate_composes_long_lists_in_order_and_cleans_up(gcs):
 
 
 def test_a_new_object_takes_one_request_up_to_8_mb_and_a_failed_write_leaves_none(gcs):
-    import subprocess
-    import sys
-
     from pipeline.io import fileio
-    from pipeline.testing.gcs_servers import WRITES, FlakyProxy
-    script = ('import sys\n'
-              'from pipeline.io import fileio\n'
-              'fileio.write_bytes(sys.argv[1] + "/small", b"x" * (8 << 20))\n'
-              'try:\n'
-              '    with fileio.writing(sys.argv[1] + "/failed") as out:\n'
-              '        out.write(b"half of it")\n'
-              '        raise RuntimeError\n'
-              'except RuntimeError:\n'
-              '    pass\n')
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
-    try:
-        result = subprocess.run([sys.executable, '-c', script, f'gs://{BUCKET}/new'],
-                                env=dict(os.environ, STORAGE_EMULATOR_HOST=
-                                         f'http://127.0.0.1:{proxy.port}'),
-                                capture_output=True, text=True, timeout=120)
-    finally:
-        proxy.stop()
-    assert result.returncode == 0, result.stderr
+    from pipeline.testing.gcs_servers import WRITES
+    with through_proxy(gcs) as proxy:
+        fileio.write_bytes(f'gs://{BUCKET}/new/small', b'x' * (8 << 20))
+        with pytest.raises(RuntimeError):
+            with fileio.writing(f'gs://{BUCKET}/new/failed') as out:
+                out.write(b'half of it')
+                raise RuntimeError
     assert {kind: proxy.operations[kind] for kind in WRITES} == {
         'upload': 1, 'compose': 0, 'copy': 0, 'delete': 0}
     large = os.urandom((8 << 20) + 1)   # Streamed through a resumable upload.

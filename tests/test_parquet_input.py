@@ -18,7 +18,8 @@ from PIL import Image
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, output_files, pixels, read_files, read_split, run_cli
+from tests.helpers import cli, killed_at, output_files, pixels, read_files, read_split
+from tests.test_gcs import through_proxy
 
 NAMES = ['zebra', 'ant', 'cat']    # ClassLabel order, not sorted: the ids follow it.
 ROWS_PER_GROUP = 4
@@ -92,7 +93,7 @@ def _by_key(out: str, split: str, root: str) -> dict:
 def test_each_hub_layout_converts_with_the_classlabel_ids_and_names(tmp_path, layout):
     expected = _dataset(tmp_path / 'in', layout)
     root, out = str(tmp_path / 'in'), str(tmp_path / 'out')
-    result = run_cli(f'--input_dir={root}', f'--output_dir={out}', *IN_PROCESS)
+    result = cli(f'--input_dir={root}', f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     assert open(f'{out}/labels.txt').read() == 'zebra\nant\ncat\n'
     found = {**_by_key(out, 'train', root), **_by_key(out, 'validation', root)}
@@ -117,8 +118,7 @@ def test_every_bad_row_is_a_reported_input_named_by_file_and_row(tmp_path):
     path = str(tmp_path / 'in/data/train-00000-of-00001.parquet')
     _set_labels(path, {10: 7, 11: None, 12: -1})
     out = str(tmp_path / 'out')
-    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--max_error_ratio=0.2',
-                     *IN_PROCESS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--max_error_ratio=0.2')
     assert result.returncode == 0, result.stderr
     errors = [json.loads(line) for line in open(f'{out}/errors-train.jsonl')]
     assert sorted((e['source'], e['reason']) for e in errors) == [
@@ -141,8 +141,8 @@ def test_files_that_are_no_parquet_a_user_can_read_are_refused_in_one_line(tmp_p
         path = tmp_path / name / 'data' / 'train-00000-of-00001.parquet'
         os.makedirs(path.parent)
         make(path)
-        result = run_cli(f'--input_dir={tmp_path / name}', f'--output_dir={tmp_path / name}-out',
-                         timeout=120)
+        result = cli(f'--input_dir={tmp_path / name}', f'--output_dir={tmp_path / name}-out',
+                     timeout=120)
         assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
         assert not os.path.exists(f'{tmp_path / name}-out')
         return result.stderr
@@ -170,8 +170,8 @@ def test_labels_that_are_no_class_ids_are_reported_rows(tmp_path):
     table = pq.read_table(path)
     table = table.set_column(1, pa.field('label', pa.float64()), pa.array([0.0, 1.5, 2.0, 1.0]))
     pq.write_table(table.replace_schema_metadata(pq.read_schema(path).metadata), path)
-    result = run_cli(f'--input_dir={tmp_path / "in"}', f'--output_dir={tmp_path / "out"}',
-                     '--max_error_ratio=1')
+    result = cli(f'--input_dir={tmp_path / "in"}', f'--output_dir={tmp_path / "out"}',
+                 '--max_error_ratio=1')
     assert result.returncode == 0, result.stderr
     reasons = [json.loads(line)['reason'] for line in open(tmp_path / 'out' / 'errors-train.jsonl')]
     assert reasons == [f'label {v} in column label is not a class id' for v in (0.0, 1.5, 2.0, 1.0)]
@@ -186,30 +186,30 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
         'label': {'dtype': 'int64', '_type': 'Value'}}}}).encode()}
     pq.write_table(table.replace_schema_metadata(metadata), path, row_group_size=ROWS_PER_GROUP)
     out = str(tmp_path / 'out')
-    found = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', *IN_PROCESS)
+    found = cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}')
     assert found.returncode == 2 and found.stderr.splitlines()[-1] == (
         f'error: {path}: no column is an Image feature (columns: image, label); choose one with '
         '--image_column')
-    named = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--image_column=image',
-                    '--label_column=label', *IN_PROCESS)
+    named = cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--image_column=image',
+                '--label_column=label')
     assert named.returncode == 0, named.stderr
     assert sorted(r[records.LABEL] for r in read_split(out, 'train')) == [0, 0, 1, 1, 2, 2]
     assert open(f'{out}/labels.txt').read() == '0\n1\n2\n'
-    wrong = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o2',
-                    '--image_column=picture', '--label_column=label', *IN_PROCESS)
+    wrong = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o2',
+                '--image_column=picture', '--label_column=label')
     assert wrong.stderr.splitlines()[-1] == (
         f'error: --image_column picture: {path} has no such column (columns: image, label)')
     metadata = {b'huggingface': json.dumps({'info': {'features': {
         'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b', 'a']}}}}).encode()}
     pq.write_table(table.replace_schema_metadata(metadata), path)
-    twice = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o3', *IN_PROCESS)
+    twice = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o3')
     assert twice.stderr.splitlines()[-1] == (
         f"error: {path}: the ClassLabel of column label names 'a' more than once; labels.txt "
         "needs a name per id: give each its own in the file's features")
     texts = table.set_column(1, 'label', pa.array(['wren', 'auk', 'wren', 'jay', 'auk', 'auk']))
     pq.write_table(texts.replace_schema_metadata({}), path)
-    named = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o4',
-                    '--image_column=image', '--label_column=label', *IN_PROCESS)
+    named = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o4',
+                '--image_column=image', '--label_column=label')
     assert named.returncode == 0, named.stderr
     assert open(f'{tmp_path}/o4/labels.txt').read() == 'auk\njay\nwren\n'   # Sorted texts.
     assert sorted((r[records.LABEL], r[records.TEXT]) for r in read_split(f'{tmp_path}/o4', 'train')) == [
@@ -221,8 +221,7 @@ def test_a_plan_lists_every_row_and_writes_nothing(tmp_path):
     rows = _rows('train', 10)
     rows[2] = (None, 0)
     _write(tmp_path / 'in/data/train-00000-of-00001.parquet', rows)
-    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', '--plan_only',
-                     *IN_PROCESS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', '--plan_only')
     assert result.returncode == 0, result.stderr
     assert re.search(r'^train +10 +0 +3 +1 +1 ', result.stdout, re.M), result.stdout
     assert not os.path.exists(f'{tmp_path}/out/labels.txt')
@@ -232,12 +231,11 @@ def test_a_plan_lists_every_row_and_writes_nothing(tmp_path):
 def test_several_configs_ask_for_one_in_one_line(tmp_path):
     for config in ('plain', 'extra'):
         _write(tmp_path / f'in/{config}/train/0000.parquet', _rows('train', 3))
-    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines() == [
         f'error: {tmp_path}/in holds the parquet files of configs extra, plain; give one: '
         f'--input_dir {tmp_path}/in/extra']
-    chosen = run_cli(f'--input_dir={tmp_path}/in/plain', f'--output_dir={tmp_path}/out',
-                     *IN_PROCESS)
+    chosen = cli(f'--input_dir={tmp_path}/in/plain', f'--output_dir={tmp_path}/out')
     assert chosen.returncode == 0, chosen.stderr
     assert len(read_split(f'{tmp_path}/out', 'train')) == 3
 
@@ -251,63 +249,36 @@ def test_files_of_other_classes_are_refused_naming_the_file_and_the_id(tmp_path)
     datasets.Dataset.from_dict({'image': [{'bytes': _image('other', 0), 'path': None}], 'label': [1]},
                                features=other).to_parquet(
         str(tmp_path / 'in/data/train-00001-of-00002.parquet'))
-    result = run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out')
     assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
         f'error: {tmp_path}/in/data/train-00001-of-00002.parquet: the labels of column label are '
         "not those of the first file: id 1 is 'bee' here, 'ant' there; convert the files of one "
         'dataset together')
 
 
-@pytest.mark.slow
-def test_a_run_killed_mid_way_resumes_to_the_bytes_of_a_clean_run(tmp_path):
-    for n in range(3):
-        _write(tmp_path / f'in/data/train-0000{n}-of-00003.parquet', _rows(f'train{n}', 200))
-    flags = [f'--input_dir={tmp_path}/in', '--num_shards=4', *IN_PROCESS]
-    out = str(tmp_path / 'out')
-    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:2').returncode == -signal.SIGKILL
-    assert glob.glob(f'{out}/.tmp-*/parts/*.json')
-    rerun = run_cli(*flags, f'--output_dir={out}')
-    assert rerun.returncode == 0, rerun.stderr
-    assert 'an earlier attempt finished 2 chunks' in rerun.stderr
-    reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
-    assert output_files(out) == output_files(reference)
-    assert len(read_split(out, 'train')) == 600
-
-
-def _reads_through_proxy(gcs, *argv) -> int:
-    """Object reads of a conversion whose Cloud Storage requests go through a counting proxy."""
-    from pipeline.testing.gcs_servers import FlakyProxy
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
-    try:
-        result = run_cli(*argv, env=dict(os.environ,
-                                          STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}'))
-    finally:
-        proxy.stop()
-    assert result.returncode == 0, result.stderr
-    return proxy.operations['read']
-
-
 def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path):
     expected = _dataset(tmp_path / 'in', 'repository')
     source = upload({os.path.relpath(p, tmp_path / 'in'): open(p, 'rb').read()
                      for p in glob.glob(f'{tmp_path}/in/**/*.parquet', recursive=True)}, 'hub')
-    remote = run_cli(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/out', '--num_shards=2',
-                     *IN_PROCESS)
-    assert remote.returncode == 0, remote.stderr
-    local = f'{tmp_path}/local'
-    assert run_cli(f'--input_dir={tmp_path}/in', f'--output_dir={local}', '--num_shards=2',
-                   *IN_PROCESS).returncode == 0
-    files = download('out')
-    assert sorted(files) == sorted(output_files(local))
-    reads = _reads_through_proxy(gcs, f'--input_dir={source}', f'--output_dir={tmp_path}/counted',
-                                 '--num_shards=2', *IN_PROCESS)
+    # First, so that no footer of these objects is known to this process yet, as in a process
+    # of its own.
+    with through_proxy(gcs) as proxy:
+        counted = cli(f'--input_dir={source}', f'--output_dir={tmp_path}/counted', '--num_shards=2')
+    assert counted.returncode == 0, counted.stderr
     # One read for the first file's columns; for each file (row groups of 4 + 4 + 4, 4 + 4 + 2,
     # 4 + 4 + 1 rows: one span each) its footer (its last 8 bytes, then the footer, read once
     # per process), the page headers of its labels and paths (one 8 MB window), each row
     # group's labels and paths, later the page headers of its images and each row group's
     # images: each read is of the bytes pyarrow asks for.
-    assert reads == 1 + 3 * (2 + 1 + 3 + 1 + 3)
+    assert proxy.operations['read'] == 1 + 3 * (2 + 1 + 3 + 1 + 3)
+    remote = cli(f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/out', '--num_shards=2')
+    assert remote.returncode == 0, remote.stderr
+    local = f'{tmp_path}/local'
+    assert cli(f'--input_dir={tmp_path}/in', f'--output_dir={local}',
+               '--num_shards=2').returncode == 0
+    files = download('out')
+    assert sorted(files) == sorted(output_files(local))
+    assert output_files(f'{tmp_path}/counted') == files
     assert files['labels.txt'] == b'zebra\nant\ncat\n'
     for split, count in (('train', 22), ('validation', 9)):
         shards = []
@@ -422,24 +393,26 @@ def test_a_local_launcher_holds_no_more_for_parquet_than_for_the_same_images_as_
 
 
 @pytest.mark.slow
-def test_a_rerun_after_a_kill_reuses_the_row_groups_blobs_and_gives_the_same_bytes(tmp_path):
+def test_a_killed_run_reuses_its_blobs_and_chunks_and_gives_the_bytes_of_a_clean_run(tmp_path):
     for n in range(2):   # 40 row groups of 4 rows a file: spans of 64, 64 and 32 rows.
         _write(tmp_path / f'in/data/train-0000{n}-of-00002.parquet', _rows(f'train{n}', 160))
-    flags = [f'--input_dir={tmp_path}/in', '--num_shards=3', *IN_PROCESS]
+    flags = [f'--input_dir={tmp_path}/in', '--num_shards=3']
     out = str(tmp_path / 'out')
-    assert run_cli(*flags, f'--output_dir={out}', kill_at='group:3').returncode == -signal.SIGKILL
+    assert killed_at('group:3', *flags, f'--output_dir={out}').returncode == -signal.SIGKILL
     written = {path: os.stat(path) for path in glob.glob(f'{out}/.tmp-*/groups/*.images')}
     assert len(written) == 3 and not glob.glob(f'{out}/.tmp-*/groups/*.partial-*')
-    # Every span is read before a chunk is converted: killed at its first chunk, a rerun has
-    # all 6 blobs, the first three those the first attempt wrote, not written again.
-    assert run_cli(*flags, f'--output_dir={out}', kill_at='chunk:1').returncode == -signal.SIGKILL
+    # Every span is read before a chunk is converted: killed after its second chunk, a rerun
+    # has all 6 blobs, the first three those the first attempt wrote, not written again.
+    assert killed_at('chunk:2', *flags, f'--output_dir={out}').returncode == -signal.SIGKILL
     blobs = {path: os.stat(path) for path in glob.glob(f'{out}/.tmp-*/groups/*.images')}
     assert len(blobs) == 6
     assert all((blobs[p].st_ino, blobs[p].st_mtime_ns) == (s.st_ino, s.st_mtime_ns)
                for p, s in written.items())
-    rerun = run_cli(*flags, f'--output_dir={out}')
+    assert glob.glob(f'{out}/.tmp-*/parts/*.json')
+    rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
+    assert 'an earlier attempt finished 2 chunks' in rerun.stderr
     reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
     assert len(read_split(out, 'train')) == 320

@@ -4,15 +4,13 @@ while the next converts, the commit's metadata written at once, the input folder
 while the flags are read, nothing asked twice at the end. The output bytes do not change, and
 unreadable inputs are still reported."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.testing import imagemaker
-from pipeline.testing.gcs_servers import BUCKET, FlakyProxy, download, upload
-from tests.helpers import convert, output_files
+from pipeline.testing.gcs_servers import BUCKET, download, upload
+from tests.helpers import cli, convert, output_files
+from tests.test_gcs import through_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -22,23 +20,18 @@ IMAGES.update({f'validation/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=100 
 IMAGES['train/c1/broken.jpg'] = b'\xff\xd8\xff\xe0 not really'
 
 
-def _run_through(proxy: FlakyProxy, *argv) -> subprocess.CompletedProcess:
-    """The command line, reading and writing through `proxy`, with one worker process (so
-    that more than one read in flight means reads overlap within a worker)."""
-    env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
-    try:
-        return subprocess.run([sys.executable, '-m', 'pipeline.run', *argv,
-                               '--direct_num_workers=1', '--direct_running_mode=multi_processing'],
-                              env=env, capture_output=True, text=True, timeout=600)
-    finally:
-        proxy.stop()
+def _run_through(gcs, *argv, **latency):
+    """(the command line's answer, the proxy): the command line run in this process on one
+    worker (so that more than one read in flight means reads overlap within a worker), reading
+    and writing through a proxy with `latency` (read_latency, write_latency)."""
+    with through_proxy(gcs, **latency) as proxy:
+        return cli(*argv, timeout=600), proxy
 
 
 def test_slow_reads_overlap_and_the_output_bytes_stay_the_same(gcs, tmp_path):
     source = upload(IMAGES, 'raw')
     flags = [f'--input_dir={source}', '--num_shards=2', '--max_error_ratio=0.1']
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.03)
-    result = _run_through(proxy, *flags, f'--output_dir=gs://{BUCKET}/slow')
+    result, proxy = _run_through(gcs, *flags, f'--output_dir=gs://{BUCKET}/slow', read_latency=0.03)
     assert result.returncode == 0, result.stderr[-3000:]
     convert(*flags, '--reads_in_flight=1', f'--output_dir={tmp_path}/one-at-a-time')
 
@@ -55,10 +48,9 @@ def test_a_missing_object_is_reported_for_its_input(gcs, tmp_path):
     upload(present, 'csvdata')
     rows = [f'imgs/{i}.jpg,c{i % 2}' for i in range(40)] + ['imgs/gone.jpg,c0']
     upload({'train.csv': ('\n'.join(rows) + '\n').encode()}, 'csvdata')
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.01)
-    result = _run_through(proxy, f'--csv_train=gs://{BUCKET}/csvdata/train.csv',
-                          f'--output_dir=gs://{BUCKET}/out', '--max_error_ratio=0.1',
-                          '--reads_in_flight=8')
+    result, proxy = _run_through(gcs, f'--csv_train=gs://{BUCKET}/csvdata/train.csv',
+                                 f'--output_dir=gs://{BUCKET}/out', '--max_error_ratio=0.1',
+                                 '--reads_in_flight=8', read_latency=0.01)
     assert result.returncode == 0, result.stderr[-3000:]
     assert proxy.max_reads_in_flight > 1
     errors = [json.loads(line) for line in download('out')['errors-train.jsonl'].splitlines()]
@@ -71,8 +63,8 @@ def test_one_worker_lists_many_class_folders_at_once_and_the_output_bytes_stay_t
         gcs, tmp_path):
     source = upload({f'train/c{i % 24:02d}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                      for i in range(48)}, 'classes')
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.05)
-    result = _run_through(proxy, f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/listed')
+    result, proxy = _run_through(gcs, f'--input_dir={source}',
+                                 f'--output_dir=gs://{BUCKET}/listed', read_latency=0.05)
     assert result.returncode == 0, result.stderr[-3000:]
     convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
 
@@ -84,11 +76,13 @@ def test_a_chunk_converts_while_the_one_before_is_uploaded_and_the_output_bytes_
         gcs, tmp_path):
     """Writes that take a round trip: one worker reads the next chunk's images while the last
     chunk's part and sidecar are uploaded (it waited for each upload before), and the commit
-    uploads its metadata files at once."""
+    uploads its metadata files at once. A write waits 0.1 s, not 0.3 s, so that the commit's
+    writes, one after another, take a third of the time: 379 and 457 reads overlapped an upload
+    in two runs (515 with 0.3 s; 6 when each upload was awaited, with 0.3 s)."""
     source = upload({f'train/c{i % 3}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                      for i in range(600)}, 'chunks')   # 5 chunks.
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, write_latency=0.3)
-    result = _run_through(proxy, f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/uploads')
+    result, proxy = _run_through(gcs, f'--input_dir={source}',
+                                 f'--output_dir=gs://{BUCKET}/uploads', write_latency=0.1)
     assert result.returncode == 0, result.stderr[-3000:]
     convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
 
@@ -102,17 +96,10 @@ def test_reading_the_flags_lists_each_input_folder_once(gcs):
     folders (three listings of each before)."""
     source = upload({f'{split}/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                      for split in ('train', 'validation', 'test') for i in range(4)}, 'flags')
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0)
-    script = ('import sys; from pipeline import launch, sources; '
-              'print(sources.resolve_source(launch.resolve(sys.argv[1:]).converter).splits)')
-    env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{proxy.port}')
-    try:
-        result = subprocess.run([sys.executable, '-c', script, f'--input_dir={source}'],
-                                env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        proxy.stop()
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "('train', 'validation', 'test')"
+    from pipeline import launch, sources
+    with through_proxy(gcs) as proxy:
+        splits = sources.resolve_source(launch.resolve([f'--input_dir={source}']).converter).splits
+    assert splits == ('train', 'validation', 'test')
     assert proxy.operations['list'] == 4   # --input_dir and its three split folders.
 
 
@@ -123,8 +110,8 @@ def test_split_folders_are_listed_at_once_and_no_size_or_note_is_asked_for_again
     releases the lock it has just checked without reading it again."""
     source = upload({f'{split}/c0/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                      for split in ('train', 'validation', 'test') for i in range(4)}, 'splits')
-    proxy = FlakyProxy(int(gcs.endpoint.rsplit(':', 1)[1]), every=0, read_latency=0.1)
-    result = _run_through(proxy, f'--input_dir={source}', f'--output_dir=gs://{BUCKET}/split-out')
+    result, proxy = _run_through(gcs, f'--input_dir={source}',
+                                 f'--output_dir=gs://{BUCKET}/split-out', read_latency=0.1)
     assert result.returncode == 0, result.stderr[-3000:]
     convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
 

@@ -19,9 +19,9 @@ from pipeline.inputs.folder_layout import NOT_UTF8
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import (IN_PROCESS, cli, output_files, pixels, read_files, read_split, run_cli,
-                           run_measured)
-from tests.test_archives import _convert_through_counting_proxy
+from tests.helpers import (IN_PROCESS, cli, killed_at, output_files, pixels, read_files,
+                           read_split, run_measured)
+from tests.test_gcs import through_proxy
 from tests.test_parquet_hardening import _records
 
 PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4..1}', '{2..-1}',
@@ -54,7 +54,7 @@ def test_shard_lists_refuse_what_names_no_shard_once(given, error):
 
 
 def test_a_pattern_that_stands_for_millions_of_shards_is_refused_in_one_line(tmp_path):
-    result = run_cli('--webdataset=train=/data/train-{0..99999999}.tar', f'--output_dir={tmp_path}/out')
+    result = cli('--webdataset=train=/data/train-{0..99999999}.tar', f'--output_dir={tmp_path}/out')
     assert result.returncode != 0
     assert ("error: --webdataset train=/data/train-{0..99999999}.tar: '/data/train-{0..99999999}.tar' "
             'stands for 100,000,000 names, more than the 1,000,000 one pattern may; check its '
@@ -73,7 +73,7 @@ def test_labels_that_claim_too_much_are_reported_samples_with_a_bounded_excerpt(
         ('c.jpg', jpeg), ('c.cls', b'7' * 4299), ('d.jpg', jpeg), ('d.cls', b'1000000'),
         ('e.jpg', jpeg), ('e.json', b'{"label": ' + b'[' * 30000 + b']' * 30000 + b'}')])
     result = cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/out',
-                 '--max_error_ratio=1', *IN_PROCESS)
+                 '--max_error_ratio=1')
     assert result.returncode == 0, result.stderr
     assert [r[records.FILENAME] for r in _records(f'{tmp_path}/out')] == [[b'a.jpg']]
     with open(f'{tmp_path}/out/errors-train.jsonl') as stream:
@@ -155,8 +155,8 @@ def test_shards_from_brace_patterns_convert_with_pixels_and_labels(tmp_path):
     out = str(tmp_path / 'out')
     flags = [f'--webdataset=train={tmp_path}/train-{{000000..000001}}.tar',
              f'--webdataset=train={tmp_path}/train-000002.tar', f'--webdataset=train={beyond}',
-             f'--labels_file={tmp_path}/classes.txt', '--max_error_ratio=0.1', *IN_PROCESS]
-    result = run_cli(*flags, f'--output_dir={out}')
+             f'--labels_file={tmp_path}/classes.txt', '--max_error_ratio=0.1']
+    result = cli(*flags, f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     rows = {r[records.FILENAME]: r for r in read_split(out, 'train')}
     assert len(rows) == 9
@@ -178,8 +178,8 @@ def test_shards_from_brace_patterns_convert_with_pixels_and_labels(tmp_path):
     summary = json.loads(open(f'{out}/summary.json').read())
     assert summary['splits']['train']['records'] == 9
 
-    missing = run_cli(f'--webdataset=train={tmp_path}/train-{{000001..000003}}.tar',
-                      f'--output_dir={tmp_path}/none', *IN_PROCESS)
+    missing = cli(f'--webdataset=train={tmp_path}/train-{{000001..000003}}.tar',
+                  f'--output_dir={tmp_path}/none')
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1] == (
         f'error: --webdataset train={tmp_path}/train-{{000001..000003}}.tar: shard '
@@ -204,9 +204,9 @@ def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
                                            ('x.txt', b'dog'), ('NOTES', b'no key'),
                                            ('caf\udce9.jpg', jpeg), ('caf\udce9.txt', b'cat')])
     out = str(tmp_path / 'out')
-    result = run_cli(f'--webdataset=validation={tmp_path}/val.tar',
-                     f'--webdataset=validation={apart}', '--label_field=name',
-                     '--max_error_ratio=1', f'--output_dir={out}', *IN_PROCESS)
+    result = cli(f'--webdataset=validation={tmp_path}/val.tar',
+                 f'--webdataset=validation={apart}', '--label_field=name',
+                 '--max_error_ratio=1', f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
     rows = sorted((r[records.FILENAME], r[records.LABEL], r[records.TEXT])
                   for r in read_split(out, 'validation'))
@@ -246,8 +246,7 @@ def test_a_gzip_shard_gives_the_records_of_its_tar(tmp_path):
     found = {}
     for name, shard in [('tar', tmp_path / 'train-000000.tar'),
                         ('gz', tmp_path / 'gz' / 'train-000000.tar.gz')]:
-        result = run_cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/{name}',
-                         *IN_PROCESS)
+        result = cli(f'--webdataset=train={shard}', f'--output_dir={tmp_path}/{name}')
         assert result.returncode == 0, result.stderr
         found[name] = sorted((r[records.FILENAME], r[records.LABEL], r[records.ENCODED],
                               r[records.SOURCE]) for r in read_split(f'{tmp_path}/{name}', 'train'))
@@ -265,12 +264,12 @@ def test_a_cut_off_shard_fails_its_split_unless_any_loss_is_accepted(tmp_path):
     shard = tmp_path / 'cut' / 'train-000000.tar'
     shard.parent.mkdir()
     shard.write_bytes(whole[:cut])
-    flags = [f'--webdataset=train={shard}', *IN_PROCESS]
-    failed = run_cli(*flags, f'--output_dir={tmp_path}/failed')
+    flags = [f'--webdataset=train={shard}']
+    failed = cli(*flags, f'--output_dir={tmp_path}/failed')
     assert failed.returncode == 2
     assert (f"error: 1 archive(s) of split 'train' end in damage, e.g. {shard}: how many members "
             'lay behind the damage cannot be known') in failed.stderr
-    accepted = run_cli(*flags, '--max_error_ratio=1', f'--output_dir={tmp_path}/accepted')
+    accepted = cli(*flags, '--max_error_ratio=1', f'--output_dir={tmp_path}/accepted')
     assert accepted.returncode == 0, accepted.stderr
     assert sorted(r[records.FILENAME] for r in read_split(f'{tmp_path}/accepted', 'train')) == [
         'k000.jpg', 'k001.jpg', 'k002.png']
@@ -313,8 +312,16 @@ def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
     _write_shards(str(tmp_path / 'train-%06d.tar'), _samples(8, 2), 4)
     source = upload({name: (tmp_path / name).read_bytes()
                      for name in ('train-000000.tar', 'train-000001.tar')}, 'wds')
-    result = run_cli(f'--webdataset=train={source}/train-{{000000..000001}}.tar',
-                     f'--output_dir=gs://{BUCKET}/out', '--num_shards=2', *IN_PROCESS)
+    # Through a proxy that counts requests, first (no shard of these is indexed in this process
+    # yet): one read indexes each shard (under 1 MB, so one window), its labels with it; then
+    # one ranged read per image.
+    with through_proxy(gcs) as proxy:
+        counted = cli(f'--webdataset=train={source}/train-{{000000..000001}}.tar',
+                      f'--output_dir={tmp_path}/local')
+    assert counted.returncode == 0, counted.stderr
+    assert proxy.operations['read'] == 8 + 2
+    result = cli(f'--webdataset=train={source}/train-{{000000..000001}}.tar',
+                 f'--output_dir=gs://{BUCKET}/out', '--num_shards=2')
     assert result.returncode == 0, result.stderr
     remote = download('out')
     paths = []
@@ -324,17 +331,10 @@ def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
     rows = sorted((r[records.SOURCE], r[records.LABEL]) for r in read_files(paths))
     assert rows == [(f'{source}/train-{i // 4:06d}.tar/k{i:03d}.{"png" if i % 3 == 2 else "jpg"}',
                      i % 2) for i in range(8)]
-
-    # Through a proxy that counts requests: one read indexes each shard (under 1 MB, so one
-    # window), its labels with it; then one ranged read per image.
-    counted = _convert_through_counting_proxy(
-        gcs, f'--webdataset=train={source}/train-{{000000..000001}}.tar',
-        f'--output_dir={tmp_path}/local', *IN_PROCESS)
-    assert counted['read'] == 8 + 2
     assert read_split(f'{tmp_path}/local', 'train') == read_files(paths)
 
-    missing = run_cli(f'--webdataset=train={source}/train-{{000000..000002}}.tar',
-                      f'--output_dir=gs://{BUCKET}/none', *IN_PROCESS)
+    missing = cli(f'--webdataset=train={source}/train-{{000000..000002}}.tar',
+                  f'--output_dir=gs://{BUCKET}/none')
     assert missing.returncode == 2
     assert f'shard {source}/train-000002.tar does not exist' in missing.stderr
 
@@ -342,16 +342,15 @@ def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
 @pytest.mark.slow
 def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
     _write_shards(str(tmp_path / 'train-%06d.tar'), _samples(420, 5), 105)
-    flags = [f'--webdataset=train={tmp_path}/train-{{000000..000003}}.tar', '--num_shards=3',
-             *IN_PROCESS]
+    flags = [f'--webdataset=train={tmp_path}/train-{{000000..000003}}.tar', '--num_shards=3']
     out = str(tmp_path / 'out')
-    killed = run_cli(*flags, f'--output_dir={out}', kill_at='chunk:2')
+    killed = killed_at('chunk:2', *flags, f'--output_dir={out}')
     assert killed.returncode == -signal.SIGKILL
-    rerun = run_cli(*flags, f'--output_dir={out}')
+    rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished 2 chunks and 0 shards' in rerun.stderr
     assert 'reused 2 of ' in rerun.stdout
     reference = str(tmp_path / 'reference')
-    assert run_cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
     assert len(read_split(out, 'train')) == 420
