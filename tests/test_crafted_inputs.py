@@ -1,0 +1,110 @@
+"""Inputs crafted to make a reader hang, recurse, drop rows, merge labels or blow up memory,
+each through the command line: every one is read, one reported input, or refused in one line
+naming the file (exit 2, no traceback), within a couple of seconds. Where the memory of a
+process is the point, the command runs in a process of its own under an address-space bound,
+so a reader that materialises what a file claims fails fast instead of eating the machine."""
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.output import records
+from pipeline.testing import imagemaker
+from tests.helpers import cli, shard_paths
+
+FEATURES = {'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b']}}
+
+
+def _varint(value: int) -> bytes:
+    out = b''
+    while value > 0x7F:
+        out += bytes([value & 0x7F | 0x80])
+        value >>= 7
+    return out + bytes([value])
+
+
+def _field(field: int, kind: int) -> bytes:
+    """The header of an unknown thrift compact field (its id written in full)."""
+    return bytes([kind]) + _varint(field << 1)
+
+
+# Field 100, a map claiming 2**60 entries of booleans to booleans: 9 bytes.
+MAP_OF_BOOLS = _field(100, 0x0B) + _varint(1 << 60) + bytes([0x11])
+# Field 100, a list holding a list holding a list ... 5,000 deep, one byte a level.
+NESTED_LISTS = _field(100, 0x09) + bytes([0x19]) * 5000 + bytes([0x09])
+
+
+def _parquet(path, metadata: bytes | None = None, rows: int = 4) -> str:
+    """A parquet file as datasets writes one: Image structs of JPEGs, ClassLabel ids."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images = pa.array([{'bytes': imagemaker.jpeg(24, 16, seed=i), 'path': f'{i}.jpg'}
+                       for i in range(rows)])
+    table = pa.table({'image': images, 'label': pa.array([i % 2 for i in range(rows)], pa.int64())})
+    metadata = metadata or json.dumps({'info': {'features': FEATURES}}).encode()
+    pq.write_table(table.replace_schema_metadata({b'huggingface': metadata}), path)
+    return str(path)
+
+
+def _with_footer_field(path: str, raw: bytes) -> None:
+    """Inserts the thrift bytes `raw` as the last field of the file's FileMetaData."""
+    with open(path, 'rb') as stream:
+        data = stream.read()
+    length = int.from_bytes(data[-8:-4], 'little')
+    footer = data[-8 - length:-8]
+    assert footer[-1] == 0   # Its stop byte.
+    footer = footer[:-1] + raw + b'\0'
+    with open(path, 'wb') as out:
+        out.write(data[:-8 - length] + footer + len(footer).to_bytes(4, 'little') + b'PAR1')
+
+
+def _refused(result, path: str, why: str) -> None:
+    """One error line naming the file and what broke, exit 2, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f'error: {path} ') and why in lines[0], lines
+    assert 'Traceback' not in result.stderr and 'RuntimeError' not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_page_header_with_a_map_of_booleans_claiming_2_to_the_60_entries_is_refused(tmp_path):
+    """A boolean in a map was read as no byte at all: the map's 2**60 entries never ended, the
+    listing hung forever."""
+    path = _parquet(tmp_path / 'in/data/train-00000-of-00001.parquet')
+    column = pq.ParquetFile(path).metadata.row_group(0).column(1)
+    assert column.path_in_schema == 'image.path'
+    start = column.dictionary_page_offset or column.data_page_offset
+    with open(path, 'rb') as stream:
+        data = stream.read()
+    with open(path, 'wb') as out:
+        out.write(data[:start] + MAP_OF_BOOLS + data[start:])
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', timeout=60)
+    _refused(result, path, f'the page header at byte {start} does not parse')
+
+
+@pytest.mark.slow
+def test_a_footer_with_a_map_of_booleans_in_a_splits_second_file_is_refused(tmp_path):
+    """The launcher reads the first file's schema only (through pyarrow, which refuses such a
+    map); the second file's footer, read by this tool's own reader, hung the run."""
+    _parquet(tmp_path / 'in/data/train-00000-of-00002.parquet')
+    second = _parquet(tmp_path / 'in/data/train-00001-of-00002.parquet')
+    _with_footer_field(second, MAP_OF_BOOLS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', timeout=60)
+    _refused(result, second, 'its footer does not parse: a container claims '
+                             '1,152,921,504,606,846,976 elements, more than the bytes left')
+
+
+@pytest.mark.slow
+def test_a_footer_with_lists_nested_5000_deep_is_refused_naming_the_file(tmp_path):
+    """Only structs were held to the depth bound: lists recursed until a RecursionError, shown
+    as `error: RuntimeError: Traceback...` naming neither the file nor the problem."""
+    _parquet(tmp_path / 'in/data/train-00000-of-00002.parquet')
+    second = _parquet(tmp_path / 'in/data/train-00001-of-00002.parquet')
+    _with_footer_field(second, NESTED_LISTS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', timeout=60)
+    _refused(result, second, 'its footer does not parse: structs, lists or maps nested more '
+                             'than 16 deep')
