@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.output import records
-from pipeline.testing import imagemaker
+from pipeline.testing import archivemaker, imagemaker
 from tests.helpers import cli, shard_paths
 
 FEATURES = {'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b']}}
@@ -169,3 +169,55 @@ def test_a_latin1_csv_reports_its_rows_instead_of_merging_two_classes(tmp_path):
         f"{csv_path} line 3: 'caf\\\\xe8' {fix}", f"{csv_path} line 4: 'caf\\\\xe8' {fix}"]
     summary = _summary(tmp_path / 'out')
     assert (summary['records'], summary['skipped']) == (4, 4), summary
+
+
+def _cls_shard(tmp_path) -> str:
+    """A WebDataset shard of 8 samples, each an image and a .cls id 0..3."""
+    files = {}
+    for i in range(8):
+        files[f'k{i:03d}.jpg'] = imagemaker.jpeg(24, 16, seed=i)
+        files[f'k{i:03d}.cls'] = str(i % 4).encode()
+    (tmp_path / 'train-000000.tar').write_bytes(archivemaker.tar(files))
+    return f'--webdataset=train={tmp_path}/train-{{000000..000000}}.tar'
+
+
+@pytest.mark.parametrize('text, line, why', [
+    ('daisy\nrose\x1cred\ntulip\nsunflower\n', 2,
+     'holds a line break or control character (rose\\x1cred)'),
+    ('daisy\nrose\u2028red\ntulip\nsunflower\n', 2,
+     'holds a line break or control character (rose\\u2028red)'),
+    ('daisy\nrose\x0cred\ntulip\nsunflower\n', 2,
+     'holds a line break or control character (rose\\x0cred)'),
+    ('daisy\nrose\rred\ntulip\nsunflower\n', 2,
+     'holds a line break or control character (rose\\rred)'),
+    ('daisy\n\nrose\ntulip\nsunflower\n', 2, 'is blank, but line i names id i'),
+], ids=['x1c', 'u2028', 'form-feed', 'lone-cr', 'blank-line'])
+def test_a_labels_file_line_that_would_shift_later_ids_is_refused_naming_it(tmp_path, text, line,
+                                                                           why):
+    """str.splitlines() also broke lines at \\x1c, \\x0c, U+2028, NEL and a lone CR, and blank
+    lines were dropped: `rose\\x1cred` became two names, and every later .cls id was stored
+    with the name of the line before its own, exit 0."""
+    labels = tmp_path / 'classes.txt'
+    labels.write_bytes(text.encode())
+    result = cli(_cls_shard(tmp_path), f'--labels_file={labels}', f'--output_dir={tmp_path}/out',
+                 timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f'error: --labels_file {labels} line {line} '), lines
+    assert why in lines[0], lines
+    assert not os.path.exists(tmp_path / 'out')
+
+
+@pytest.mark.slow
+def test_a_labels_file_in_crlf_with_blank_lines_at_its_end_names_each_id_by_its_line(tmp_path):
+    labels = tmp_path / 'classes.txt'
+    labels.write_bytes(b'\xef\xbb\xbfdaisy\r\n rose \r\ntulip\r\nsunflower\r\n\r\n\n')
+    result = cli(_cls_shard(tmp_path), f'--labels_file={labels}', f'--output_dir={tmp_path}/out')
+    assert result.returncode == 0, result.stderr
+    assert _labels(tmp_path / 'out') == ['daisy', 'rose', 'tulip', 'sunflower']
+    found = set()
+    for path in shard_paths(str(tmp_path / 'out'), 'train'):
+        with open(path, 'rb') as stream:
+            found |= {(r[records.LABEL][0], r[records.TEXT][0])
+                      for r in map(records.decode_example, records.read_records(stream))}
+    assert found == {(0, b'daisy'), (1, b'rose'), (2, b'tulip'), (3, b'sunflower')}
