@@ -6,7 +6,6 @@ so a reader that materialises what a file claims fails fast instead of eating th
 import json
 import os
 import resource
-import subprocess
 import sys
 
 import pyarrow as pa
@@ -16,6 +15,7 @@ import pytest
 from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from tests.helpers import cli, shard_paths
+from pipeline.testing.process_memory import run_sampled
 
 FEATURES = {'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b']}}
 
@@ -221,3 +221,73 @@ def test_a_labels_file_in_crlf_with_blank_lines_at_its_end_names_each_id_by_its_
             found |= {(r[records.LABEL][0], r[records.TEXT][0])
                       for r in map(records.decode_example, records.read_records(stream))}
     assert found == {(0, b'daisy'), (1, b'rose'), (2, b'tulip'), (3, b'sunflower')}
+
+
+def _address_space(limit: int):
+    """A preexec_fn bounding a child's address space: a reader that materialises what a file
+    claims fails there with MemoryError instead of eating the machine."""
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+AS_LIMIT = 3 << 30   # The launcher maps ~1.4 GB of address space before it reads anything.
+
+
+def _with_junk(containers: int) -> bytes:
+    """huggingface metadata as datasets writes it, plus `containers` empty objects: 3 bytes of
+    text each, some 64 of memory once parsed."""
+    text = json.dumps({'info': {'features': FEATURES, 'junk': 'JUNK'}})
+    return text.replace('"JUNK"', '[' + '{},' * (containers - 1) + '{}]').encode()
+
+
+@pytest.mark.slow
+def test_huggingface_metadata_of_many_empty_objects_is_refused_before_it_is_parsed(tmp_path):
+    """300 KB of `[{},{},...]`: within the 64 MiB byte bound, as the 63 MiB that took the
+    launcher to 1.8 GB and then a MemoryError were."""
+    path = _parquet(tmp_path / 'in/data/train-00000-of-00001.parquet', _with_junk(100_001))
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f'error: {path}: its huggingface schema metadata is not what the datasets library '
+        'writes (holds more than 100,000 JSON objects and arrays); rewrite the file with '
+        'datasets, or name the columns with --image_column and --label_column']
+
+
+@pytest.mark.slow
+def test_24_mib_of_empty_objects_in_huggingface_metadata_never_becomes_memory(tmp_path):
+    """The metadata's objects are counted on its bytes; parsed, these 8 million took the
+    launcher to some 900 MB."""
+    os.makedirs(tmp_path / 'in/data')
+    path = f'{tmp_path}/in/data/train-00000-of-00001.parquet'
+    images = pa.array([{'bytes': imagemaker.jpeg(24, 16, seed=i), 'path': f'{i}.jpg'}
+                       for i in range(4)])
+    table = pa.table({'image': images, 'label': pa.array([0, 1, 0, 1], pa.int64())})
+    with pq.ParquetWriter(path, table.schema, store_schema=False) as writer:   # Stored once.
+        writer.write_table(table)
+        writer.add_key_value_metadata({'huggingface': _with_junk(8 << 20).decode()})
+    result = run_sampled(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out',
+                         timeout=120, preexec_fn=_address_space(AS_LIMIT))
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f'error: {path}: ') and 'more than 100,000 JSON objects' in line, line
+    assert result.largest < 512 << 20, result.peaks   # Some 900 MB when it was parsed.
+
+
+@pytest.mark.slow
+def test_the_launcher_reads_a_first_files_columns_within_the_footer_bound(tmp_path):
+    """The launcher read the schema through pyarrow, without the 64 MiB footer bound that every
+    other read of a footer has (a footer of 147 MiB was parsed whole). A sparse file whose footer
+    claims 65 MiB shows it without 65 MiB of disk."""
+    os.makedirs(tmp_path / 'in/data')
+    path = f'{tmp_path}/in/data/train-00000-of-00001.parquet'
+    length = 65 << 20
+    with open(path, 'wb') as out:
+        out.write(b'PAR1')
+        out.truncate(4 + length)
+        out.seek(4 + length)
+        out.write(length.to_bytes(4, 'little') + b'PAR1')
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f'error: {path}: its footer (the parquet metadata) is {length:,} bytes, more than the '
+        '67,108,864 read; write the file with fewer row groups or columns']
+
