@@ -6,6 +6,7 @@ so a reader that materialises what a file claims fails fast instead of eating th
 import json
 import os
 import resource
+import shutil
 import sys
 
 import pyarrow as pa
@@ -15,7 +16,8 @@ import pytest
 from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from tests.helpers import cli, shard_paths
-from pipeline.testing.process_memory import run_sampled
+from tests.verify_helpers import run_verify
+from pipeline.testing.process_memory import run_sampled, sample_command
 
 FEATURES = {'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b']}}
 
@@ -291,3 +293,57 @@ def test_the_launcher_reads_a_first_files_columns_within_the_footer_bound(tmp_pa
         f'error: {path}: its footer (the parquet metadata) is {length:,} bytes, more than the '
         '67,108,864 read; write the file with fewer row groups or columns']
 
+
+def _nested_objects(count: int, depth: int) -> bytes:
+    """A JSON array of `count` one-key objects nested `depth` deep: a comma per element, no
+    more, and some 40 times its size in memory once parsed."""
+    element = '{"":' * depth + '0' + '}' * depth
+    return ('[' + ','.join([element] * count) + ']').encode()
+
+
+@pytest.fixture(scope='module')
+def converted(tmp_path_factory) -> tuple[str, str]:
+    """(input folder, output folder) of 6 images converted."""
+    root = tmp_path_factory.mktemp('converted')
+    for i in range(6):
+        os.makedirs(root / f'in/train/c{i % 2}', exist_ok=True)
+        (root / f'in/train/c{i % 2}/{i}.jpg').write_bytes(imagemaker.jpeg(24, 16, seed=i))
+    result = cli(f'--input_dir={root}/in', f'--output_dir={root}/out')
+    assert result.returncode == 0, result.stderr
+    return str(root / 'in'), str(root / 'out')
+
+
+@pytest.mark.slow
+def test_a_planted_summary_of_nested_objects_is_refused_by_verify_and_the_converter(
+        converted, tmp_path):
+    """The "8 million values" bound counted commas, and nesting needs none: a 60 MB planted
+    summary.json took verify to 2.4 GB and the same conversion, run again, to a MemoryError.
+    Here 2,000 objects 60 deep (600 KB, 120,000 objects) show the count."""
+    inputs, dataset = converted
+    out = shutil.copytree(dataset, tmp_path / 'out')
+    (out / 'summary.json').write_bytes(_nested_objects(2_000, 60))
+    result = run_verify(str(out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f'error: {out}/summary.json holds more than 100,000 JSON objects and arrays, more than '
+        'this tool writes there (a million shards per split at most), so it is not a file of '
+        'this dataset; move it away']
+    again = cli(f'--input_dir={inputs}', f'--output_dir={out}', timeout=60)
+    assert again.returncode == 2, again.stderr
+    [line] = again.stderr.splitlines()
+    assert line.startswith(f'error: {out} holds files this run would overwrite that are not part '
+                           'of a dataset'), line
+
+
+@pytest.mark.slow
+def test_verify_reads_a_planted_summary_of_nested_objects_in_bounded_memory(converted, tmp_path):
+    """12 MB of one-key objects nested 400 deep: 2.4 million dicts once parsed."""
+    _, dataset = converted
+    out = shutil.copytree(dataset, tmp_path / 'out')
+    (out / 'summary.json').write_bytes(_nested_objects(6_000, 400))
+    result = sample_command([sys.executable, '-m', 'pipeline.verify', str(out), '--processes=1'],
+                            timeout=120, preexec_fn=_address_space(AS_LIMIT))
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f'error: {out}/summary.json holds more than 100,000 JSON objects'), line
+    assert result.largest < 256 << 20, result.peaks   # 530 MB when it was parsed.
