@@ -1,6 +1,8 @@
 """Fuzzes `--labels_file` (one class name per line; read by pipeline/sources.py): line endings,
-blank lines, repeated names, encodings, control characters, long lines. Every file gives its
-names, each one line of text, or is refused in one line naming the flag and the file.
+blank lines, repeated names, encodings, control characters and other line breaks (form feed,
+U+2028, NEL, \\x1c), long lines. Every file gives its names, each one line of text free of
+control characters and line i (from 0) of the file naming id i, or is refused in one line
+naming the flag and the file.
 
     python -m benchmarks.fuzz_labels_file --seconds 300 [--seed 1]
 """
@@ -34,9 +36,13 @@ def check(data: bytes) -> None:
             assert str(exc).startswith(f'--labels_file {path}'), exc
             return
         assert len(set(names)) == len(names) and all(names)
-        for name in names:   # Control characters are refused later, with the labels.
+        for name in names:
             assert name == name.strip() and not any(
-                unicodedata.category(c) in ('Zl', 'Zp') for c in name), name
+                unicodedata.category(c) in ('Cc', 'Zl', 'Zp') for c in name), name
+        lines = data.decode('utf-8-sig').split('\n')   # Line i (from 0) names id i.
+        while lines and not lines[-1].strip():
+            lines.pop()
+        assert names == tuple(line.strip() for line in lines), (names, lines)
 
 
 def fuzz(seconds: float, seed: int) -> int:

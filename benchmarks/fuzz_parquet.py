@@ -1,7 +1,9 @@
 """Fuzzes Hugging Face parquet files (pipeline/inputs/parquet_files.py, parquet_row_groups.py,
 parquet_pages.py): the schema's huggingface metadata (its JSON, the Image and ClassLabel
 features), Image structs of other shapes, label columns of other types, row groups and pages
-of other sizes, and the file's own bytes. Every file is refused in one line naming it (a
+of other sizes, unknown thrift fields (lists, sets and maps of any element, nested deep or
+claiming more elements than there are bytes) in the footer and page headers, and the file's
+own bytes. Every file is refused in one line naming it (a
 DatasetError), or every one of its rows is one ref, and each ref read is an image or a reported
 input; nothing else is raised. pyarrow's own code runs here, so the suite runs this in a process
 of its own.
@@ -93,9 +95,76 @@ def make(rng: random.Random) -> bytes:
                    use_dictionary=rng.random() < 0.5, write_batch_size=rng.choice((1, 1024)),
                    data_page_size=rng.choice((1, 1 << 20)))
     data = out.getvalue()
+    if rng.random() < 0.15:   # An unknown thrift field in the footer or a page header.
+        data = _with_field(rng, data, _thrift_field(rng))
     if rng.random() < 0.25:   # Damage: anywhere, or in the footer and page headers mostly.
         data = fuzzing.mutated(rng, data, [b'\0', b'\xff', b'\x15', b'\x19\x1c'], steps=2)
     return data
+
+
+def _varint(value: int) -> bytes:
+    out = b''
+    while value > 0x7F:
+        out += bytes([value & 0x7F | 0x80])
+        value >>= 7
+    return out + bytes([value])
+
+
+def _thrift_value(rng: random.Random, kind: int, depth: int) -> bytes:
+    """A value of thrift compact type `kind` (as a list or map element: a boolean is a byte)."""
+    if kind in (1, 2, 3):
+        return bytes([rng.choice((0, 1, 2, 0xFF))])
+    if kind in (4, 5, 6):
+        return _varint(rng.choice((0, 7, 1 << 40)))
+    if kind == 7:
+        return bytes(8)
+    if kind == 8:
+        return _varint(3) + b'abc'
+    if kind == 12:
+        return b'\x15\x04\x00'   # {1: i32 2}.
+    return _thrift_container(rng, kind, depth + 1)
+
+
+def _thrift_container(rng: random.Random, kind: int, depth: int) -> bytes:
+    """A list, set or map, its elements of any type, its count as written or a huge claim, its
+    nesting up to thousands deep (one byte a level)."""
+    element = rng.choice((1, 2, 3, 5, 8, 9, 10, 11, 12))
+    claim = rng.random() < 0.3
+    count = rng.choice((1 << 60, 1 << 31, 5000)) if claim else rng.randrange(3)
+    if depth > rng.choice((3, 40, 5000)):
+        element, count, claim = 5, 0, False
+    if kind == 11:
+        value = rng.choice((1, 2, 3, 5, 9, 11))
+        head = _varint(count) + (bytes([element << 4 | value]) if count else b'')
+        if claim:
+            return head
+        return head + b''.join(_thrift_value(rng, element, depth) + _thrift_value(rng, value, depth)
+                               for _ in range(count))
+    head = bytes([count << 4 | element]) if count < 15 else bytes([0xF0 | element]) + _varint(count)
+    if claim:
+        return head
+    return head + b''.join(_thrift_value(rng, element, depth) for _ in range(count))
+
+
+def _thrift_field(rng: random.Random) -> bytes:
+    """An unknown field (id 100) of a struct, the shapes that once hung or crashed a reader: a
+    map of booleans claiming 2**60 entries, lists nested 5,000 deep, and their like."""
+    kind = rng.choice((9, 10, 11))
+    return bytes([kind]) + _varint(200) + _thrift_container(rng, kind, 0)
+
+
+def _with_field(rng: random.Random, data: bytes, field: bytes) -> bytes:
+    """The parquet file `data` with `field` as the last field of its footer, or the first of the
+    first page header of a column chunk (the offsets after it left as they were)."""
+    length = int.from_bytes(data[-8:-4], 'little')
+    footer = data[-8 - length:-8]
+    if rng.random() < 0.5 and footer.endswith(b'\0'):
+        footer = footer[:-1] + field + b'\0'
+        return data[:-8 - length] + footer + len(footer).to_bytes(4, 'little') + b'PAR1'
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    column = metadata.row_group(0).column(rng.randrange(metadata.num_columns))
+    start = column.dictionary_page_offset or column.data_page_offset
+    return data[:start] + field + data[start:]
 
 
 def check(data: bytes) -> None:

@@ -5,9 +5,10 @@ This runs on the launcher and lists only what is small: the split folders, the C
 config's partitions. Everything large is listed on the workers (transforms/listing.py).
 """
 import dataclasses
+import unicodedata
 
 from pipeline.inputs.classic_config import ImageClassificationConfig
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, printable
 from pipeline.inputs import registry
 from pipeline.inputs.kinds import InputKind, Source, check_regular
 from pipeline.io import fileio
@@ -70,20 +71,42 @@ MAX_LABELS_BYTES = 64 << 20   # Of --labels_file (a million names of 60 characte
 
 
 def _read_labels_file(path: str) -> tuple[str, ...]:
-    """The class names of --labels_file, one a line: at most MAX_LABELS_BYTES read, fewer than
-    MAX_LABEL_ID names."""
+    """The class names of --labels_file, line i (from 0) naming id i: at most MAX_LABELS_BYTES
+    read, fewer than MAX_LABEL_ID names. Lines end at LF (CRLF too) and nowhere else: a name
+    holding another line break or control character (a form feed, U+2028, NEL, a lone CR) is
+    refused in one line naming its line, as is a blank line before the last name (either would
+    shift every later id's name); blank lines at the end are ignored, and so is a byte-order mark."""
     check_regular(path, '--labels_file')
     try:
-        text = fileio.read_input(path, MAX_LABELS_BYTES).decode('utf-8')
+        data = fileio.read_input(path, MAX_LABELS_BYTES)
     except fileio.TooLarge:
         raise DatasetError(f'--labels_file {path} is larger than {MAX_LABELS_BYTES >> 20} MiB; '
                            'it holds one class name a line') from None
     except Exception as exc:
         raise DatasetError(f'--labels_file {path} cannot be read: {str(exc).splitlines()[0]}') from None
-    names = tuple(line.strip() for line in text.splitlines() if line.strip())
-    if len(names) >= MAX_LABEL_ID:
-        raise DatasetError(f'--labels_file {path} names {len(names):,} classes; class ids run '
+    try:
+        text = data.decode('utf-8-sig')
+    except UnicodeDecodeError as exc:
+        line = data.count(b'\n', 0, exc.start) + 1
+        raise DatasetError(f'--labels_file {path} line {line} is not UTF-8 text (byte '
+                           f'{data[exc.start]:#04x}); save it as UTF-8') from None
+    text = text.rstrip(' \t\r\n')   # A final line break, and blank lines after the last name.
+    count = text.count('\n') + 1 if text else 0
+    if count >= MAX_LABEL_ID:   # Counted before a line is made.
+        raise DatasetError(f'--labels_file {path} names {count:,} classes; class ids run '
                            f'below {MAX_LABEL_ID:,}')
+    names = []
+    for number, line in enumerate(text.split('\n') if text else (), 1):
+        name = (line[:-1] if line.endswith('\r') else line).strip(' \t')
+        if not name:
+            raise DatasetError(f'--labels_file {path} line {number} is blank, but line i names '
+                               'id i: remove it (or name its class), or every later id would '
+                               'take the name of the line after its own')
+        if any(unicodedata.category(c) in ('Cc', 'Zl', 'Zp') for c in name):
+            raise DatasetError(f'--labels_file {path} line {number} holds a line break or control '
+                               f'character ({printable(name)[:80]}); a class name is one line of '
+                               'text: remove it')
+        names.append(name.strip())
     if len(set(names)) != len(names):
         raise DatasetError(f'--labels_file {path} lists a class name twice')
-    return names
+    return tuple(names)

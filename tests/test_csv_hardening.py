@@ -28,7 +28,7 @@ def test_sizes_that_are_no_numbers_and_a_quote_never_closed_are_reported_lines(t
         f"{csv_path} line 3: size '²' is not a whole number of bytes",
         f"{csv_path} line 4: size {'7' * 40!r}... (5,000 characters) is not a whole number of "
         'bytes',
-        f'{csv_path} line 5: this record runs past 64 MiB (more than is read at once) with no '
+        f'{csv_path} line 5: this record runs past 8 MiB (more than is read at once) with no '
         'line break outside quotes: a quote that is never closed? Close it']
     summary = json.load(open(f'{tmp_path}/out/summary.json'))['splits']['train']
     assert (summary['records'], summary['skipped']) == (1, 3)

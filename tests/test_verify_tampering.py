@@ -113,7 +113,7 @@ def _huge_journal(out: str) -> None:
 
 
 @pytest.mark.parametrize('tamper, expected', [
-    (_many_shard_lengths(10_000_000), 'dataset_info.json holds more than 8000000 values'),
+    (_many_shard_lengths(10_000_000), 'dataset_info.json holds more than 8,000,000 JSON values'),
     (_many_shard_lengths(1_000_001),
      'dataset_info.json does not describe a dataset this tool can read (split train lists '
      '1000001 shards, more than the 1000000 this tool writes)'),

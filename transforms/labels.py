@@ -231,6 +231,6 @@ def _check_known(facts: DatasetFacts, mapping: dict, origin: str) -> None:
 
 
 def _preview(items: list) -> str:
-    shown = ', '.join(shown(i) for i in items[:_SHOW])
-    return shown + (f', ... ({len(items) - _SHOW} more)' if len(items) > _SHOW else '')
+    listed = ', '.join(shown(i) for i in items[:_SHOW])
+    return listed + (f', ... ({len(items) - _SHOW} more)' if len(items) > _SHOW else '')
 

@@ -2,7 +2,9 @@
 file's ClassLabel metadata, a labels file), read with what they may claim bounded before
 anything is made of it: a class id below MAX_LABEL_ID (checked on its digits, before int()),
 at most MAX_LABEL_ID class names, JSON at most MAX_JSON_DEPTH deep (checked on its brackets,
-before the decoder recurses). Each function raises ValueError saying what is wrong, in words
+before the decoder recurses) and, for a parquet schema's metadata, of at most
+MAX_METADATA_CONTAINERS objects and arrays and MAX_METADATA_VALUES values (counted on its bytes,
+before a value is made). Each function raises ValueError saying what is wrong, in words
 that follow the name of what holds it ('holds ...'); its caller names the file.
 """
 import json
@@ -10,13 +12,17 @@ import re
 import unicodedata
 from typing import Any
 
+from pipeline.base import json_size
 from pipeline.base.settings import MAX_LABEL_ID
 
 MAX_JSON_DEPTH = 64
 MAX_METADATA = 64 << 20   # Bytes of a parquet schema's huggingface metadata (a million names fit).
+MAX_METADATA_VALUES = 2_000_000     # JSON values of it, keys included: a million names fit too.
+MAX_METADATA_CONTAINERS = 100_000   # JSON objects and arrays of it (a few per feature).
 SHOWN = 40     # Characters of a bad value shown in a message.
 _REWRITE = 'write the file again with datasets'
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')   # One left open runs to the end.
+_NOT_BRACKETS = re.compile(r'[^\[\]{}]+')
 
 
 def excerpt(value: Any) -> str:
@@ -48,19 +54,19 @@ def class_name(text: str) -> str:
 
 
 def json_value(text: str) -> Any:
-    """`text` decoded as JSON, its nesting checked first (the decoder recurses per level)."""
+    """`text` decoded as JSON, its nesting checked first (the decoder recurses per level): its
+    strings are dropped and its brackets kept, in C, and only those are walked."""
     depth = 0
-    for token in _JSON_TOKENS.finditer(text):
-        bracket = token.group()
+    for bracket in _NOT_BRACKETS.sub('', _JSON_STRING.sub('', text)):
         if bracket in '[{':
             depth += 1
             if depth > MAX_JSON_DEPTH:
                 raise ValueError(f'is JSON nested more than {MAX_JSON_DEPTH} deep')
-        elif bracket in ']}':
+        else:
             depth -= 1
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f'is not JSON: {str(exc)[:120]}') from None
 
 
@@ -97,6 +103,9 @@ def hub_features(metadata: bytes) -> dict:
     MAX_METADATA bytes of it; ValueError when that is not what `datasets` writes."""
     if len(metadata) > MAX_METADATA:
         raise ValueError(f'{len(metadata):,} bytes, more than the {MAX_METADATA:,} read')
+    excess = json_size.excess(metadata, MAX_METADATA_CONTAINERS, MAX_METADATA_VALUES)
+    if excess:   # Counted before a value is made: 63 MiB of {} made 1.7 GB of dicts.
+        raise ValueError(f'holds {excess}')
     document = json_value(metadata.decode('utf-8'))   # UnicodeDecodeError is a ValueError.
     info = document.get('info', {}) if isinstance(document, dict) else None
     features = info.get('features', {}) if isinstance(info, dict) else None

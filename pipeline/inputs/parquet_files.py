@@ -21,12 +21,11 @@ import itertools
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.parquet_row_groups import (ClassNames, Columns, RowGroups, footer, opened,
+from pipeline.inputs.parquet_row_groups import (ClassNames, Columns, RowGroups, footer,
                                                 readable, spans)
 from pipeline.base.splits import SPLITS, split_of
 from pipeline.io import fileio
@@ -89,9 +88,12 @@ def read_columns(path: str, size: int, image: str | None = None, label: str | No
                  mtime: float | None = None) -> Columns:
     """The image and label columns of parquet file `path` (those named, else those its
     `huggingface` metadata gives the Image and ClassLabel features), or a DatasetError naming the
-    file, the columns it has and the flag that chooses."""
-    with opened(path, size) as stream, readable(path):
-        schema = pq.read_schema(stream)
+    file, the columns it has and the flag that chooses. The schema is the footer's, read as
+    every footer is (parquet_row_groups.footer: over parquet_footer.MAX_FOOTER bytes, refused
+    before it is parsed)."""
+    found = footer(path, size, mtime)
+    with readable(path):
+        schema = found.arrow.schema.to_arrow_schema()
     return _columns((path, size, mtime), schema, image, label)
 
 

@@ -1,7 +1,10 @@
 """A reader of the Thrift compact protocol, the encoding of a parquet file's footer and page
 headers, for the few fields this tool needs of them, bounded: it reads nothing past its
-buffer (IndexError when the buffer ends first), structs at most MAX_DEPTH deep, and makes a
-value only of the fields it is asked for (others, statistics included, are skipped in place).
+buffer (IndexError when the buffer ends first), structs, lists and maps at most MAX_DEPTH deep
+together, and makes a value only of the fields it is asked for (others, statistics included,
+are skipped in place). Every element of a list or map takes a byte at least (a boolean in one
+is a byte, as the protocol writes it), so a container claiming more elements than there are
+bytes left is refused before any is read: the work is linear in the buffer, whatever it claims.
 
 A spec says what to keep of a struct: {field id: spec of its value}, where a value's spec is
 KEEP (an integer, a boolean, bytes), a dict (a struct) or a list of one spec (a list of such).
@@ -23,8 +26,7 @@ class _Reader:
         self.data, self.at = data, 0
 
     def struct(self, spec: dict | None, depth: int) -> dict | None:
-        if depth > MAX_DEPTH:
-            raise ValueError(f'structs nested more than {MAX_DEPTH} deep')
+        _check_depth(depth)
         fields, field = {}, 0
         while True:
             byte = self._byte()
@@ -52,24 +54,34 @@ class _Reader:
             self._skip(length)
             return bytes(self.data[start:self.at]) if spec is not _SKIP else None
         if kind in (9, 10):                # List, set.
+            _check_depth(depth + 1)
             header = self._byte()
             count = header >> 4 if header >> 4 != 15 else self._varint()
-            element = header & 0x0F if header & 0x0F not in (1, 2) else 3
+            element = _in_container(header & 0x0F)
+            self._check_count(count, 1)
             if not isinstance(spec, list):
-                for _ in range(count):   # Each takes a byte at least: `data` bounds the count.
+                for _ in range(count):
                     self._value(element, _SKIP, depth + 1)
                 return None
             return [self._value(element, spec[0], depth + 1) for _ in range(count)]
         if kind == 11:                     # Map: never kept.
+            _check_depth(depth + 1)
             count = self._varint()
             types = self._byte() if count else 0
+            key, value = _in_container(types >> 4), _in_container(types & 0x0F)
+            self._check_count(count, 2)
             for _ in range(count):
-                self._value(types >> 4, _SKIP, depth + 1)
-                self._value(types & 0x0F, _SKIP, depth + 1)
+                self._value(key, _SKIP, depth + 1)
+                self._value(value, _SKIP, depth + 1)
             return None
         if kind == 12:
             return self.struct(spec if isinstance(spec, dict) else _SKIP, depth + 1)
         raise ValueError(f'unknown field type {kind}')
+
+    def _check_count(self, count: int, each: int) -> None:
+        """IndexError when `count` elements of `each` bytes at least cannot fit in what is left."""
+        if count * each > len(self.data) - self.at:
+            raise IndexError(f'a container claims {count:,} elements, more than the bytes left')
 
     def _byte(self) -> int:
         byte = self.data[self.at]
@@ -91,6 +103,16 @@ class _Reader:
             shift += 7
             if shift > 63:
                 raise ValueError('a number of more than 64 bits')
+
+
+def _check_depth(depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f'structs, lists or maps nested more than {MAX_DEPTH} deep')
+
+
+def _in_container(kind: int) -> int:
+    """The type an element of a list or map of `kind` is read as: a boolean there is a byte."""
+    return 3 if kind in (1, 2) else kind
 
 
 def _zigzag(value: int) -> int:

@@ -1,7 +1,10 @@
 """Bounded reads of the files of the output protocol and of a dataset's metadata: only a
 regular file is read (a pipe would block, a device never end), at most METADATA_LIMIT bytes of
-it, and a JSON one is refused before it is parsed when it holds more than ITEMS_LIMIT values,
-so no file planted in an output folder makes a run or `verify` hold more than that.
+it, and a JSON one is refused before it is parsed when it can hold more than ITEMS_LIMIT values
+(keys, objects and arrays counted too) or CONTAINERS_LIMIT objects and arrays
+(pipeline/base/json_size.py; a one-key object is 5 bytes of text and some 200 of memory), so no
+file planted in an output folder makes a run or `verify` hold more than that. Deeper nesting
+than the decoder's recursion allows is no JSON this tool wrote.
 """
 import hashlib
 import json
@@ -9,6 +12,7 @@ import os
 import stat
 from typing import Iterator
 
+from pipeline.base import json_size
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
 
@@ -44,6 +48,8 @@ def read_raw(path: str, limit: int | None = None) -> tuple[bytes, float] | None:
 
 METADATA_LIMIT = 256 << 20   # Bytes: this tool's metadata for a million shards is ~10 MB.
 ITEMS_LIMIT = 8_000_000      # JSON values in one metadata file: 3 splits of a million shards.
+CONTAINERS_LIMIT = 100_000   # JSON objects and arrays in one: this tool writes a few per split
+# and per feature.
 
 
 def _too_large(path: str) -> DatasetError:
@@ -65,13 +71,19 @@ def read_file(path: str, bounded: bool = False) -> bytes | None:
     return None if found is None else found[0]
 
 
+def _excess(data: bytes) -> str | None:
+    return json_size.excess(data, CONTAINERS_LIMIT, ITEMS_LIMIT)
+
+
 def parse_json(path: str, data: bytes):
-    """The JSON document of a file of the protocol, None when it is not JSON; one of more than
-    ITEMS_LIMIT values is a DatasetError naming it, refused before parsing."""
-    if data.count(b',') >= ITEMS_LIMIT:
-        raise DatasetError(f'{path} holds more than {ITEMS_LIMIT} values, more than this tool '
-                           'writes there (a million shards per split at most), so it is not a '
-                           'file of this dataset; move it away')
+    """The JSON document of a file of the protocol, None when it is not JSON; one that can hold
+    more than ITEMS_LIMIT values or CONTAINERS_LIMIT objects and arrays is a DatasetError naming
+    it, refused before parsing."""
+    excess = _excess(data)
+    if excess:
+        raise DatasetError(f'{path} holds {excess}, more than this tool writes there (a million '
+                           'shards per split at most), so it is not a file of this dataset; '
+                           'move it away')
     return as_json(data)
 
 
@@ -94,12 +106,13 @@ def as_json(data: bytes):
 
 def read_metadata(output_dir: str, name: str) -> dict | None:
     """A JSON metadata file of the dataset in `output_dir`; None when it is absent, a folder,
-    larger than METADATA_LIMIT or ITEMS_LIMIT, or not a JSON object this tool could have written."""
+    larger than METADATA_LIMIT, ITEMS_LIMIT or CONTAINERS_LIMIT, or not a JSON object this tool
+    could have written."""
     try:
         found = read_raw(fileio.join(output_dir, name), METADATA_LIMIT)
     except NotAFile:
         return None
-    if found is None or len(found[0]) > METADATA_LIMIT or found[0].count(b',') >= ITEMS_LIMIT:
+    if found is None or len(found[0]) > METADATA_LIMIT or _excess(found[0]):
         return None
     document = as_json(found[0])
     return document if isinstance(document, dict) else None
