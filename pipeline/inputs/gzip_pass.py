@@ -335,6 +335,9 @@ def _zip_in_stream(member: Member, data: bytes, depth: int,
     """A zip inside a streamed tar, from its bytes in memory (one member's worth), archives
     inside it expanded."""
     try:
+        excess = zip_records.directory_excess(io.BytesIO(data))
+        if excess:
+            raise ValueError(f'{excess}; none of its members are read')
         with zipfile.ZipFile(io.BytesIO(data)) as inner:
             infos = inner.infolist()
             ends = zip_records.ends(infos, inner.start_dir)

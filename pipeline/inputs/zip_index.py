@@ -98,6 +98,12 @@ def members(archive: Archive) -> Iterator[ZipMember | Member]:
     that leaves no member readable, as unnamed members."""
     window = Window(archive)
     window.read_tail(ZIP_TAIL)
+    excess = zip_records.directory_excess(WindowFile(window))
+    if excess:
+        yield unnamed(archive, 0, f'zip {archive.path}: {excess}; none of its members are read: '
+                                  'split it into zips of fewer members (one per class, say), or '
+                                  'use a tar', cut=True)
+        return
     try:
         with zipfile.ZipFile(WindowFile(window)) as index:
             infos = index.infolist()

@@ -9,6 +9,9 @@ import zlib
 METHODS = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: lambda: zlib.decompressobj(-15),
            zipfile.ZIP_BZIP2: bz2.BZ2Decompressor}
 LOCAL_HEADER = struct.Struct('<4s22xHH')   # Its signature, then its name and extra lengths.
+MAX_ENTRIES = 200_000         # Central directory entries of a zip, directory entries included:
+# zipfile makes an object of each, and listing a member takes some 2.3 KB in all.
+MAX_DIRECTORY = 128 << 20     # Bytes of a zip's central directory (zipfile reads it whole).
 
 
 def local_length(header: bytes) -> int:
@@ -45,3 +48,33 @@ def ends(infos: list[zipfile.ZipInfo], directory: int) -> dict[int, int]:
     ordered = sorted(infos, key=lambda info: info.header_offset)
     return {id(info): min(after.header_offset if after else directory, directory)
             for info, after in zip(ordered, [*ordered[1:], None])}
+
+
+def directory_excess(fp) -> str | None:
+    """Why the central directory of the zip in the seekable file `fp` is not read: more than
+    MAX_DIRECTORY bytes, or more than MAX_ENTRIES entries as its end record claims them or, when
+    its bytes could hold more, as the entries' signatures count them; checked before zipfile
+    makes an object of any entry (a million empty directory entries, 53 bytes each, took the
+    launcher past 1.6 GB). None within the bounds, or when there is no end record to read
+    (zipfile then says what is wrong)."""
+    try:
+        end = zipfile._EndRecData(fp)
+    except (OSError, ValueError, EOFError, struct.error, zipfile.BadZipFile):
+        return None   # zipfile meets the same and says what it is.
+    if not end:
+        return None
+    size, claimed = end[zipfile._ECD_SIZE], end[zipfile._ECD_ENTRIES_TOTAL]
+    if size > MAX_DIRECTORY:
+        return (f'its central directory is {size:,} bytes, more than the {MAX_DIRECTORY:,} '
+                'read')
+    entries = claimed
+    if claimed <= MAX_ENTRIES and size // zipfile.sizeCentralDir > MAX_ENTRIES:
+        start = end[zipfile._ECD_LOCATION] - size   # Where zipfile reads it from.
+        if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+            start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+        fp.seek(max(0, start))
+        entries = fp.read(size).count(b'PK\1\2')   # One per entry, at least.
+    if entries > MAX_ENTRIES:
+        return (f'its central directory holds {entries:,} entries, more than the '
+                f'{MAX_ENTRIES:,} read (each takes memory while the zip is listed)')
+    return None
