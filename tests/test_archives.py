@@ -31,7 +31,8 @@ from tests.test_gcs import through_proxy
 
 # What is tested here is how archives are listed and read: conversions run without the check for
 # copies across splits (--leakage=off), whose Beam stages take half of a small conversion's time
-# and read nothing. The same shards are written either way but for the hashes they carry.
+# and read nothing. The same shards are written either way but for the hashes they carry. The
+# first test converts with the check, as by default.
 NO_LEAKAGE_CHECK = '--leakage=off'
 
 
@@ -43,6 +44,7 @@ def cli(*argv, **kwargs) -> helpers.Answer:
 def convert(*argv, **kwargs) -> dict:
     """helpers.convert with NO_LEAKAGE_CHECK."""
     return helpers.convert(*argv, NO_LEAKAGE_CHECK, **kwargs)
+
 
 CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
 PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
@@ -108,7 +110,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
     root = tmp_path / 'imagenet'
     flags = [f'--input_dir={root}', '--num_shards=2']
     swap(root, IMAGES, archived=False)
-    loose = cli(*flags, f'--output_dir={tmp_path}/loose')
+    loose = helpers.cli(*flags, f'--output_dir={tmp_path}/loose')   # With the leakage check.
     assert loose.returncode == 0, loose.stderr
     swap(root, IMAGES, archived=True)
     plan = cli(*flags, '--plan_only')
@@ -116,7 +118,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
     assert (f'1 gzip-compressed archive(s), each listed in one pass and read again in one pass per '
             f'chunk of its members (gzip cannot be split; an uncompressed .tar is read by ranged '
             f'reads): {root}/test.tar.gz') in plan.stdout
-    archived = cli(*flags, f'--output_dir={tmp_path}/archived')
+    archived = helpers.cli(*flags, f'--output_dir={tmp_path}/archived')
     assert archived.returncode == 0, archived.stderr
     for split in ('train', 'validation', 'test'):
         assert (shards_without_source(f'{tmp_path}/archived', split)
