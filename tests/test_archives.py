@@ -31,7 +31,8 @@ from tests.test_gcs import through_proxy
 
 # What is tested here is how archives are listed and read: conversions run without the check for
 # copies across splits (--leakage=off), whose Beam stages take half of a small conversion's time
-# and read nothing. The same shards are written either way but for the hashes they carry.
+# and read nothing. The same shards are written either way but for the hashes they carry. The
+# first test converts with the check, as by default.
 NO_LEAKAGE_CHECK = '--leakage=off'
 
 
@@ -43,6 +44,7 @@ def cli(*argv, **kwargs) -> helpers.Answer:
 def convert(*argv, **kwargs) -> dict:
     """helpers.convert with NO_LEAKAGE_CHECK."""
     return helpers.convert(*argv, NO_LEAKAGE_CHECK, **kwargs)
+
 
 CMYK = imagemaker.encode(Image.fromarray(imagemaker.gradient(64, 48, 7)).convert('CMYK'), 'JPEG')
 PNG_NAMED_JPEG = imagemaker.png(50, 40, seed=8)
@@ -108,7 +110,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
     root = tmp_path / 'imagenet'
     flags = [f'--input_dir={root}', '--num_shards=2']
     swap(root, IMAGES, archived=False)
-    loose = cli(*flags, f'--output_dir={tmp_path}/loose')
+    loose = helpers.cli(*flags, f'--output_dir={tmp_path}/loose')   # With the leakage check.
     assert loose.returncode == 0, loose.stderr
     swap(root, IMAGES, archived=True)
     plan = cli(*flags, '--plan_only')
@@ -116,7 +118,7 @@ def test_tar_of_class_tars_zip_and_tar_gz_give_the_loose_images_records(tmp_path
     assert (f'1 gzip-compressed archive(s), each listed in one pass and read again in one pass per '
             f'chunk of its members (gzip cannot be split; an uncompressed .tar is read by ranged '
             f'reads): {root}/test.tar.gz') in plan.stdout
-    archived = cli(*flags, f'--output_dir={tmp_path}/archived')
+    archived = helpers.cli(*flags, f'--output_dir={tmp_path}/archived')
     assert archived.returncode == 0, archived.stderr
     for split in ('train', 'validation', 'test'):
         assert (shards_without_source(f'{tmp_path}/archived', split)
@@ -237,16 +239,35 @@ def test_damaged_archives_report_what_they_cannot_reach_and_convert_the_rest(tmp
 CUT_CLASS = {f'{i:03d}.jpg': imagemaker.jpeg(32, 32, seed=i) for i in range(40)}
 
 
+CUT_OFF = {name: data[:len(data) // 2] for name, data in (   # Cut in the middle.
+    ('dog.tar', archivemaker.tar(CUT_CLASS)), ('dog.tar.gz', archivemaker.tar(CUT_CLASS, 'gz')),
+    ('dog.zip', archivemaker.zip_(CUT_CLASS)))}
+CUT_OFF_SPLITS = dict(zip(CUT_OFF, ('train', 'validation', 'test')))
+
+
+def _beside_loose_cats(split: str, name: str) -> dict:
+    return {**{f'{split}/cat/{i}.jpg': imagemaker.jpeg(32, 32, seed=100 + i) for i in range(60)},
+            f'{split}/{name}': CUT_OFF[name]}
+
+
+@pytest.fixture(scope='module')
+def cut_off_tolerated(tmp_path_factory) -> tuple[str, str]:
+    """(input folder, output folder): each CUT_OFF archive beside 60 loose cats, in a split of
+    its own (CUT_OFF_SPLITS), converted with every error tolerated."""
+    base = tmp_path_factory.mktemp('cut-off')
+    root = write_tree(base / 'in', {path: data for name, split in CUT_OFF_SPLITS.items()
+                                    for path, data in _beside_loose_cats(split, name).items()})
+    convert_tolerating_errors(root, f'{base}/out')
+    return root, f'{base}/out'
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize('name, data', [
-    ('dog.tar', archivemaker.tar(CUT_CLASS)),
-    ('dog.tar.gz', archivemaker.tar(CUT_CLASS, 'gz')),
-    ('dog.zip', archivemaker.zip_(CUT_CLASS))])
-def test_a_cut_off_archive_fails_its_split_unless_every_error_is_accepted(tmp_path, name, data):
+@pytest.mark.parametrize('name', CUT_OFF)
+def test_a_cut_off_archive_fails_its_split_unless_every_error_is_accepted(tmp_path, name,
+                                                                          cut_off_tolerated):
     # Cut in the middle, the archive hides how many members lay behind the cut: 1 error in 61
     # inputs is under 2%, yet the run fails, until --max_error_ratio=1 accepts any loss.
-    loose = {f'train/cat/{i}.jpg': imagemaker.jpeg(32, 32, seed=100 + i) for i in range(60)}
-    root = write_tree(tmp_path / 'in', {**loose, f'train/{name}': data[:len(data) // 2]})
+    root = write_tree(tmp_path / 'in', _beside_loose_cats('train', name))
     out = f'{tmp_path}/out'
     failed = cli(f'--input_dir={root}', f'--output_dir={out}', '--max_error_ratio=0.5')
     assert failed.returncode == 2
@@ -255,11 +276,13 @@ def test_a_cut_off_archive_fails_its_split_unless_every_error_is_accepted(tmp_pa
     assert ('only --max_error_ratio 1 accepts it; nothing was committed. Fetch the archive '
             'again, or pass --max_error_ratio=1 to convert what it holds') in failed.stderr
     assert not os.path.exists(f'{out}/dataset_info.json')
-    convert_tolerating_errors(root, out)
-    names = {r[records.FILENAME] for r in read_split(out, 'train') if r[records.TEXT] == 'dog'}
-    [reason] = [r for s, r in error_reasons(out, 'train').items() if s.startswith(f'{root}/train/{name}')]
+    root, out = cut_off_tolerated
+    split = CUT_OFF_SPLITS[name]
+    names = {r[records.FILENAME] for r in read_split(out, split) if r[records.TEXT] == 'dog'}
+    [reason] = [r for s, r in error_reasons(out, split).items()
+                if s.startswith(f'{root}/{split}/{name}')]
     if name.endswith('.zip'):   # Its directory is at its end: nothing of it can be read.
-        assert not names and reason.startswith(f'damaged zip {root}/train/{name}: ')
+        assert not names and reason.startswith(f'damaged zip {root}/{split}/{name}: ')
     else:
         assert 10 < len(names) < 30 and names == {f'{i:03d}.jpg' for i in range(len(names))}
         assert 'truncated archive' in reason or 'compressed data ends' in reason
@@ -312,10 +335,34 @@ ENDING_DAMAGE = {   # Case: (files of the input folder, the archive the failure 
 }
 
 
+def _as_split(files: dict, split: str) -> dict:
+    """`files` of a train split (train/..., train.tar, train.zip) as those of `split`."""
+    return {split + name.removeprefix('train'): data for name, data in files.items()}
+
+
+@pytest.fixture(scope='module')
+def ending_damage_tolerated(tmp_path_factory) -> dict:
+    """{case: (input folder, output folder, split)}: the ENDING_DAMAGE cases converted with every
+    error tolerated, three to a run, each case one split of its run."""
+    converted = {}
+    cases = list(ENDING_DAMAGE)
+    for first in range(0, len(cases), 3):
+        base = tmp_path_factory.mktemp('ending-damage')
+        splits = dict(zip(cases[first:first + 3], ('train', 'validation', 'test')))
+        root = write_tree(base / 'in', {name: data for case, split in splits.items()
+                                        for name, data in _as_split(ENDING_DAMAGE[case][0],
+                                                                    split).items()})
+        convert_tolerating_errors(root, f'{base}/out')
+        converted.update({case: (root, f'{base}/out', split) for case, split in splits.items()})
+    return converted
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('case', ENDING_DAMAGE)
-def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
-    # However the archive is placed and wherever the cut falls, hidden members included.
+def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case,
+                                                           ending_damage_tolerated):
+    # However the archive is placed and wherever the cut falls, hidden members included; with
+    # every error tolerated, what lies before the damage is converted.
     files, archive = ENDING_DAMAGE[case]
     root = write_tree(tmp_path / 'in', files)
     out = f'{tmp_path}/out'
@@ -324,9 +371,11 @@ def test_damage_ending_an_archive_anywhere_fails_its_split(tmp_path, case):
     assert failed.stderr.splitlines()[-1].startswith(
         f"error: 1 archive(s) of split 'train' end in damage, e.g. {root}/{archive}: ")
     assert not os.path.exists(f'{out}/dataset_info.json')
-    convert_tolerating_errors(root, out)
+    root, out, split = ending_damage_tolerated[case]
     readable = 0 if archive.endswith('.zip') else 30   # A cut zip has lost its directory.
-    assert readable <= len(read_split(out, 'train')) < 60
+    assert readable <= len(read_split(out, split)) < 60
+    assert [s for s in error_reasons(out, split)
+            if s.startswith(f'{root}/{split}{archive.removeprefix("train")}')]
 
 
 @pytest.mark.slow
