@@ -19,7 +19,7 @@ import tempfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks import fuzzing
+from benchmarks import fuzz_thrift, fuzzing
 from pipeline.errors import DatasetError
 from pipeline.inputs.parquet_files import ParquetFile, read_columns
 from pipeline.testing import imagemaker
@@ -102,55 +102,11 @@ def make(rng: random.Random) -> bytes:
     return data
 
 
-def _varint(value: int) -> bytes:
-    out = b''
-    while value > 0x7F:
-        out += bytes([value & 0x7F | 0x80])
-        value >>= 7
-    return out + bytes([value])
-
-
-def _thrift_value(rng: random.Random, kind: int, depth: int) -> bytes:
-    """A value of thrift compact type `kind` (as a list or map element: a boolean is a byte)."""
-    if kind in (1, 2, 3):
-        return bytes([rng.choice((0, 1, 2, 0xFF))])
-    if kind in (4, 5, 6):
-        return _varint(rng.choice((0, 7, 1 << 40)))
-    if kind == 7:
-        return bytes(8)
-    if kind == 8:
-        return _varint(3) + b'abc'
-    if kind == 12:
-        return b'\x15\x04\x00'   # {1: i32 2}.
-    return _thrift_container(rng, kind, depth + 1)
-
-
-def _thrift_container(rng: random.Random, kind: int, depth: int) -> bytes:
-    """A list, set or map, its elements of any type, its count as written or a huge claim, its
-    nesting up to thousands deep (one byte a level)."""
-    element = rng.choice((1, 2, 3, 5, 8, 9, 10, 11, 12))
-    claim = rng.random() < 0.3
-    count = rng.choice((1 << 60, 1 << 31, 5000)) if claim else rng.randrange(3)
-    if depth > rng.choice((3, 40, 5000)):
-        element, count, claim = 5, 0, False
-    if kind == 11:
-        value = rng.choice((1, 2, 3, 5, 9, 11))
-        head = _varint(count) + (bytes([element << 4 | value]) if count else b'')
-        if claim:
-            return head
-        return head + b''.join(_thrift_value(rng, element, depth) + _thrift_value(rng, value, depth)
-                               for _ in range(count))
-    head = bytes([count << 4 | element]) if count < 15 else bytes([0xF0 | element]) + _varint(count)
-    if claim:
-        return head
-    return head + b''.join(_thrift_value(rng, element, depth) for _ in range(count))
-
-
 def _thrift_field(rng: random.Random) -> bytes:
     """An unknown field (id 100) of a struct, the shapes that once hung or crashed a reader: a
     map of booleans claiming 2**60 entries, lists nested 5,000 deep, and their like."""
     kind = rng.choice((9, 10, 11))
-    return bytes([kind]) + _varint(200) + _thrift_container(rng, kind, 0)
+    return bytes([kind]) + fuzz_thrift.varint(200) + fuzz_thrift.container(rng, kind, 0)
 
 
 def _with_field(rng: random.Random, data: bytes, field: bytes) -> bytes:

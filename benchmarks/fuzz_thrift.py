@@ -20,7 +20,8 @@ TOKENS = [b'\x00', b'\x11', b'\x19', b'\x1b', b'\x0b', b'\x0c', b'\x09', b'\xff\
           b'\x80' * 9 + b'\x01', b'\x19' * 100]
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """`value` as a compact-protocol varint."""
     out = b''
     while value > 0x7F:
         out += bytes([value & 0x7F | 0x80])
@@ -33,18 +34,20 @@ def _value(rng: random.Random, kind: int, depth: int) -> bytes:
     if kind in (1, 2, 3):
         return bytes([rng.choice((0, 1, 2, 0xFF))])
     if kind in (4, 5, 6):
-        return _varint(rng.choice((0, 1, 300, 1 << 40)))
+        return varint(rng.choice((0, 1, 300, 1 << 40)))
     if kind == 7:
         return bytes(8)
     if kind == 8:
         text = rng.choice((b'', b'abc', b'x' * 200))
-        return _varint(len(text)) + text
+        return varint(len(text)) + text
     if kind == 12:
         return _struct(rng, depth + 1)
-    return _container(rng, kind, depth + 1)
+    return container(rng, kind, depth + 1)
 
 
-def _container(rng: random.Random, kind: int, depth: int) -> bytes:
+def container(rng: random.Random, kind: int, depth: int) -> bytes:
+    """A list, set or map, its elements of any type, its count as written or a huge claim, its
+    nesting up to thousands deep (one byte a level)."""
     element = rng.choice((1, 2, 3, 5, 8, 9, 10, 11, 12))
     claim = rng.random() < 0.3
     count = rng.choice((1 << 60, 1 << 31, 5000, 14, 15)) if claim else rng.randrange(4)
@@ -52,12 +55,12 @@ def _container(rng: random.Random, kind: int, depth: int) -> bytes:
         element, count, claim = 5, 0, False
     if kind == 11:
         value = rng.choice((1, 2, 3, 5, 9, 11, 12))
-        head = _varint(count) + (bytes([element << 4 | value]) if count else b'')
+        head = varint(count) + (bytes([element << 4 | value]) if count else b'')
         if claim:
             return head
         return head + b''.join(_value(rng, element, depth) + _value(rng, value, depth)
                                for _ in range(count))
-    head = bytes([count << 4 | element]) if count < 15 else bytes([0xF0 | element]) + _varint(count)
+    head = bytes([count << 4 | element]) if count < 15 else bytes([0xF0 | element]) + varint(count)
     if claim:
         return head
     return head + b''.join(_value(rng, element, depth) for _ in range(count))
@@ -70,7 +73,7 @@ def _struct(rng: random.Random, depth: int) -> bytes:
         field = last + rng.randrange(1, 20) if rng.random() < 0.8 else rng.choice((100, 32767))
         kind = rng.choice((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12))
         head = bytes([(field - last) << 4 | kind]) if 0 < field - last < 16 else \
-            bytes([kind]) + _varint(field << 1)
+            bytes([kind]) + varint(field << 1)
         body = b'' if kind in (1, 2) else _value(rng, kind, depth)
         out, last = out + head + body, field
     return out + b'\x00'

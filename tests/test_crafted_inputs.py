@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
+from benchmarks.fuzz_thrift import varint
 from tests.helpers import cli, shard_paths
 from tests.verify_helpers import run_verify
 from pipeline.testing.process_memory import run_sampled, sample_command
@@ -24,21 +25,13 @@ from pipeline.testing.process_memory import run_sampled, sample_command
 FEATURES = {'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b']}}
 
 
-def _varint(value: int) -> bytes:
-    out = b''
-    while value > 0x7F:
-        out += bytes([value & 0x7F | 0x80])
-        value >>= 7
-    return out + bytes([value])
-
-
 def _field(field: int, kind: int) -> bytes:
     """The header of an unknown thrift compact field (its id written in full)."""
-    return bytes([kind]) + _varint(field << 1)
+    return bytes([kind]) + varint(field << 1)
 
 
 # Field 100, a map claiming 2**60 entries of booleans to booleans: 9 bytes.
-MAP_OF_BOOLS = _field(100, 0x0B) + _varint(1 << 60) + bytes([0x11])
+MAP_OF_BOOLS = _field(100, 0x0B) + varint(1 << 60) + bytes([0x11])
 # Field 100, a list holding a list holding a list ... 5,000 deep, one byte a level.
 NESTED_LISTS = _field(100, 0x09) + bytes([0x19]) * 5000 + bytes([0x09])
 
