@@ -115,7 +115,9 @@ def test_split_folders_are_listed_at_once_and_no_size_or_note_is_asked_for_again
     assert result.returncode == 0, result.stderr[-3000:]
     convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
 
-    assert proxy.overlaps[('list', 'list')] >= 6   # 2 before: the class folders only.
+    # 6 when each set of three lists overlaps whole; on a loaded machine one may start after
+    # another ended. 2 before: the class folders only.
+    assert proxy.overlaps[('list', 'list')] >= 4
     # 25 and 19 before: each shard's size after its compose, the progress note, the temp folder
     # once more, and the lock read once more (the lock's release read it again). The progress
     # display's polls of the parts and shards it finds are not counted: how many there are
