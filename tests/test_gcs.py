@@ -15,7 +15,7 @@ IMAGES = {f'{split}/c{c}/{split}{i}.jpg': imagemaker.jpeg(60, 40, seed=c * 50 + 
           for split in ('train', 'validation') for c in range(3) for i in range(5)}
 IMAGES['train/c0/broken.jpg'] = b'\xff\xd8\xff\xe0 not really'
 IMAGES['train/c2/photo.png'] = imagemaker.png(300, 280)
-# Conversions after the first test's run without the check for copies across splits: what is
+# Conversions but the first test's run without the check for copies across splits: what is
 # tested is Cloud Storage, and the check's Beam stages take half of a small conversion's time.
 NO_LEAKAGE_CHECK = '--leakage=off'
 
