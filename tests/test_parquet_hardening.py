@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.output import records
 from pipeline.testing import imagemaker
-from tests.helpers import IN_PROCESS, cli, shard_paths
+from tests.helpers import cli, shard_paths
 from pipeline.testing.process_memory import GIB, run_sampled
 
 IMAGE = {'_type': 'Image'}
@@ -120,7 +120,7 @@ def test_image_structs_whose_path_is_a_number_a_struct_or_missing_convert(tmp_pa
         paths = [7, 8] if kind == pa.int64() else [{'x': 'a'}, None] if kind else None
         _write(tmp_path / 'in', features, _images(2, kind, paths), [0, 1],
                name=f'train-0000{n}-of-00003')
-    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', *IN_PROCESS)
+    result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', '--leakage=off')
     assert result.returncode == 0, result.stderr
     names = sorted(r[records.FILENAME][0] for r in _records(f'{tmp_path}/out'))
     assert names == [b'train-0000%d-of-00003.parquet:row %d' % (n, row)
@@ -249,7 +249,7 @@ def test_images_stored_by_their_paths_are_read_from_them(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     os.remove(tmp_path / 'gone.jpg')
     result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out',
-                 '--max_error_ratio=1', *IN_PROCESS)
+                 '--max_error_ratio=1', '--leakage=off')
     assert result.returncode == 0, result.stderr
     found = {r[records.FILENAME][0]: r for r in _records(f'{tmp_path}/out')}
     assert sorted(found) == [b'photo0.jpg', b'photo1.jpg', b'photo2.jpg']
