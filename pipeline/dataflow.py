@@ -11,7 +11,7 @@ import tempfile
 from apache_beam.options.pipeline_options import (
     DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, WorkerOptions)
 
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, printable
 
 WORKER_DEFAULTS = {  # flag: (options view, value)
     'machine_type': (WorkerOptions, 'n2-standard-4'),      # 4 vCPU, 16 GB: 4 GB per process.
@@ -37,15 +37,34 @@ def apply_worker_defaults(options: PipelineOptions, given: set[str]) -> None:
     setup.setup_file = SETUP_FILE
 
 
-def check_locations(options: PipelineOptions) -> None:
-    """Dataflow workers and the service read --temp_location and --staging_location: they must be
-    gs:// folders. Checked before anything touches the network."""
+def check_flags(options: PipelineOptions) -> None:
+    """What a Dataflow job needs and Beam would check only once the input is listed: a project,
+    and --temp_location and --staging_location as gs:// folders (workers and the service read
+    them). Checked before anything touches the network."""
     cloud = options.view_as(GoogleCloudOptions)
+    if not cloud.project:
+        raise DatasetError('--runner=DataflowRunner needs --project=PROJECT_ID, the Google Cloud '
+                           'project the job runs in (and --region=REGION, e.g. us-central1, '
+                           'unless gcloud config has compute/region)')
     for flag in ('temp_location', 'staging_location'):
         value = getattr(cloud, flag)
         if value and not value.startswith('gs://'):
             raise DatasetError(f'--{flag}={value} is not a Cloud Storage folder; Dataflow needs '
                                f'--{flag}=gs://BUCKET/FOLDER')
+
+
+def check_paths(output_dir: str | None, inputs: list[str], dry_run: bool) -> None:
+    """Dataflow's workers see Cloud Storage, not this machine: the output must be on gs://, and
+    so must the inputs of a job submitted (a dry run lists and plans a local input here)."""
+    if output_dir and not output_dir.startswith('gs://'):
+        raise DatasetError(f'--output_dir={printable(output_dir)} is on this machine, and a '
+                           'Dataflow job writes to Cloud Storage: give --output_dir=gs://BUCKET/'
+                           'FOLDER')
+    local = next((path for path in inputs if not path.startswith('gs://')), None)
+    if local and not dry_run:
+        raise DatasetError(f'{printable(local)} is on this machine, and Dataflow workers read '
+                           f'only Cloud Storage: copy it to a bucket (gcloud storage cp -r '
+                           f'{printable(local)} gs://BUCKET/FOLDER) and give that path')
 
 
 def build_worker_package(options: PipelineOptions) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import (
 
 from pipeline import job, plan
 from pipeline.dataflow import build_worker_package
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, beam_refusal, printable
 from pipeline.io import fileio
 from pipeline.launch import Launch
 from pipeline.sources import input_paths
@@ -32,10 +32,7 @@ def describe(launch: Launch, signed_in: bool) -> str:
     try:
         graph = prepared.pipeline.run().job.proto_pipeline
     except ValueError as exc:   # Beam's checks of the Dataflow options.
-        if 'validations errors' not in str(exc):
-            raise
-        raise DatasetError('Dataflow would refuse these options: '
-                           + '; '.join(str(exc).splitlines()[1:]).strip()) from None
+        raise (beam_refusal(exc) or exc) from None
     cloud = prepared.launch.beam.view_as(GoogleCloudOptions)
     lines = ['Dry run: nothing submitted.',
              f'Checked: the buckets of the input and of {prepared.settings.output_dir}, with your '
@@ -47,6 +44,7 @@ def describe(launch: Launch, signed_in: bool) -> str:
              f'Job graph: {len(graph.components.transforms)} steps in these stages: '
              + ', '.join(_stages(graph)),
              f'Workers: {_workers(prepared.launch.beam)}',
+             *_local_inputs(flags),
              'Staged for the workers: ' + ', '.join(
                  f'{name} ({size / 1e3:.0f} KB)' for name, size in build_worker_package(
                      prepared.launch.beam)),
@@ -61,6 +59,15 @@ def _stages(graph) -> list[str]:
     while len(top) == 1 and transforms[top[0]].subtransforms:   # A wrapper around them all.
         top = list(transforms[top[0]].subtransforms)
     return [transforms[t].unique_name for t in top]
+
+
+def _local_inputs(flags) -> list[str]:
+    """A line for inputs on this machine, which a submitted job could not read."""
+    local = [p for p in input_paths(flags)[:-1] if p and not fileio.is_gcs(p)]
+    if not local:
+        return []
+    return [f'Input on this machine ({", ".join(printable(p) for p in local)}): listed and planned '
+            'here; the job itself needs it on gs:// (Dataflow workers read only Cloud Storage)']
 
 
 def _workers(options: PipelineOptions) -> str:

@@ -79,3 +79,12 @@ def stop_line(stop: KeyboardInterrupt) -> tuple[str, int]:
     if isinstance(stop, Terminated):
         return f'{stop.line}; rerun the same command to resume', 128 + stop.signum
     return 'interrupted; rerun the same command to resume', 130
+
+
+def beam_refusal(exc: ValueError) -> DatasetError | None:
+    """Beam's refusal of a job's options (a ValueError listing them on lines of their own) as one
+    line; None for another ValueError."""
+    if 'validations errors' not in str(exc):
+        return None
+    problems = '; '.join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+    return DatasetError(f'Dataflow would refuse these options: {problems}')

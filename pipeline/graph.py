@@ -19,6 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
+from pipeline.errors import beam_refusal
 from pipeline.plan import write_plan
 from pipeline.output import output_folder
 from transforms.commit import CommitDataset
@@ -35,7 +36,10 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
                    partitions: list[Partition], settings: ConversionSettings) -> beam.Pipeline:
     """The conversion of `partitions` into a committed dataset under settings.output_dir, to
     run on `runner` (None: the one --runner names)."""
-    p = beam.Pipeline(runner=runner, options=options)
+    try:
+        p = beam.Pipeline(runner=runner, options=options)
+    except ValueError as exc:   # Beam's checks of a service runner's options.
+        raise (beam_refusal(exc) or exc) from None
     sized = not settings.num_shards   # Shards sized by the output of a converted sample.
     measure_sizes = sized and not all(x.sizes_known for x in partitions)
     listed = p | 'List Examples' >> ListExamples(
@@ -67,7 +71,10 @@ def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     """Lists and plans without converting: the plan document goes to `plan_path`, with what a
     converted sample of the inputs weighs (unless not `sample`: the listing alone) and, if
     `measure_rate`, this machine's conversion rate for it."""
-    p = beam.Pipeline(runner=runner, options=options)
+    try:
+        p = beam.Pipeline(runner=runner, options=options)
+    except ValueError as exc:   # Beam's checks of a service runner's options.
+        raise (beam_refusal(exc) or exc) from None
     measure_sizes = not all(x.sizes_known for x in partitions)
     listed = p | 'List Examples' >> ListExamples(
         partitions, None, measure_sizes, sample_size=SAMPLE_SIZE if sample else 0)

@@ -150,3 +150,22 @@ def test_names_not_in_utf8_are_reported_not_fatal(tmp_path):
         assert error['source'] == shown
         assert error['reason'].startswith('its path is not valid UTF-8')
     assert open(out / 'labels.txt').read() == 'cat\n'
+
+
+def test_a_val_folder_is_the_validation_split_and_folders_left_out_are_named(tmp_path):
+    files = {f'{folder}/c{i % 2}/{i}.jpg': imagemaker.jpeg(40, 30, seed=i + 10 * n)
+             for n, folder in enumerate(('train', 'val', 'testing', 'notes')) for i in range(4)}
+    result = cli(f'--input_dir={write_tree(tmp_path / "in", files)}',
+                 f'--output_dir={tmp_path}/out')
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f'{tmp_path}/in: left out notes/, testing/: not a split folder (train, validation or '
+        'val, test); rename a folder to convert it')
+    validation = read_split(f'{tmp_path}/out', 'validation')
+    assert sorted(r['image/filename'] for r in validation) == ['0.jpg', '1.jpg', '2.jpg', '3.jpg']
+    assert not shard_paths(f'{tmp_path}/out', 'test')
+    both = write_tree(tmp_path / 'both', {'val/c0/1.jpg': imagemaker.jpeg(seed=1),
+                                          'validation/c0/2.jpg': imagemaker.jpeg(seed=2)})
+    twice = cli(f'--input_dir={both}', f'--output_dir={tmp_path}/out2')
+    assert twice.returncode == 2 and twice.stderr.splitlines() == [
+        f'error: {both}/val and {both}/validation both stand for split validation; keep one']

@@ -3,6 +3,7 @@ one line before anything touches the network, and a dry run checks the job witho
 import os
 import re
 import socket
+import sys
 
 import pytest
 
@@ -28,6 +29,25 @@ def test_a_local_temp_location_is_one_line_before_any_network_access(tmp_path):
     assert result.stderr.splitlines() == [
         f'error: --temp_location={tmp_path}/tmp is not a Cloud Storage folder; Dataflow needs '
         '--temp_location=gs://BUCKET/FOLDER']
+
+
+def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_listing(tmp_path):
+    (tmp_path / 'in').mkdir()
+    job = ['--temp_location=gs://my-bucket/tmp', f'--input_dir={tmp_path}/in']
+    answers = {
+        'no project': cli('--runner=DataflowRunner', *job, '--output_dir=gs://my-bucket/out'),
+        'local output': cli(*CLOUD, '--dry_run=true', *job, f'--output_dir={tmp_path}/out'),
+        'local input': cli(*CLOUD, *job, '--output_dir=gs://my-bucket/out')}
+    assert {name: (a.returncode, a.stderr.splitlines()) for name, a in answers.items()} == {
+        'no project': (2, ['error: --runner=DataflowRunner needs --project=PROJECT_ID, the Google '
+                           'Cloud project the job runs in (and --region=REGION, e.g. us-central1, '
+                           'unless gcloud config has compute/region)']),
+        'local output': (2, [f'error: --output_dir={tmp_path}/out is on this machine, and a '
+                             'Dataflow job writes to Cloud Storage: give --output_dir=gs://BUCKET/'
+                             'FOLDER']),
+        'local input': (2, [f'error: {tmp_path}/in is on this machine, and Dataflow workers read '
+                            f'only Cloud Storage: copy it to a bucket (gcloud storage cp -r '
+                            f'{tmp_path}/in gs://BUCKET/FOLDER) and give that path'])}
 
 
 def test_dry_run_from_the_command_line_checks_the_job_and_submits_nothing(raw):
@@ -91,10 +111,12 @@ def test_dry_run_without_credentials_is_offline_and_prints_what_would_be_submitt
     assert lines[4] == ('Workers: n2-standard-4, 1 at first and up to 32 (THROUGHPUT_BASED '
                         'autoscaling), 4 harness threads per SDK process, 30 GB disk; code: this '
                         f'package built from {os.path.dirname(os.path.dirname(__file__))}/setup.py')
+    assert lines[5] == (f'Input on this machine ({inputs}): listed and planned here; the job '
+                        'itself needs it on gs:// (Dataflow workers read only Cloud Storage)')
     assert re.fullmatch(r'Staged for the workers: workflow.tar.gz \(\d+ KB\), '
-                        r'submission_environment_dependencies.txt \(\d+ KB\)', lines[5])
-    assert lines[7] == 'Plan (listed here, with the Dataflow estimate):'
-    assert lines[9].split()[:2] == ['train', '6'] and '6 images' in result.stdout
+                        r'submission_environment_dependencies.txt \(\d+ KB\)', lines[6])
+    assert lines[8] == 'Plan (listed here, with the Dataflow estimate):'
+    assert lines[10].split()[:2] == ['train', '6'] and '6 images' in result.stdout
     assert sorted(os.listdir(tmp_path)) == ['gcloud', 'in']
 
     refused = run_cli(*CLOUD, '--dry_run=true', '--temp_location=gs://my-bucket/tmp',
@@ -105,6 +127,11 @@ def test_dry_run_without_credentials_is_offline_and_prints_what_would_be_submitt
         'error: gs://my-bucket/in is read to build the job (its splits, labels and listing): a dry '
         'run without Google Cloud credentials needs the input on local disk; or sign in (gcloud '
         'auth application-default login)']
+    no_region = run_cli(*CLOUD[:2], '--dry_run=true', '--temp_location=gs://my-bucket/tmp',
+                        f'--input_dir={inputs}', '--output_dir=gs://my-bucket/out',
+                        env=dict(env, PATH=os.path.dirname(sys.executable)), timeout=120)
+    assert no_region.returncode == 2 and no_region.stderr.splitlines() == [
+        'error: Dataflow would refuse these options: Missing required option: region.']
     shards = run_cli(*CLOUD, '--dry_run=true', '--temp_location=gs://my-bucket/tmp',
                      '--webdataset=train=gs://my-bucket/wds/train-{0..3}.tar',
                      '--output_dir=gs://my-bucket/out',

@@ -15,7 +15,7 @@ from pipeline.inputs import folders, parquet_files
 from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
-from pipeline.base.splits import SPLITS
+from pipeline.base.splits import SPLITS, split_of
 from pipeline.base.settings import LabelSettings
 
 LOG = logging.getLogger('image_tfrecords')
@@ -169,20 +169,28 @@ def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
     inner = _only_folder(place, places)
     if inner is not None:
         inner_places = _folders_above_splits(inner, root, accept_cut)
-        if any(p.name in SPLITS for p in inner_places):
+        if any(_split_folder(p) for p in inner_places):
             LOG.info('%s holds one folder, %s/; reading the splits in it', root,
                      fileio.basename(inner.path))
             places = inner_places
-    found = [p for p in places if p.name in SPLITS]
+    found = [p for p in places if _split_folder(p)]
     for split in SPLITS:
-        twins = [p.path for p in found if p.name == split]
+        twins = [p.path for p in found if _split_folder(p) == split]
         if len(twins) > 1:
             raise DatasetError(f'{" and ".join(twins)} both stand for split {split}; keep one')
-    splits = tuple(s for s in SPLITS if s in {p.name for p in found})
+    splits = tuple(s for s in SPLITS if s in {_split_folder(p) for p in found})
     if not splits and not optional:
         raise DatasetError(f'{root} has no split folders; expected {root}/train/<class>/<image> '
-                           '(and/or validation/, test/; each may be a .tar, .tar.gz or .zip)')
-    by_name = {p.name: p for p in found}
+                           '(and/or validation/ or val/, test/; each may be a .tar, .tar.gz or '
+                           '.zip)')
+    left_out = sorted(p.name for p in places if not _split_folder(p) and not p.name.startswith('.')
+                      and p.name != '__MACOSX')
+    if left_out and splits:
+        named = [f'{n}/' if n.isprintable() else repr(n) for n in left_out[:5]]
+        more = f' and {len(left_out) - 5} more' if len(left_out) > 5 else ''
+        LOG.warning('%s: left out %s%s: not a split folder (train, validation or val, test); '
+                    'rename a folder to convert it', root, ', '.join(named), more)
+    by_name = {_split_folder(p): p for p in found}
     return Source([FolderSplit(s, by_name[s]) for s in splits], splits, labels,
                   identity=f'folder {root}')
 
@@ -204,11 +212,16 @@ def _folders_above_splits(place: folders.Place, root: str,
     return places
 
 
+def _split_folder(place: folders.Place) -> str | None:
+    """The split a folder of the root holds (`val/` and `valid/` hold validation), or None."""
+    return split_of(place.name)
+
+
 def _only_folder(place: folders.Place, places: list[folders.Place]) -> folders.Place | None:
     """The one folder an archive holds without split folders beside it (as `tar czf
     flowers.tar.gz flowers` packs one), hidden ones and `__MACOSX/` aside: the folder the
     archive stands for, so its key is the archive's. None for anything else."""
-    if place.archive is None or place.prefix or any(p.name in SPLITS for p in places):
+    if place.archive is None or place.prefix or any(_split_folder(p) for p in places):
         return None
     shown = [p for p in places if not p.name.startswith('.') and p.name != '__MACOSX']
     return dataclasses.replace(shown[0], key=place.key) if len(shown) == 1 else None
