@@ -86,4 +86,5 @@ def _plan_here(launch: Launch) -> dict:
     with the Dataflow estimate only."""
     local = launch.replaced(runner='DirectRunner', plan_only=True, dry_run=False, output_dir=None)
     document = job.plan(local)
-    return plan.estimate({k: v for k, v in document.items() if k != 'estimate'})
+    return plan.estimate({k: v for k, v in document.items() if k != 'estimate'},
+                         reencode=launch.converter.reencode)

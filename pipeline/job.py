@@ -254,8 +254,9 @@ def plan(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationConfig
         fileio.delete([job.plan_path] if fileio.exists(job.plan_path) else [])
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
+    reencode = job.launch.converter.reencode
     if job.launch.runner is not RunnerKind.LOCAL:
-        return estimate(document)
+        return estimate(document, reencode=reencode)
     output_dir = job.launch.converter.output_dir or ''
     here = Here(cores=os.cpu_count() or 1, workers=max(1, job.launch.workers),
                 planning_seconds=planned, output_in_cloud=fileio.is_gcs(output_dir),
@@ -263,7 +264,7 @@ def plan(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationConfig
                                  if fileio.is_gcs(output_dir) else 0.0),
                 launcher_peak_bytes=process_memory().get('peak', 0),
                 one_process=not job.launch.workers)
-    return estimate(document, here)
+    return estimate(document, here, reencode)
 
 
 def _counters(result) -> dict:

@@ -74,7 +74,8 @@ class ConverterOptions(PipelineOptions):
              'from --target_shard_mb).')
         flag('target_shard_mb', type=float, default=DEFAULT_TARGET_SHARD_MB,
              help=f'Shard size aimed at when --num_shards is 0, in the records\' bytes as a '
-             f'converted sample estimates them (default {DEFAULT_TARGET_SHARD_MB}).')
+             f'converted sample estimates them (default {DEFAULT_TARGET_SHARD_MB}). In MiB; the '
+             'shard count is the nearest whole number (docs/output.md).')
         switch('overwrite', False, 'Replace a dataset already in --output_dir (and remove '
                'temporary folders other runs left there)')
         switch('clean_temp', False, 'Remove the temporary folders unfinished runs left in '

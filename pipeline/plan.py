@@ -38,6 +38,10 @@ from transforms.sharding import output_line
 # conversion costs ~0.8 ms per image (benchmarks/benchmark.py), so most of this is the Cloud
 # Storage client's work per read.
 IMAGES_PER_VCPU_SECOND = 290
+# Measured: the CPU that re-encoding every image adds, 1.55 ms per image of 300-500 px (the
+# converter's steady rates with and without --reencode on 2 cores, 739 and 1,733 images/s:
+# benchmarks/benchmark.py --workload distinct, 2026-12-06).
+REENCODE_CPU_SECONDS = 0.00155
 DATAFLOW_VCPUS_PER_WORKER = 4     # n2-standard-4, the default --machine_type.
 # Assumptions, from Cloud Storage's request rate guidelines: a bucket's initial read capacity,
 # and the ramp-up (the rate may double every 20 minutes).
@@ -125,13 +129,14 @@ def output_requests(parts: int, shards: int, workers: int) -> float:
     return 40 + (5 * parts + 6 * shards) / workers
 
 
-def estimate(document: dict, here: Here | None = None) -> dict:
-    """Adds the time and worker model to a plan document: for Dataflow, and with `here`, for a
-    local run on this machine."""
+def estimate(document: dict, here: Here | None = None, reencode: bool = False) -> dict:
+    """Adds the time and worker model to a plan document: for Dataflow (`reencode`: every image
+    is re-encoded), and with `here`, for a local run on this machine."""
     images = sum(s['inputs'] for s in document['splits'].values())
-    vcpu_hours = images / IMAGES_PER_VCPU_SECOND / 3600
+    cpu_per_image = 1 / IMAGES_PER_VCPU_SECOND + (REENCODE_CPU_SECONDS if reencode else 0)
+    vcpu_hours = images * cpu_per_image / 3600
     workers = max(1, math.ceil(vcpu_hours / DATAFLOW_VCPUS_PER_WORKER))
-    reads_per_second = workers * DATAFLOW_VCPUS_PER_WORKER * IMAGES_PER_VCPU_SECOND
+    reads_per_second = workers * DATAFLOW_VCPUS_PER_WORKER / cpu_per_image
     local = time_here(document, images, here) if here else None
     memory = memory_here(document, here) if here else None
     return dict(document, estimate={
@@ -153,7 +158,8 @@ def estimate(document: dict, here: Here | None = None) -> dict:
                                  if reads_per_second > BUCKET_READS_PER_SECOND else None),
         'assumptions': f'{IMAGES_PER_VCPU_SECOND} images/s per vCPU (pass-through, measured by '
                        'benchmarks/latency.py with 50 ms per Cloud Storage read and one work item '
-                       'per vCPU; --reencode adds ~0.3 ms of CPU per image), '
+                       f'per vCPU; --reencode adds {REENCODE_CPU_SECONDS * 1e3:.2f} ms of CPU per '
+                       f'image{", counted here" if reencode else ""}), '
                        f'{DATAFLOW_VCPUS_PER_WORKER} vCPUs per Dataflow worker (n2-standard-4), '
                        'the default --reads_in_flight; a bucket serving '
                        f'{BUCKET_READS_PER_SECOND:,} reads/s at first, doubling every '

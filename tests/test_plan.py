@@ -37,6 +37,12 @@ def test_plan_only_lists_and_plans_without_writing(tmp_path):
         'inputs': 30, 'ignored': 1, 'labels': 2, 'shards': 3, 'chunks': 1,
         'input_bytes': train_bytes, 'output_sampled': 35, 'shard_bytes': output // 3}
     assert plan['splits']['test']['inputs'] == 5 and plan['splits']['test']['shards'] == 3
+    # Re-encoding every image costs the Dataflow estimate its CPU too.
+    reencoded = _plan_cli(f'--input_dir={root}', '--num_shards=3', '--plan_format=json',
+                          '--reencode')
+    from pipeline.plan import IMAGES_PER_VCPU_SECOND, REENCODE_CPU_SECONDS
+    assert json.loads(reencoded.stdout)['estimate']['vcpu_hours'] == pytest.approx(
+        plan['estimate']['vcpu_hours'] * (1 + REENCODE_CPU_SECONDS * IMAGES_PER_VCPU_SECOND))
     assert plan['labels'] == 2 and plan['estimate']['images'] == 35
     assert plan['estimate']['dataflow_workers_for_one_hour'] == 1
     assert not out.exists()

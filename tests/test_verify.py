@@ -142,8 +142,6 @@ def test_cli_exit_codes(dataset, copy):
     os.remove(shard_paths(copy, 'train')[0])
     bad = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', copy], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and 'missing shard' in bad.stderr
-    none = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', '/no/such'], capture_output=True, text=True)
-    assert none.returncode == 2 and none.stderr.startswith('error: /no/such has no readable dataset_info.json')
 
 
 @pytest.mark.slow
@@ -171,3 +169,19 @@ def test_held_lock_and_leftover_temp_folders_are_warnings_with_their_size(copy):
         'rerunning it resumes from there, --clean_temp or --overwrite removes it',
         f'warning: {copy}/.tmp-fedcba9876543210: left by run fedcba9876543210, whose commit '
         'finished (2.5 MB); the next run on this folder removes it']
+
+
+def test_a_folder_that_does_not_exist_or_holds_only_an_unfinished_run_says_so(tmp_path, capsys):
+    from pipeline.tools.verify import main as verify_main
+    assert verify_main([f'{tmp_path}/none']) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f'error: {tmp_path}/none does not exist: give the --output_dir of a conversion']
+    run = tmp_path / 'out' / '.tmp-0123456789abcdef'
+    run.mkdir(parents=True)
+    (run / '.image-tfrecords-run.json').write_text('{"run_id": "0123456789abcdef", '
+                                                   '"state": "running"}')
+    assert verify_main([f'{tmp_path}/out']) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f'error: {tmp_path}/out has no readable dataset_info.json and labels.txt (a JSON object '
+        f'and a text file of this tool); it holds {run}: temporary folder of an unfinished run '
+        '(0.0 MB); rerunning it resumes from there, --clean_temp or --overwrite removes it']

@@ -428,6 +428,16 @@ def _read_shards(tasks: list[ShardTask], formats: list[ShardFormat],
     return sorted(reports, key=lambda r: (order.index(r.file_format), r.split, r.index))
 
 
+def _no_dataset(output_dir: str) -> str:
+    """Why `output_dir` holds no dataset to verify, as one line: no such folder, or no dataset
+    in it, with what an unfinished run left there."""
+    if not fileio.is_gcs(output_dir) and not os.path.isdir(output_dir):
+        return f'{output_dir} does not exist: give the --output_dir of a conversion'
+    left = warnings(output_dir)
+    return (f'{output_dir} has no readable dataset_info.json and labels.txt (a JSON object and a '
+            'text file of this tool)' + (f'; it holds {left[0]}' if left else ''))
+
+
 def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
     """All problems of the dataset under `output_dir` ([] when it is sound)."""
     output_dir = output_dir.rstrip('/')
@@ -439,8 +449,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     info = bounded_reads.load_metadata(output_dir, metadata.DATASET_INFO)
     labels = bounded_reads.read_file(fileio.join(output_dir, metadata.LABELS), bounded=True)
     if info is None or labels is None:
-        raise DatasetError(f'{output_dir} has no readable dataset_info.json and labels.txt (a '
-                           'JSON object and a text file of this tool)')
+        raise DatasetError(_no_dataset(output_dir))
     names = labels.decode(errors='replace').splitlines()
     output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
     mismatched = _shard_count_problems(output_dir, info)
