@@ -169,3 +169,12 @@ def test_a_val_folder_is_the_validation_split_and_folders_left_out_are_named(tmp
     twice = cli(f'--input_dir={both}', f'--output_dir={tmp_path}/out2')
     assert twice.returncode == 2 and twice.stderr.splitlines() == [
         f'error: {both}/val and {both}/validation both stand for split validation; keep one']
+
+
+def test_a_shard_whose_every_input_is_skipped_is_not_said_written(tmp_path):
+    inputs = write_tree(tmp_path / 'in', {'train/a/1.jpg': b'junk', 'train/a/2.jpg': b'junk2'})
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', '--leakage=off')
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert 'train shard 1/1: every input skipped (2); no shard is written for it' in lines
+    assert not [line for line in lines if ' written: ' in line]
