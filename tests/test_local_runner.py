@@ -17,7 +17,7 @@ from tests.helpers import convert, output_files, write_tree
     ([], RunnerKind.LOCAL), (['--runner=DirectRunner'], RunnerKind.LOCAL),
     (['--runner=direct'], RunnerKind.LOCAL), (['--runner=PrismRunner'], RunnerKind.OTHER),
     (['--runner=PortableRunner'], RunnerKind.OTHER),
-    (['--runner=DataflowRunner'], RunnerKind.DATAFLOW)])
+    (['--runner=DataflowRunner', '--project=p'], RunnerKind.DATAFLOW)])
 def test_only_direct_runner_flags_get_the_local_runner(flags, kind):
     assert resolve(flags).runner is kind
 
