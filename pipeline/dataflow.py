@@ -4,6 +4,8 @@ The defaults suit an image job: decoding is CPU-bound and a worker thread holds 
 image at a time (up to --max_image_pixels x 3 bytes, 270 MB at the default), so a few threads
 per vCPU keep the CPUs busy without risking memory. Every one can be overridden by its flag.
 """
+import contextlib
+import fcntl
 import os
 import tarfile
 import tempfile
@@ -67,6 +69,21 @@ def check_paths(output_dir: str | None, inputs: list[str], dry_run: bool) -> Non
                            f'{printable(local)} gs://BUCKET/FOLDER) and give that path')
 
 
+@contextlib.contextmanager
+def _one_build_at_a_time(setup_file: str | None):
+    """Locks `setup_file` while its package is built: two builds of one source folder at once (two
+    submissions or dry runs) write the same folders in it."""
+    if not setup_file or not os.path.isfile(setup_file):
+        yield
+        return
+    with open(setup_file, 'rb') as lock:   # A lock needs no write access to the file.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_worker_package(options: PipelineOptions) -> list[tuple[str, int]]:
     """Builds the files a submission stages for the workers (the package from --setup_file and
     the list of the submitting environment's packages) in a folder that is then removed, and
@@ -74,7 +91,8 @@ def build_worker_package(options: PipelineOptions) -> list[tuple[str, int]]:
     from apache_beam.portability.api import beam_runner_api_pb2 as api
     from apache_beam.runners.portability.stager import Stager
     staged = []
-    with tempfile.TemporaryDirectory(prefix='image-tfrecords-staging-') as folder:
+    with tempfile.TemporaryDirectory(prefix='image-tfrecords-staging-') as folder, \
+            _one_build_at_a_time(options.view_as(SetupOptions).setup_file):
         for resource in Stager.create_job_resources(options, folder):
             path = api.ArtifactFilePayload.FromString(resource.type_payload).path
             name = api.ArtifactStagingToRolePayload.FromString(resource.role_payload).staged_name
