@@ -35,7 +35,7 @@ def _to_parquet(start: str, path: str, paths: list, labels: list, cast=True) -> 
     (an Image column when `cast`, else a column of text), written from `start`, as datasets
     wants: it measures the files there. A path to no file there names one that is gone."""
     import datasets
-    gone = [p for p in paths if p and not os.path.exists(f'{start}/{p}')]
+    gone = [p for p in paths if p and not os.path.exists(os.path.join(start, p))]
     with contextlib.chdir(start):
         for made in gone:
             open(made, 'wb').close()
@@ -150,3 +150,40 @@ def test_workers_get_the_start_folder_as_data_and_dataflow_workers_none(tmp_path
         'was started in is not read on DataflowRunner, whose workers cannot see that folder: '
         'write the paths absolute (gs://), or write the file with the images in it (datasets '
         'embeds them in push_to_hub)' for path in paths]
+
+
+@pytest.mark.slow
+def test_a_rewritten_file_is_converted_again_and_an_unchanged_one_reused(tmp_path):
+    """A run whose train rows all failed (their paths relative to another folder) left its
+    chunks; the train file written again with absolute paths is converted again, the
+    validation file, unchanged, is reused, and the progress counts only that as reused."""
+    start = _start_folder(tmp_path)
+    train, validation = sorted(IMAGES)[:4], sorted(IMAGES)[4:]
+    _to_parquet(start, 'pq/train.parquet', train, [p.split('/')[1] for p in train])
+    _to_parquet(start, 'pq/validation.parquet', [f'{start}/{p}' for p in validation],
+                [p.split('/')[1] for p in validation])
+    flags = [f'--input_dir={start}/pq', '--output_dir=out', '--label_column=label',
+             NO_LEAKAGE_CHECK]
+    os.makedirs(tmp_path / 'elsewhere')
+    failed = cli(*flags, cwd=tmp_path / 'elsewhere')
+    assert failed.returncode == 2 and 'nothing was committed' in failed.stderr
+    out = f'{tmp_path}/elsewhere/out'
+    [temp] = glob.glob(f'{out}/.tmp-*')
+    _to_parquet(start, 'pq/train.parquet', [f'{start}/{p}' for p in train],
+                [p.split('/')[1] for p in train])
+    result = cli(*flags, cwd=tmp_path / 'elsewhere')
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        f'resuming run {os.path.basename(temp)[5:]}: an earlier attempt finished 2 chunks and 2 '
+        'shards; each is reused if its inputs are unchanged, else converted again',
+        'reusing 1 of the 2 chunks an earlier attempt finished: the inputs of the other changed '
+        'since (or --max_input_mb did), so it is converted again']
+    done = [line for line in lines if line.startswith('converting: ')]
+    assert done[-1].startswith('converting: 4 of 4 inputs (100%) (2 reused from an earlier '
+                               'attempt)'), lines
+    assert any(line.startswith('train shard 1/1 written: 4 images') for line in lines)
+    assert any(line.startswith('validation shard 1/1 reused from an earlier attempt: 2 images')
+               for line in lines)
+    assert sorted(_stored(out).values()) == sorted(IMAGES[p] for p in train)
+    assert sorted(_stored(out, 'validation').values()) == sorted(IMAGES[p] for p in validation)
