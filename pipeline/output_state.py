@@ -122,8 +122,9 @@ def clear_temp_folders(settings: ConversionSettings, clean_temp: bool) -> bool:
         return False
     output_folder.drop_passing_runs(settings.temp_dir)
     chunks, shards = resume.finished_work(settings.temp_dir)
-    LOG.warning('resuming run %s: an earlier attempt finished %d chunks and %d shards; they are '
-                'reused where inputs and options are unchanged', settings.run_id, chunks, shards)
+    LOG.warning('resuming run %s: an earlier attempt finished %d chunks and %d shards; each is '
+                'reused if its inputs are unchanged, else converted again', settings.run_id,
+                chunks, shards)
     return True
 
 

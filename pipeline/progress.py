@@ -9,8 +9,12 @@ inputs done of the total, the rate and the time left: in place on a terminal
 (pipeline/console.py), else as a line per tenth of the work seen (at most a minute apart). The
 joins start once every chunk is converted, and a shard's sidecar is written before its line is
 logged: so the display looks again before any other line of ours is shown, and ends at 100%
-once a shard is joined, before that shard's line. Work an earlier attempt left is reused, not
-counted as done.
+once a shard is joined, before that shard's line.
+
+A resumed run reuses only the chunks an earlier attempt finished under the fingerprints they
+have now (transforms/resume.py): before it converts any, it notes how many that is
+(`reuse-<lock token>.json`), and only those inputs are shown as reused, not counted as done;
+when it reuses fewer chunks than the earlier attempt finished, a line says so.
 """
 import json
 import logging
@@ -22,6 +26,7 @@ from pipeline.errors import DatasetError
 from pipeline.io import fileio
 from pipeline.base.settings import ConversionSettings
 from pipeline.output import bounded_reads, output_folder
+from transforms import resume
 
 LOG = logging.getLogger(console.OURS)
 LINE_EVERY_SECONDS = 60
@@ -33,6 +38,7 @@ class Progress:
 
     def __init__(self, settings: ConversionSettings):
         self._plan = output_folder.plan_note(settings.temp_dir, settings.lock_token)
+        self._reuse = resume.reuse_note(settings.temp_dir, settings.lock_token)
         self._parts = fileio.join(settings.temp_dir, output_folder.PARTS)
         self._shards = fileio.join(settings.temp_dir, output_folder.SHARDS)
         self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
@@ -49,10 +55,10 @@ class Progress:
         self._before_lines = _BeforeLines(self)
 
     def __enter__(self) -> 'Progress':
-        self._reused = 0
+        self._reused = 0   # Inputs of the chunks reused, once the run notes them.
         try:
-            if self._resuming:   # What an earlier attempt left.
-                self._reused = sum(self._new_parts())
+            if self._resuming:   # What an earlier attempt left: not this attempt's work.
+                self._new_parts()
                 self._earlier = set(self._shard_sidecars())
         except Exception:   # Progress is never worth failing a run for.
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
@@ -72,9 +78,10 @@ class Progress:
             console.show_status('')
         if exc[0] is None:   # Committed: the temporary folder is gone.
             return
-        try:   # The note is for this attempt's launcher only.
-            if fileio.exists(self._plan):
-                fileio.delete([self._plan])
+        try:   # The notes are for this attempt's launcher only.
+            notes = [path for path in (self._plan, self._reuse) if fileio.exists(path)]
+            if notes:
+                fileio.delete(notes)
         except Exception:
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
 
@@ -139,14 +146,28 @@ class Progress:
         return sum(s['inputs'] for s in self._plan_data['splits'].values()) - self._reused
 
     def _read_plan(self) -> bool:
-        """Whether the plan (the totals and the conversion's start) is known, reading it once."""
+        """Whether the plan (the totals and the conversion's start) is known, reading it once,
+        and on a resumed run what it reuses (noted before any chunk is converted)."""
         if self._plan_data is None:
             noted = fileio.modified(self._plan)
-            if noted is None:
+            if noted is None or self._resuming and not fileio.exists(self._reuse):
                 return False
+            if self._resuming:
+                self._read_reuse()
             self._plan_data = json.loads(fileio.read_bytes(self._plan))
             self._started = noted   # Conversion starts.
         return True
+
+    def _read_reuse(self) -> None:
+        """Takes the inputs of the chunks this run reuses as reused; says so when it reuses
+        fewer chunks than an earlier attempt finished."""
+        reuse = json.loads(fileio.read_bytes(self._reuse))
+        self._reused = int(reuse['inputs'])
+        chunks, earlier = int(reuse['chunks']), int(reuse['earlier_chunks'])
+        if chunks < earlier:
+            with console.output_lock():
+                console.show_status('')
+                LOG.info('%s', reuse_text(chunks, earlier), extra=_OWN)
 
     def _shard_sidecars(self) -> list[str]:
         return [p for p in fileio.file_names(self._shards) if p.endswith('.json')]
@@ -180,6 +201,17 @@ class _BeforeLines(logging.Filter):
         if not getattr(record, 'progress', False):
             self._progress._catch_up()
         return True
+
+
+def reuse_text(chunks: int, earlier: int) -> str:
+    """'reusing 1 of the 3 chunks an earlier attempt finished: ...', for fewer than all."""
+    redone = earlier - chunks
+    count = f'none of the {earlier:,}' if chunks == 0 else f'{chunks:,} of the {earlier:,}'
+    whose = (('its' if earlier == 1 else 'their') + ' inputs' if chunks == 0
+             else 'the inputs of the other' + ('s' if redone > 1 else ''))
+    return (f'reusing {count} chunk{"s" if earlier > 1 else ""} an earlier attempt finished: '
+            f'{whose} changed since (or --max_input_mb did), so '
+            f'{"it is" if redone == 1 else "they are"} converted again')
 
 
 def status_text(done: int, todo: int, reused: int, seconds: float) -> str:

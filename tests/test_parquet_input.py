@@ -438,6 +438,12 @@ def test_a_killed_run_reuses_its_blobs_and_chunks_and_gives_the_bytes_of_a_clean
     rerun = cli(*flags, f'--output_dir={out}')
     assert rerun.returncode == 0, rerun.stderr
     assert 'an earlier attempt finished 2 chunks' in rerun.stderr
+    # Both chunks are unchanged, so reused: the progress counts their inputs as reused, not done.
+    assert 'reusing' not in rerun.stderr
+    done = [line for line in rerun.stderr.splitlines() if line.startswith('converting: ')][-1]
+    found = re.match(r'converting: (\d+) of \1 inputs \(100%\) \((\d+) reused from an earlier '
+                     r'attempt\)', done)
+    assert found and int(found[1]) + int(found[2]) == 320 and int(found[2]) > 0, done
     reference = str(tmp_path / 'reference')
     assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)

@@ -113,6 +113,32 @@ def finished_work(temp_dir: str) -> tuple[int, int]:
     return len({chunk_of_part(m.path) for m in parts}), len(shards)
 
 
+def reuse_note(temp_dir: str, lock_token: str) -> str:
+    """Where a resumed run notes, before it converts a chunk, how much of the work an earlier
+    attempt finished it reuses, for this attempt's launcher (pipeline/progress.py)."""
+    return fileio.join(temp_dir, f'reuse-{lock_token}.json')
+
+
+def note_reuse(fingerprints: list, plans: dict, temp_dir: str, path: str) -> None:
+    """Writes to `path` the chunks (and their inputs) of this run whose every part an earlier
+    attempt finished under the same fingerprint, of those it finished: `fingerprints` are
+    ((split, chunk), fingerprint) of every chunk. Part files are found by name (one listing), as
+    the progress display finds them; a part whose data turns out incomplete is converted again
+    all the same."""
+    finished = {p for p in fileio.file_names(fileio.join(temp_dir, output_folder.PARTS))
+                if p.endswith('.tfrecord.json')}
+    chunks = inputs = 0
+    for (split, chunk), fp in fingerprints:
+        plan = plans[split]
+        if all(f'{output_folder.part_path(temp_dir, split, shard, chunk, fp)}.json' in finished
+               for shard in plan.shards_of_chunk(chunk)):
+            chunks += 1
+            inputs += plan.first_rank(chunk + 1) - plan.first_rank(chunk)
+    earlier = len({chunk_of_part(p) for p in finished})
+    fileio.write_bytes(path, json.dumps({'chunks': chunks, 'inputs': inputs,
+                                         'earlier_chunks': earlier}).encode())
+
+
 def chunk_of_part(path: str) -> tuple[str, str]:
     """(split, chunk) of a part file's path: a chunk has a part per shard it falls in."""
     split, _, chunk, _ = fileio.basename(path).split('.')[0].rsplit('-', 3)

@@ -59,6 +59,8 @@ class WriteShards(beam.PTransform):
                  | 'Spread Tasks' >> beam.Reshuffle())
         fingerprints = tasks | 'Fingerprint Chunks' >> beam.ParDo(
             FingerprintChunks(settings.work_id), runs, label_map, plans)
+        if settings.resuming and settings.lock_token and not settings.release_lock:
+            fingerprints = _note_reuse(fingerprints, plans, settings)
         chunk_fps = beam.pvalue.AsDict(fingerprints)
         shard_fps = beam.pvalue.AsDict(
             fingerprints
@@ -85,6 +87,18 @@ class WriteShards(beam.PTransform):
                   | 'Write Shards' >> beam.ParDo(WriteShard(settings),
                                                  plans=plans, shard_fps=shard_fps, **drops))
         return {'shards': shards, 'copies': copies, **leakage}
+
+
+def _note_reuse(fingerprints: beam.PCollection, plans, settings: ConversionSettings):
+    """The chunk fingerprints, once the note of what an earlier attempt's work this run reuses
+    is written (resume.note_reuse): so before any chunk is converted, for the waiting
+    launcher's progress."""
+    noted = (fingerprints
+             | 'All Chunk Fingerprints' >> beam.combiners.ToList()
+             | 'Note Reuse' >> beam.Map(resume.note_reuse, plans, settings.temp_dir,
+                                        resume.reuse_note(settings.temp_dir, settings.lock_token)))
+    return fingerprints | 'Reuse Noted' >> beam.Map(lambda fp, _: fp,
+                                                     beam.pvalue.AsSingleton(noted))
 
 
 def _chunk_of_shards(chunk_fp: tuple, plans: dict) -> Iterator[tuple[ShardKey, tuple[int, str]]]:

@@ -8,7 +8,7 @@ partitions.
 
 The image column is the one whose feature is an `Image` in the schema's `huggingface` metadata
 (values `{bytes, path}`), the label column the `ClassLabel` one; `--image_column` and
-`--label_column` choose others. Label ids are the ClassLabel's ids and names its names (through
+`--label_column` choose others (an image column of plain bytes, or of text: the images' paths). Label ids are the ClassLabel's ids and names its names (through
 LabelSettings.label_names, as --labels_file fixes them); an integer label column without a
 ClassLabel gives ids as stored, a text column sorted names, as any other input.
 
@@ -18,6 +18,7 @@ reported error named `FILE:row N` (N counts from 0, as `datasets` indexes the fi
 """
 import dataclasses
 import itertools
+import os
 from typing import Callable
 
 import pyarrow as pa
@@ -25,8 +26,8 @@ import pyarrow as pa
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.parquet_row_groups import (ClassNames, Columns, RowGroups, footer,
-                                                readable, spans)
+from pipeline.inputs.parquet_row_groups import (NO_START_FOLDER, ClassNames, Columns, RowGroups,
+                                                StartFolder, footer, readable, spans)
 from pipeline.base.splits import SPLITS, split_of
 from pipeline.io import fileio
 from pipeline.base.settings import LabelSettings
@@ -110,10 +111,11 @@ def _columns(file: tuple[str, int, float | None], schema: pa.Schema, image: str 
             raise DatasetError(f'{flag} {name}: {path} has no such column (columns: '
                                f'{", ".join(schema.names)})')
     kind = schema.field(image).type
-    if not (_binary(kind) or pa.types.is_struct(kind) and kind.get_field_index('bytes') >= 0
-            and _binary(kind.field('bytes').type)):
-        raise DatasetError(f'{path}: column {image} holds {kind}, not images (binary, or a '
-                           '{bytes, path} struct); name the image column with --image_column')
+    if not (_binary(kind) or _text(kind) or pa.types.is_struct(kind)
+            and kind.get_field_index('bytes') >= 0 and _binary(kind.field('bytes').type)):
+        raise DatasetError(f'{path}: column {image} holds {kind}, not images (binary, a '
+                           '{bytes, path} struct, or text: their paths); name the image column '
+                           'with --image_column')
     feature = features.get(label, {})
     if not isinstance(feature, dict):
         raise DatasetError(f'{path}: the feature of column {label} in its huggingface schema '
@@ -125,14 +127,20 @@ def _columns(file: tuple[str, int, float | None], schema: pa.Schema, image: str 
             classes = ClassNames.of(label_values.class_label_names(feature), *file, label)
         except ValueError as exc:
             raise DatasetError(f'{path}: the ClassLabel of column {label} {exc}') from None
-        return Columns(image, label, classes, _path_column(image, kind), pa.types.is_struct(kind))
-    kind = schema.field(label).type
-    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
-            or pa.types.is_large_string(kind)):
-        raise DatasetError(f'{path}: column {label} holds {kind}, not labels (integer ids or '
+        return _image_columns(image, label, classes, kind)
+    found = schema.field(label).type
+    if not (pa.types.is_integer(found) or _text(found)):
+        raise DatasetError(f'{path}: column {label} holds {found}, not labels (integer ids or '
                            'class names); name the label column with --label_column')
-    kind = schema.field(image).type
-    return Columns(image, label, None, _path_column(image, kind), pa.types.is_struct(kind))
+    return _image_columns(image, label, None, kind)
+
+
+def _image_columns(image: str, label: str, classes: ClassNames | None,
+                   kind: pa.DataType) -> Columns:
+    """The Columns of image column `image` of type `kind`: a text column holds paths alone."""
+    if _text(kind):
+        return Columns(image, label, classes, image, text=True)
+    return Columns(image, label, classes, _path_column(image, kind), pa.types.is_struct(kind))
 
 
 def _path_column(image: str, kind: pa.DataType) -> str | None:
@@ -141,8 +149,11 @@ def _path_column(image: str, kind: pa.DataType) -> str | None:
     a number or a struct)."""
     if not pa.types.is_struct(kind) or kind.get_field_index('path') < 0:
         return None
-    found = kind.field('path').type
-    return f'{image}.path' if pa.types.is_string(found) or pa.types.is_large_string(found) else None
+    return f'{image}.path' if _text(kind.field('path').type) else None
+
+
+def _text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def _features(path: str, metadata: bytes) -> dict:
@@ -183,6 +194,8 @@ class ParquetFile(Partition):
     mtime: float | None
     columns: Columns
     limit: int         # --max_input_mb, in bytes.
+    # Where a relative image path is looked for after the file's folder (the launcher's).
+    start: StartFolder = NO_START_FOLDER
 
     def split_further(self) -> list[Partition]:
         found_footer = footer(self.path, self.size, self.mtime)
@@ -195,7 +208,7 @@ class ParquetFile(Partition):
                                f'the first file: {_difference(found, self.columns)}; convert the '
                                'files of one dataset together')
         return [RowGroups(self.split, self.path, self.name, self.size, self.mtime, self.columns,
-                          self.limit, *span)
+                          self.limit, *span, start=self.start)
                 for span in spans(self.path, found_footer, self.columns.image)]
 
 
@@ -234,11 +247,28 @@ def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
     if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
         labels = dataclasses.replace(labels, label_names=tuple(columns.classes), names_origin=(
             f'the ClassLabel of column {columns.label} in {first.path}'))
+    start = _start_folder(opts) if columns.path else NO_START_FOLDER
     partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns,
-                              opts.max_input_mb << 20)
+                              opts.max_input_mb << 20, start)
                   for split in splits for e in by_split[split][1]]
     return Source(partitions, splits, labels,
                   identity=f'parquet {root} {columns.image} {columns.label}')
+
+
+def _start_folder(opts) -> StartFolder:
+    """The folder this command was started in, for images whose paths are relative to it, where
+    the workers can read it: not on a runner whose workers run elsewhere (Dataflow, a job
+    service)."""
+    from pipeline.launch import resolve   # pipeline.launch imports the input kinds.
+    launch = resolve([], **opts.get_all_options(drop_default=True))
+    if launch.remote:
+        return StartFolder(None, f'is not read on {launch.runner_name}, whose workers cannot '
+                           'see that folder: write the paths absolute (gs://)')
+    try:
+        return StartFolder(os.getcwd())
+    except OSError:   # The folder was removed while the command ran in it.
+        return StartFolder(None, 'is not read: that folder was removed; write the paths '
+                           'absolute')
 
 
 class ParquetKind(InputKind):

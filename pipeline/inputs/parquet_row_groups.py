@@ -14,8 +14,11 @@ gs://), which the worker writes into one blob that each chunk reads its rows fro
 Page headers are walked before pyarrow reads a column chunk (parquet_pages.py): a page of labels
 or paths holds at most LISTING_PAGE_BYTES, one of images --max_input_mb (compressed bytes and
 dictionary included); the rows of a larger page and the rest of its row group are reported, each
-as `FILE:row N`. A row with no image bytes is read from its path (absolute, or relative to the
-file's folder; local or gs://), as `datasets` reads it.
+as `FILE:row N`. A row with no image bytes is read from its path (`_from_path`, local or gs://):
+an absolute one as it is; a relative one from the parquet file's folder or, where no file is
+there, from the folder the command was started in (StartFolder), which is where `datasets`
+itself looks (it opens the path as given, against its process's current folder). An image column
+of text (`datasets.Value('string')`, named with --image_column) is a column of such paths.
 """
 import contextlib
 import dataclasses
@@ -107,11 +110,13 @@ class Columns:
     classes: ClassNames | None   # The ClassLabel's names in id order; None: as stored.
     path: str | None = None           # The column of the images' paths (`IMAGE.path`), if any.
     struct: bool = False              # Whether images are {bytes, path} structs.
+    text: bool = False                # Whether the image column holds paths alone, as text.
 
     @property
-    def image_bytes(self) -> str:
-        """The column of the images' bytes: `IMAGE.bytes` of a struct, else IMAGE."""
-        return f'{self.image}.bytes' if self.struct else self.image
+    def image_bytes(self) -> str | None:
+        """The column of the images' bytes: `IMAGE.bytes` of a struct, IMAGE of plain bytes,
+        None for a column of paths."""
+        return None if self.text else f'{self.image}.bytes' if self.struct else self.image
 
     def label_of(self, value) -> tuple[str | int | None, str | None]:
         """(label, None) for a stored label value, or (None, why it is not one)."""
@@ -135,6 +140,20 @@ class Columns:
             return None, (f'label {label_values.excerpt(value)} in column {self.label} is longer '
                           f'than a class name may be ({MAX_LABEL_TEXT:,} characters)')
         return value, None
+
+
+@dataclasses.dataclass(frozen=True)
+class StartFolder:
+    """The folder the command was started in, as the launcher found it once: every worker gets
+    it as data (a forked or remote worker's own current folder says nothing). A relative image
+    path that names no file in the parquet file's folder is looked for there. `path` is None
+    where it cannot be read, and `why_not` then says why and what to do."""
+    path: str | None
+    why_not: str = ''
+
+
+# A file read without a launcher's folder (a tool's, a test's): relative paths only beside it.
+NO_START_FOLDER = StartFolder(None, 'is not looked in here; write the paths absolute')
 
 
 def opened(path: str, size: int):
@@ -216,12 +235,13 @@ class RowGroups(Partition):
     end_group: int
     first_row: int
     row_bytes: int
+    start: StartFolder   # Where a relative image path is looked for after the file's folder.
     sizes_known = True
 
     def examples(self) -> Iterator[ExampleRef]:
         read = RowGroupRead(self.path, self.size, self.mtime, self.first_group, self.end_group,
                             self.first_row, self.columns.image_bytes, self.columns.path,
-                            self.limit)
+                            self.limit, self.start)
         listed = [self.columns.label] + ([self.columns.path] if self.columns.path else [])
         files = _Opened(self.path, self.size, self.mtime)
         row = self.first_row
@@ -381,9 +401,10 @@ class RowGroupRead:
     first_group: int
     end_group: int
     first_row: int
-    column: str         # `image.bytes` of a struct column, or the column of plain bytes.
-    path_column: str | None
+    column: str | None  # `image.bytes` of a struct column, the column of plain bytes, or None
+    path_column: str | None   # for a column of paths (this one).
     limit: int          # --max_input_mb, in bytes: a page's, and an image read from its path.
+    start: StartFolder
 
     @property
     def key(self) -> str:
@@ -408,7 +429,9 @@ class RowGroupRead:
             if mine:
                 readable, chosen = self._checks[group].readable, set(mine)
                 paths = _Paths(files, group, self.path_column)
-                found = files.images(group, self.column, min(readable, mine[-1] + 1))
+                count = min(readable, mine[-1] + 1)
+                found = (files.images(group, self.column, count) if self.column
+                         else itertools.repeat(None, count))   # A column of paths alone.
                 for offset, data in enumerate(found):
                     if offset in chosen:
                         path = paths.at(offset) if data is None else None
@@ -432,7 +455,7 @@ class RowGroupRead:
     @functools.cached_property
     def _checks(self) -> dict[int, parquet_pages.ChunkCheck]:
         """Each row group's check of its image (and path) column's pages."""
-        columns = [self.column] + ([self.path_column] if self.path_column else [])
+        columns = [name for name in (self.column, self.path_column) if name]
         checks, first = {}, self.first_row
         for group in range(self.first_group, self.end_group):
             checks[group] = self._opened.check(group, first, columns, self.limit)
@@ -444,21 +467,57 @@ class RowGroupRead:
         """Why the file an image's path names was not read, by path."""
         return {}
 
+    @property
+    def _image_column(self) -> str:
+        return (self.column or self.path_column).partition('.')[0]
+
     def _from_path(self, path: str) -> bytes | None:
-        """The image at `path` (absolute, or relative to the parquet file's folder), or None
-        with the reason kept."""
-        where = path if fileio.is_gcs(path) or path.startswith('/') else fileio.join(
-            fileio.dirname(self.path), path)
-        try:
-            return fileio.read_input(where, self.limit)
-        except Exception as exc:   # Whatever stops it, the row's input fails, as a file would.
-            why = failures.unreadable_input(exc) or f'{type(exc).__name__}: {exc}'
-            self._reasons[path] = (f'no image: column {self.column.partition(".")[0]} holds no '
-                                   'bytes, and the file its path names cannot be read '
-                                   f'({where}: {printable(why)[:200]}); put the image there, or '
-                                   'write the file with the images in it (datasets embeds them '
-                                   'in push_to_hub)')
-            return None
+        """The image at `path`, or None with the reason kept: an absolute path (or gs://) as it
+        is; a relative one in the parquet file's folder, else in the folder the command was
+        started in."""
+        relative = not (fileio.is_gcs(path) or path.startswith('/'))
+        places = [fileio.join(fileio.dirname(self.path), path)] if relative else [path]
+        if relative and self.start.path:
+            places.append(fileio.join(self.start.path, path))
+        for where in places:
+            try:
+                return fileio.read_input(where, self.limit)
+            except Exception as exc:   # Whatever stops it, the row's input fails, as a file would.
+                if relative and _missing(exc):
+                    continue
+                why = failures.unreadable_input(exc) or f'{type(exc).__name__}: {exc}'
+                self._reasons[path] = (f'{self._no_bytes}the file {self._naming} cannot be read '
+                                       f'({where}: {printable(why)[:200]}); put the image there, '
+                                       f'or {_EMBED}')
+                return None
+        if self.start.path:
+            self._reasons[path] = (
+                f'{self._no_bytes}{self._relative} in the parquet file\'s '
+                f'folder ({places[0]}) or in the folder the command was started in '
+                f'({places[1]}); run the command from the folder the paths are relative to, put '
+                f'the images beside the parquet file, or {_EMBED}')
+        else:
+            self._reasons[path] = (
+                f'{self._no_bytes}{self._relative} in the parquet file\'s '
+                f'folder ({places[0]}); a path relative to the folder the command was '
+                f'started in {self.start.why_not}, or {_EMBED}')
+        return None
+
+    @property
+    def _no_bytes(self) -> str:
+        """How the reason for a row without an image from its path starts."""
+        return ('no image: ' if self.column is None
+                else f'no image: column {self._image_column} holds no bytes, and ')
+
+    @property
+    def _relative(self) -> str:
+        return (f'the relative path in column {self._image_column} names no file'
+                if self.column is None else 'its relative path names no file')
+
+    @property
+    def _naming(self) -> str:
+        return (f'column {self._image_column} names' if self.column is None
+                else 'its path names')
 
     def _why_not(self, row: int) -> str:
         """Why row `row` has no image: its page, its path, or a null image without a path."""
@@ -474,10 +533,20 @@ class RowGroupRead:
         path = self._path(group, row - first)
         if path is not None and (path in self._reasons or self._from_path(path) is None):
             return self._reasons[path]
-        return f'no image (column {self.column.partition(".")[0]} holds no bytes)'
+        return (f'no image (column {self._image_column} holds no '
+                + ('path)' if self.column is None else 'bytes)'))
 
     def _path(self, group: int, offset: int) -> str | None:
         return _Paths(self._opened, group, self.path_column).at(offset)
+
+
+_EMBED = 'write the file with the images in it (datasets embeds them in push_to_hub)'
+
+
+def _missing(exc: BaseException) -> bool:
+    """Whether a read failed because no file (or object) has the name."""
+    from google.api_core import exceptions as google
+    return isinstance(exc, (FileNotFoundError, NotADirectoryError, google.NotFound))
 
 
 class _Paths:
