@@ -10,7 +10,8 @@ across splits per image): the worst case for the leakage check. With `distinct`,
 cut into a 4x4 grid whose cells are shuffled and turned by random quarter turns before it is
 resized: the same photos, compressing about the same, but no two images alike. With `photos`,
 crops of that many generated photo-like images: groups of look-alikes that grow with the
-workload.
+workload. With `copies` (copies_workload), crops of the same photos in one split, each present
+several times under other names, byte for byte: a dataset with many exact copies.
 """
 import multiprocessing
 import os
@@ -104,8 +105,38 @@ def make_workload(root: str, n: int, seed: int = 0, distinct: bool = False,
         os.makedirs(folder, exist_ok=True)
         tasks.append((os.path.join(folder, f'img_{index:07d}.jpg'), index, rng.getrandbits(32),
                       distinct, photos))
+    _generate(tasks)
+    open(marker, 'w').close()
+    return root
+
+
+def _generate(tasks: list[tuple[str, int, int, bool, int]]) -> None:
     with multiprocessing.Pool() as pool:
         pool.map(_make, tasks, chunksize=64)
+
+
+def copies_workload(root: str, n: int, copies: int = 4, seed: int = 0) -> str:
+    """n files under root/train (skipped if a complete workload is there); returns root:
+    n // copies crops as make_workload makes them, in 10 class folders, each present `copies`
+    times in its folder, the others as hard links named img_NNNNNNN_copyK (exact byte copies
+    under other names; a converter reads the same bytes from a link as from a copy)."""
+    marker = os.path.join(root, f'.complete-copies-{n}-{copies}-{seed}')
+    if os.path.exists(marker):
+        return root
+    tasks, rng = [], random.Random(seed)
+    for index in range(n // copies):
+        folder = os.path.join(root, 'train', f'class_{rng.randrange(CLASSES):02d}')
+        os.makedirs(folder, exist_ok=True)
+        tasks.append((os.path.join(folder, f'img_{index:07d}.jpg'), index, rng.getrandbits(32),
+                      False, 0))
+    _generate(tasks)
+    for path, *_ in tasks:
+        made = path if os.path.exists(path) else path.replace('.jpg', '.png')
+        stem, extension = os.path.splitext(made)
+        for copy in range(1, copies):
+            link = f'{stem}_copy{copy}{extension}'
+            if not os.path.lexists(link):
+                os.link(made, link)
     open(marker, 'w').close()
     return root
 
