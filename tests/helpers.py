@@ -199,14 +199,17 @@ def shard_paths(output_dir: str, split: str) -> list[str]:
     return sorted(glob.glob(os.path.join(output_dir, f'*-{split}.tfrecord-*')))
 
 
-def read_split(output_dir: str, split: str, extra_spec: dict | None = None) -> list[dict]:
-    """Every record of a split, parsed with tf.io.parse_single_example, as numpy values."""
-    return read_files(shard_paths(output_dir, split), extra_spec)
+def read_split(output_dir: str, split: str, extra_spec: dict | None = None,
+               hashed: bool = True) -> list[dict]:
+    """Every record of a split, parsed with tf.io.parse_single_example, as numpy values
+    (`hashed`: each must carry the perceptual hashes; not so in a --leakage=off dataset)."""
+    return read_files(shard_paths(output_dir, split), extra_spec, hashed)
 
 
-def read_files(paths: list[str], extra_spec: dict | None = None) -> list[dict]:
+def read_files(paths: list[str], extra_spec: dict | None = None,
+               hashed: bool = True) -> list[dict]:
     import tensorflow as tf
-    spec = records.parse_spec()
+    spec = records.parse_spec(hashed=hashed)
     spec.update(extra_spec or {})
     out = []
     for raw in tf.data.TFRecordDataset(paths):

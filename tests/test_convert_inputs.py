@@ -9,7 +9,23 @@ from pipeline.config import ImageClassificationBuilder, ImageClassificationConfi
 from pipeline.output import records
 from pipeline.errors import DatasetError
 from pipeline.testing import imagemaker
-from tests.helpers import convert, read_split, write_tree
+from tests import helpers
+from tests.helpers import write_tree
+
+# Conversions run without the check for copies across splits (--leakage=off): what is tested is
+# how inputs, labels and extra features are read, and the check's Beam stages take half of a
+# small conversion's time.
+NO_LEAKAGE_CHECK = '--leakage=off'
+
+
+def convert(*argv, **kwargs) -> dict:
+    """helpers.convert with NO_LEAKAGE_CHECK."""
+    return helpers.convert(*argv, NO_LEAKAGE_CHECK, **kwargs)
+
+
+def read_split(out: str, split: str, extra_spec: dict | None = None) -> list[dict]:
+    """helpers.read_split of a dataset converted with NO_LEAKAGE_CHECK (records without hashes)."""
+    return helpers.read_split(out, split, extra_spec, hashed=False)
 
 
 @pytest.mark.slow
@@ -80,7 +96,8 @@ def test_old_style_config_through_builder(tmp_path):
         'validation/cat_2.jpg': imagemaker.jpeg(30, 30, seed=2)})
     builder = ImageClassificationBuilder(config=OldStyleConfig(root), data_dir=str(tmp_path / 'data'))
     summary = builder.download_and_prepare(
-        pipeline_options=None, direct_running_mode='in_memory', direct_num_workers=1)
+        pipeline_options=None, direct_running_mode='in_memory', direct_num_workers=1,
+        leakage='off')
     assert builder.data_dir == f'{tmp_path}/data/image_classification_builder/Simple/1.0.0'
     assert os.path.exists(os.path.join(
         builder.data_dir, 'image_classification_builder-train.tfrecord-00000-of-00001'))
@@ -149,8 +166,9 @@ def test_job_api_takes_flags_and_options_by_name_and_rejects_unknown_names(tmp_p
     from pipeline import job
     root = write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(20, 20, seed=i)
                                         for i in range(6)})
-    summary = job.convert([f'--input_dir={root}'], output_dir=str(tmp_path / 'out'),
-                          num_shards=2, direct_running_mode='in_memory', direct_num_workers=1)
+    summary = job.convert([f'--input_dir={root}', NO_LEAKAGE_CHECK],
+                          output_dir=str(tmp_path / 'out'), num_shards=2,
+                          direct_running_mode='in_memory', direct_num_workers=1)
     assert (summary['splits']['train']['records'], summary['splits']['train']['shards']) == (6, 2)
     with pytest.raises(DatasetError) as info:
         job.convert([f'--input_dir={root}'], output_dir=str(tmp_path / 'x'), num_shard=2)

@@ -42,9 +42,11 @@ def _hostile(root) -> str:
 
 
 def _flags(root: str, out: str, *flags: str) -> list[str]:
+    """Without the check for copies across splits (--leakage=off): what is tested is the error
+    and damaged-JPEG reports, and the check's Beam stages take half of a small conversion's time."""
     return [f'--csv_train={root}/train.csv', f'--csv_test={root}/test.csv', f'--output_dir={out}',
             '--num_shards=3', '--skip_duplicates', '--max_error_ratio=1',
-            '--direct_running_mode=in_memory', *flags]
+            '--direct_running_mode=in_memory', '--leakage=off', *flags]
 
 
 def _convert(root: str, out: str, *flags: str):

@@ -26,6 +26,13 @@ from tests.helpers import (IN_PROCESS, Answer, cli, killed_at, output_files, run
                            write_tree)
 
 RUN_ID = '0123456789abcdef'
+# Conversions run without the check for copies across splits (--leakage=off): what is tested is
+# the output folder's protocol, and the check's Beam stages take half of a small conversion's
+# time. It stays on where a kill leaves its files behind for the rerun: a kill after a chunk
+# whose part is then made again (its records are filed for the check as it is written), after a
+# shard, in the install of leakage.jsonl and in the removal of the temporary folder's contents
+# (its pairs, links and filed runs), on local disk and on Cloud Storage.
+NO_LEAKAGE_CHECK = '--leakage=off'
 
 
 def _images(n: int = 30, classes: int = 3) -> dict:
@@ -40,7 +47,7 @@ def inputs(image_folders) -> str:
 
 @pytest.fixture(scope='module')
 def reference_folder(inputs, tmp_path_factory) -> str:
-    """The inputs converted without interruption."""
+    """The inputs converted without interruption (without the leakage check)."""
     out = str(tmp_path_factory.mktemp('reference') / 'out')
     assert cli(*_flags(inputs, out)).returncode == 0
     return out
@@ -48,8 +55,18 @@ def reference_folder(inputs, tmp_path_factory) -> str:
 
 @pytest.fixture(scope='module')
 def reference(inputs, reference_folder) -> tuple[str, dict]:
-    """The inputs, and the files of their dataset converted without interruption."""
+    """The inputs, and the files of their dataset converted without interruption (without the
+    leakage check)."""
     return inputs, _tree(reference_folder)
+
+
+@pytest.fixture(scope='module')
+def checked_reference(inputs, tmp_path_factory) -> tuple[str, dict]:
+    """The inputs, and the files of their dataset converted without interruption with the
+    leakage check, as by default."""
+    out = str(tmp_path_factory.mktemp('checked-reference') / 'out')
+    assert cli(*_flags(inputs, out, check=True)).returncode == 0
+    return inputs, _tree(out)
 
 
 @pytest.fixture
@@ -59,8 +76,15 @@ def converted(tmp_path, reference_folder) -> pathlib.Path:
     return shutil.copytree(reference_folder, tmp_path / 'out')
 
 
-def _flags(inputs: str, out: str, *more: str) -> list[str]:
-    return [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS, *more]
+def _flags(inputs: str, out: str, *more: str, check: bool = False) -> list[str]:
+    """The flags of a conversion of `inputs` into `out`: with the leakage check if `check`."""
+    return [f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=2', *IN_PROCESS,
+            *_check(check), *more]
+
+
+def _check(check: bool) -> list[str]:
+    """No flag for the leakage check (on by default), or the one that turns it off."""
+    return [] if check else [NO_LEAKAGE_CHECK]
 
 
 def _one_error_line(result: Answer, alone: bool = True) -> str:
@@ -255,7 +279,8 @@ def test_rerun_at_once_after_killing_the_process_group_takes_the_lock_over(tmp_p
                                                                            image_folders):
     """The killed launcher is a zombie until its parent reaps it; it holds nothing."""
     out = str(tmp_path / 'out')
-    flags = [f'--input_dir={image_folders(900)}', f'--output_dir={out}', '--num_shards=3']
+    flags = [f'--input_dir={image_folders(900)}', f'--output_dir={out}', '--num_shards=3',
+             NO_LEAKAGE_CHECK]
     first = start_cli(*flags, '--direct_running_mode=multi_processing', '--direct_num_workers=2')
     deadline = time.monotonic() + 120
     while not _parts(out) and time.monotonic() < deadline:
@@ -375,16 +400,21 @@ def test_crafted_lock_cannot_drive_the_terminal_or_forge_lines(tmp_path, inputs)
 
 COMMIT_POINTS = ['commit:journal', 'commit:replace:1', 'commit:install:1', 'commit:install:2',
                  'commit:marked', 'commit:unjournaled', 'cleanup:contents', 'cleanup:marker']
+# The steps killed with the leakage check on: the install of leakage.jsonl (with the shards,
+# before dataset_info.json) and the removal of the check's work from the temporary folder.
+CHECKED_POINTS = {'commit:install:1', 'cleanup:contents'}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('point', COMMIT_POINTS)
-def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_path, reference,
+def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_path, request,
                                                                          point):
-    inputs, expected = reference
+    check = point in CHECKED_POINTS
+    inputs, expected = request.getfixturevalue('checked_reference' if check else 'reference')
     out = str(tmp_path / 'out')
-    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old').returncode == 0
-    flags = _flags(inputs, out, '--overwrite')
+    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
+               *_check(check)).returncode == 0
+    flags = _flags(inputs, out, '--overwrite', check=check)
     assert killed_at(point, *flags).returncode == -signal.SIGKILL
     rerun = cli(*flags)
     assert rerun.returncode == 0, rerun.stderr
@@ -400,7 +430,8 @@ def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_pat
 @pytest.mark.parametrize('point', ['commit:marked', 'commit:unjournaled', 'cleanup:contents'])
 def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point, capsys):
     source = upload(_images(), 'raw')
-    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS]
+    flags = [f'--input_dir={source}', '--num_shards=2', *IN_PROCESS,
+             *_check(point in CHECKED_POINTS)]
     assert cli(*flags, f'--output_dir={tmp_path}/local').returncode == 0
     out = f'gs://{BUCKET}/out'
     assert run_cli(*flags, f'--output_dir={out}', kill_at=point).returncode == -signal.SIGKILL
@@ -416,10 +447,11 @@ def test_kill_in_the_cleanup_on_cloud_storage_then_rerun(gcs, tmp_path, point, c
 
 
 @pytest.mark.slow
-def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, reference):
-    inputs, expected = reference
+def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path,
+                                                                    checked_reference):
+    inputs, expected = checked_reference
     out = str(tmp_path / 'out')
-    flags = _flags(inputs, out)
+    flags = _flags(inputs, out, check=True)
     assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
     shard = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
                  if n.endswith('.tfrecord') and '/shards/' in os.path.join(d, n))
@@ -432,13 +464,15 @@ def test_shard_shorter_than_its_result_is_made_again_never_installed(tmp_path, r
 @pytest.mark.slow
 @pytest.mark.parametrize('damage', ['outside', 'truncated', 'shard data gone', 'other shard'])
 def test_a_crafted_or_damaged_sidecar_is_never_followed_and_the_rerun_redoes_the_work(
-        tmp_path, reference, damage):
+        tmp_path, request, damage):
     """A sidecar names no path the run acts on: its data file is the one beside it, used only
-    if it has the size the sidecar says."""
-    inputs, expected = reference
+    if it has the size the sidecar says. A truncated part is made again with the leakage check
+    on (its records are filed for the check again)."""
+    check = damage == 'truncated'
+    inputs, expected = request.getfixturevalue('checked_reference' if check else 'reference')
     out, victim = str(tmp_path / 'out'), tmp_path / 'victim.txt'
     victim.write_bytes(b'not part of any dataset')
-    flags = _flags(inputs, out)
+    flags = _flags(inputs, out, check=check)
     point = 'shard:1' if damage == 'shard data gone' else 'chunk:1'
     assert killed_at(point, *flags).returncode == -signal.SIGKILL
     temp = [d for d, _, names in os.walk(out) if d.endswith('/parts')][0]
@@ -503,7 +537,8 @@ def test_kill_while_replacing_an_old_dataset_with_a_linked_file_then_the_rerun_f
         tmp_path, reference):
     inputs, expected = reference
     out, kept = str(tmp_path / 'out'), tmp_path / 'my-labels.txt'
-    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old').returncode == 0
+    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
+               NO_LEAKAGE_CHECK).returncode == 0
     kept.write_bytes(open(f'{out}/labels.txt', 'rb').read())
     os.remove(f'{out}/labels.txt')
     os.symlink(kept, f'{out}/labels.txt')        # The old dataset's file is a link.
@@ -705,7 +740,8 @@ def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, 
 def test_class_names_with_line_breaks_are_refused_in_one_line(tmp_path, name):
     inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
                                           'train/plain/b.jpg': imagemaker.jpeg(8, 8, seed=1)})
-    line = _one_error_line(cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out'))
+    line = _one_error_line(cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out',
+                               NO_LEAKAGE_CHECK))
     assert line == (f'error: class name {printable_repr(name)} (split train) holds a line break or '
                     'control character; labels.txt keeps one name per line, so rename the class '
                     'folder or fix the label')
@@ -717,7 +753,7 @@ def test_class_names_with_direction_overrides_are_kept_but_printed_inert(tmp_pat
     name = 'cat\u202edog\u2066'
     inputs = write_tree(tmp_path / 'in', {f'train/{name}/a.jpg': imagemaker.jpeg(8, 8),
                                           'train/plain/b.jpg': imagemaker.jpeg(8, 8, seed=1)})
-    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out')
+    result = cli(f'--input_dir={inputs}', f'--output_dir={tmp_path}/out', NO_LEAKAGE_CHECK)
     assert result.returncode == 0, result.stderr
     printed = result.stdout + result.stderr
     assert '\u202e' not in printed and '\u2066' not in printed
@@ -735,7 +771,7 @@ def test_csv_label_with_a_quoted_newline_is_refused(tmp_path):
     write_tree(tmp_path, {'a.jpg': imagemaker.jpeg(8, 8)})
     (tmp_path / 'train.csv').write_text('uri,label\na.jpg,"cat\ndog"\n')
     line = _one_error_line(cli(f'--csv_train={tmp_path}/train.csv',
-                               f'--output_dir={tmp_path}/out'))
+                               f'--output_dir={tmp_path}/out', NO_LEAKAGE_CHECK))
     assert line.startswith("error: class name 'cat\\ndog' (split train) holds a line break")
 
 

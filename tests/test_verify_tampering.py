@@ -132,7 +132,9 @@ def test_oversized_metadata_is_refused_in_one_line_within_bounded_memory(copy, t
 
 def _equal_records(tmp_path, *flags: str) -> str:
     """A dataset of 12 records of one length: JPEGs of one length (kept as they are) under
-    names of one length, wherever the keys' hashes put them."""
+    names of one length, wherever the keys' hashes put them. Converted without the check for
+    copies across splits (--leakage=off): what is tested is how verify tells records apart, and
+    the check's Beam stages take half of a small conversion's time."""
     by_length = {}
     for red in range(256):
         image = imagemaker.encode(Image.new('RGB', (40, 30), (red, 0, 0)), 'JPEG')
@@ -141,8 +143,23 @@ def _equal_records(tmp_path, *flags: str) -> str:
     assert len(images) == 12
     files = {f'train/c0/a{i:02d}.jpg': image for i, image in enumerate(images)}
     out = str(tmp_path / 'out')
-    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}', *flags)
+    convert(f'--input_dir={write_tree(tmp_path / "in", files)}', f'--output_dir={out}',
+            '--leakage=off', *flags)
     return out
+
+
+@pytest.fixture(scope='module')
+def equal_records(tmp_path_factory):
+    """copy(tmp_path, shards): a copy in tmp_path of _equal_records in that many shards, each
+    number of shards converted once."""
+    made = {}
+
+    def copy(tmp_path, shards: int) -> str:
+        if shards not in made:
+            made[shards] = _equal_records(tmp_path_factory.mktemp(f'equal{shards}'),
+                                          f'--num_shards={shards}')
+        return copy_of(made[shards], tmp_path)
+    return copy
 
 
 def _records_moved(where: str) -> list[str]:
@@ -151,9 +168,9 @@ def _records_moved(where: str) -> list[str]:
             'or replaced?)' for index, path in where]
 
 
-def test_two_records_swapped_within_a_shard_are_named(tmp_path):
+def test_two_records_swapped_within_a_shard_are_named(tmp_path, equal_records):
     """The last two records of a shard swapped: its bytes and first record are unchanged."""
-    out = _equal_records(tmp_path, '--num_shards=2')
+    out = equal_records(tmp_path, 2)
     path = shard_paths(out, 'train')[0]
     found = read_shard(path)
     assert len(found) >= 3
@@ -164,8 +181,8 @@ def test_two_records_swapped_within_a_shard_are_named(tmp_path):
     assert result.stderr.splitlines() == _records_moved([(0, path)])
 
 
-def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path):
-    out = _equal_records(tmp_path, '--num_shards=4')
+def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path, equal_records):
+    out = equal_records(tmp_path, 4)
     paths = shard_paths(out, 'train')
     first, fourth = read_shard(paths[0]), read_shard(paths[3])
     assert len(first) >= 2 and len(fourth) >= 2 and len(first[-1]) == len(fourth[-1])
@@ -177,10 +194,10 @@ def test_two_records_of_equal_length_swapped_between_shards_are_named(tmp_path):
     assert result.stderr.splitlines() == _records_moved([(0, paths[0]), (3, paths[3])])
 
 
-def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
+def test_a_dataset_noting_only_first_records_still_verifies(tmp_path, equal_records):
     """Datasets of the version before summary.json noted each shard's content: their first
     records tell two swapped shards apart."""
-    out = _equal_records(tmp_path, '--num_shards=6')
+    out = equal_records(tmp_path, 6)
     def older(summary):
         del summary['splits']['train']['shard_content'], summary['digests']
     edit_json(os.path.join(out, 'summary.json'), older)
@@ -195,9 +212,9 @@ def test_a_dataset_noting_only_first_records_still_verifies(tmp_path):
         for index, path in enumerate((first, second))]
 
 
-def test_two_shards_of_equal_size_swapped_are_named(tmp_path):
+def test_two_shards_of_equal_size_swapped_are_named(tmp_path, equal_records):
     """Shards of equal bytes: only their records tell them apart."""
-    out = _equal_records(tmp_path, '--num_shards=6')
+    out = equal_records(tmp_path, 6)
     first, second = shard_paths(out, 'train')[:2]
     assert os.path.getsize(first) == os.path.getsize(second)
     swap(first, second)
