@@ -153,8 +153,8 @@ def test_overwrite_refusal_and_missing_bucket_on_gcs(gcs):
         '(gcloud storage buckets create gs://no-such-bucket) or fix the path')
     assert _error(f'--input_dir=gs://{BUCKET}/nothing-here', f'--output_dir=gs://{BUCKET}/x') == (
         f'gs://{BUCKET}/nothing-here has no split folders; expected '
-        f'gs://{BUCKET}/nothing-here/train/<class>/<image> (and/or validation/, test/; each may '
-        'be a .tar, .tar.gz or .zip)')
+        f'gs://{BUCKET}/nothing-here/train/<class>/<image> (and/or validation/ or val/, test/; '
+        'each may be a .tar, .tar.gz or .zip)')
 
 
 @pytest.mark.slow

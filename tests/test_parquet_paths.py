@@ -137,10 +137,11 @@ def test_workers_get_the_start_folder_as_data_and_dataflow_workers_none(tmp_path
     monkeypatch.chdir(start)
     local = _rows(sources.resolve_source(launch.resolve(
         [f'--input_dir={start}/pq', '--output_dir=out', '--label_column=label']).converter))
+    # Resolved as a dry run resolves it: a job submitted must have its input on gs://.
     remote = _rows(sources.resolve_source(launch.resolve(
         [f'--input_dir={start}/pq', '--output_dir=gs://bucket/out', '--label_column=label',
          '--runner=DataflowRunner', '--project=p', '--region=us-central1',
-         '--temp_location=gs://bucket/tmp']).converter))
+         '--temp_location=gs://bucket/tmp', '--dry_run=true']).converter))
     monkeypatch.chdir(tmp_path)   # A worker whose own current folder is another.
     assert [ref.data for ref in local[0].group.read(local)] == [IMAGES[p] for p in paths]
     found = list(remote[0].group.read(remote))
