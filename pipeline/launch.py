@@ -9,16 +9,15 @@ runner kind. The flags themselves are defined in pipeline/options.py.
 import argparse
 import dataclasses
 import difflib
-import enum
 import os
 from typing import Sequence
 
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
-    DirectOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions,
-    TestOptions)
+    DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions)
 
 from pipeline import dataflow
+from pipeline.base.runners import RunnerKind, runner_kind, runner_name
 from pipeline.base.settings import MAX_LABEL_ID
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import registry
@@ -27,14 +26,6 @@ from pipeline.output import dali_index, shard_formats
 
 MAX_WORKERS = 256          # --direct_num_workers: each worker process holds a few hundred MB.
 MAX_READS_IN_FLIGHT = 1024  # --reads_in_flight: a thread each, per converting thread.
-
-
-class RunnerKind(enum.Enum):
-    """What runs the job, as far as this process is concerned."""
-    LOCAL = 'local'              # DirectRunner (the default): pipeline/local_runner.py, here
-    DATAFLOW = 'dataflow'        # Google Cloud Dataflow: the service runs it
-    JOB_SERVICE = 'job service'  # A portable job service at host:port, with workers of its own
-    OTHER = 'other'              # Any other runner this process drives to the end (Prism, ...)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +48,7 @@ class Launch:
     def remote(self) -> bool:
         """Whether the job is handed to a service that runs it without this process (its commit
         step then releases the output lock)."""
-        return self.runner in (RunnerKind.DATAFLOW, RunnerKind.JOB_SERVICE)
+        return self.runner.remote
 
     @property
     def template_location(self) -> str | None:
@@ -71,7 +62,7 @@ class Launch:
     @property
     def runner_name(self) -> str:
         """--runner as given (DirectRunner when left out), for the lines that name it."""
-        return str(self.beam.view_as(StandardOptions).runner or 'DirectRunner')
+        return runner_name(self.beam)
 
     @property
     def verbose(self) -> bool:
@@ -92,7 +83,7 @@ def resolve(flags: Sequence[str] = (), **values) -> Launch:
     given = _given_flags(flags) | set(values)
     _check_names(values)
     beam = PipelineOptions(flags, **values)
-    runner = _runner_kind(beam)
+    runner = runner_kind(beam)
     if runner is RunnerKind.LOCAL and not {'direct_num_workers', 'direct_running_mode'} & given:
         direct = beam.view_as(DirectOptions)   # One worker process per core.
         direct.direct_num_workers, direct.direct_running_mode = 0, 'multi_processing'
@@ -112,19 +103,6 @@ def _dry_run(beam: PipelineOptions) -> bool:
         return parse_bool(value) if isinstance(value, str) else bool(value)
     except argparse.ArgumentTypeError as exc:
         raise DatasetError(f'--dry_run: {exc}') from None
-
-
-def _runner_kind(beam: PipelineOptions) -> RunnerKind:
-    name = str(beam.view_as(StandardOptions).runner or 'DirectRunner').lower()
-    if name in ('directrunner', 'direct'):
-        return RunnerKind.LOCAL
-    if 'dataflow' in name:
-        return RunnerKind.DATAFLOW
-    portable = beam.view_as(PortableOptions)
-    if ((portable.job_endpoint or '') not in ('', 'embed')
-            and str(portable.environment_type or 'DOCKER').upper() != 'LOOPBACK'):
-        return RunnerKind.JOB_SERVICE
-    return RunnerKind.OTHER
 
 
 def _local_workers(beam: PipelineOptions, runner: RunnerKind) -> int:

@@ -23,6 +23,7 @@ from typing import Callable
 
 import pyarrow as pa
 
+from pipeline.base.runners import runner_kind, runner_name
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
@@ -259,10 +260,8 @@ def _start_folder(opts) -> StartFolder:
     """The folder this command was started in, for images whose paths are relative to it, where
     the workers can read it: not on a runner whose workers run elsewhere (Dataflow, a job
     service)."""
-    from pipeline.launch import resolve   # pipeline.launch imports the input kinds.
-    launch = resolve([], **opts.get_all_options(drop_default=True))
-    if launch.remote:
-        return StartFolder(None, f'is not read on {launch.runner_name}, whose workers cannot '
+    if runner_kind(opts).remote:
+        return StartFolder(None, f'is not read on {runner_name(opts)}, whose workers cannot '
                            'see that folder: write the paths absolute (gs://)')
     try:
         return StartFolder(os.getcwd())
