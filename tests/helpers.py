@@ -228,6 +228,23 @@ def _value(tensor):
     return value
 
 
+def plain_records(paths: list[str]) -> list[dict]:
+    """The records of shard files, in order, read without TensorFlow: {feature: value}, text as
+    str, bytes as bytes (image/encoded)."""
+    found = []
+    for path in paths:
+        with open(path, 'rb') as stream:
+            found += [{name: value.decode() if records.IMAGE_FEATURES.get(name) == 'text' else value
+                       for name, [value] in records.decode_example(data).items()}
+                      for data in records.read_records(stream)]
+    return found
+
+
+def plain_split(out: str, split: str) -> list[dict]:
+    """plain_records of a split's shards."""
+    return plain_records(shard_paths(out, split))
+
+
 def pixels(record: dict) -> np.ndarray:
     import tensorflow as tf
     return tf.io.decode_jpeg(record[records.ENCODED], channels=3).numpy()

@@ -18,7 +18,7 @@ from PIL import Image
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import cli, killed_at, output_files, shard_paths
+from tests.helpers import cli, killed_at, output_files, plain_records, plain_split
 from tests.test_gcs import through_proxy
 
 # The conversions of all but the first test run without the check for copies across splits
@@ -89,24 +89,8 @@ def _dataset(root, layout: str) -> dict:
     return expected
 
 
-def read_files(paths: list[str]) -> list[dict]:
-    """The records of shard files, in order, read without TensorFlow: {feature: value}, text as
-    str, bytes as bytes (image/encoded)."""
-    found = []
-    for path in paths:
-        with open(path, 'rb') as stream:
-            found += [{name: value.decode() if records.IMAGE_FEATURES.get(name) == 'text' else value
-                       for name, [value] in records.decode_example(data).items()}
-                      for data in records.read_records(stream)]
-    return found
-
-
-def read_split(out: str, split: str) -> list[dict]:
-    return read_files(shard_paths(out, split))
-
-
 def _by_key(out: str, split: str, root: str) -> dict:
-    return {r[records.SOURCE][len(root) + 1:]: r for r in read_split(out, split)}
+    return {r[records.SOURCE][len(root) + 1:]: r for r in plain_split(out, split)}
 
 
 @pytest.mark.slow
@@ -151,7 +135,7 @@ def test_every_bad_row_is_a_reported_input_named_by_file_and_row(tmp_path):
         (f'{path}:row 3', 'no image (column image holds no bytes)'),
         (f'{path}:row 7', 'not an image Pillow can read (cannot identify image file)'),
     ]
-    assert len(read_split(out, 'train')) == 25
+    assert len(plain_split(out, 'train')) == 25
     summary = json.load(open(f'{out}/summary.json'))['splits']['train']
     assert (summary['inputs'], summary['records'], summary['skipped']) == (30, 25, 5)
 
@@ -216,7 +200,7 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
     named = cli(f'--input_dir={tmp_path}/in', f'--output_dir={out}', '--image_column=image',
                 '--label_column=label', NO_LEAKAGE_CHECK)
     assert named.returncode == 0, named.stderr
-    assert sorted(r[records.LABEL] for r in read_split(out, 'train')) == [0, 0, 1, 1, 2, 2]
+    assert sorted(r[records.LABEL] for r in plain_split(out, 'train')) == [0, 0, 1, 1, 2, 2]
     assert open(f'{out}/labels.txt').read() == '0\n1\n2\n'
     wrong = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/o2',
                 '--image_column=picture', '--label_column=label')
@@ -235,7 +219,7 @@ def test_columns_are_found_by_feature_or_named_and_int_labels_are_ids(tmp_path):
                 '--image_column=image', '--label_column=label', NO_LEAKAGE_CHECK)
     assert named.returncode == 0, named.stderr
     assert open(f'{tmp_path}/o4/labels.txt').read() == 'auk\njay\nwren\n'   # Sorted texts.
-    assert sorted((r[records.LABEL], r[records.TEXT]) for r in read_split(f'{tmp_path}/o4', 'train')) == [
+    assert sorted((r[records.LABEL], r[records.TEXT]) for r in plain_split(f'{tmp_path}/o4', 'train')) == [
         (0, 'auk'), (0, 'auk'), (0, 'auk'), (1, 'jay'), (2, 'wren'), (2, 'wren')]
 
 
@@ -261,7 +245,7 @@ def test_several_configs_ask_for_one_in_one_line(tmp_path):
     chosen = cli(f'--input_dir={tmp_path}/in/plain', f'--output_dir={tmp_path}/out',
                  NO_LEAKAGE_CHECK)
     assert chosen.returncode == 0, chosen.stderr
-    assert len(read_split(f'{tmp_path}/out', 'train')) == 3
+    assert len(plain_split(f'{tmp_path}/out', 'train')) == 3
 
 
 @pytest.mark.slow
@@ -312,7 +296,7 @@ def test_parquet_on_cloud_storage_gives_the_records_of_a_local_run(gcs, tmp_path
             if f'-{split}.tfrecord-' in name:
                 (tmp_path / name).write_bytes(data)
                 shards.append(str(tmp_path / name))
-        on_gcs, here = read_files(shards), read_split(local, split)
+        on_gcs, here = plain_records(shards), plain_split(local, split)
         assert len(on_gcs) == count
         for record, twin in zip(on_gcs, here, strict=True):   # Same records, in the same order.
             key = twin.pop(records.SOURCE)[len(f'{tmp_path}/in/'):]
@@ -447,4 +431,4 @@ def test_a_killed_run_reuses_its_blobs_and_chunks_and_gives_the_bytes_of_a_clean
     reference = str(tmp_path / 'reference')
     assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
-    assert len(read_split(out, 'train')) == 320
+    assert len(plain_split(out, 'train')) == 320

@@ -19,25 +19,10 @@ from pipeline.inputs.folder_layout import NOT_UTF8
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
-from tests.helpers import IN_PROCESS, cli, killed_at, output_files, run_measured, shard_paths
+from tests.helpers import (
+    IN_PROCESS, cli, killed_at, output_files, plain_records, plain_split, run_measured)
 from tests.test_gcs import through_proxy
 from tests.test_parquet_hardening import _records
-
-def read_files(paths: list[str]) -> list[dict]:
-    """The records of shard files, in order, read without TensorFlow: {feature: value}, text as
-    str, bytes as bytes (image/encoded)."""
-    found = []
-    for path in paths:
-        with open(path, 'rb') as stream:
-            found += [{name: value.decode() if records.IMAGE_FEATURES.get(name) == 'text' else value
-                       for name, [value] in records.decode_example(data).items()}
-                      for data in records.read_records(stream)]
-    return found
-
-
-def read_split(out: str, split: str) -> list[dict]:
-    return read_files(shard_paths(out, split))
-
 
 # Conversions run without the check for copies across splits (--leakage=off), but those of the
 # brace-pattern test (pixels and labels end to end) and the measured one: what is tested is
@@ -178,7 +163,7 @@ def test_shards_from_brace_patterns_convert_with_pixels_and_labels(tmp_path):
              f'--labels_file={tmp_path}/classes.txt', '--max_error_ratio=0.1']
     result = cli(*flags, f'--output_dir={out}')
     assert result.returncode == 0, result.stderr
-    rows = {r[records.FILENAME]: r for r in read_split(out, 'train')}
+    rows = {r[records.FILENAME]: r for r in plain_split(out, 'train')}
     assert len(rows) == 9
     with open(f'{out}/errors-train.jsonl') as stream:
         assert [json.loads(line) for line in stream] == [{
@@ -230,7 +215,7 @@ def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
                  '--max_error_ratio=1', f'--output_dir={out}', NO_LEAKAGE_CHECK)
     assert result.returncode == 0, result.stderr
     rows = sorted((r[records.FILENAME], r[records.LABEL], r[records.TEXT])
-                  for r in read_split(out, 'validation'))
+                  for r in plain_split(out, 'validation'))
     assert rows == [('a.jpg', 1, 'dog'), ('b.jpg', 0, 'cat'), ('c.jpg', 0, 'cat'),
                     ('y.png', 0, 'cat')]
     with open(f'{out}/errors-validation.jsonl') as stream:
@@ -271,7 +256,7 @@ def test_a_gzip_shard_gives_the_records_of_its_tar(tmp_path):
                      NO_LEAKAGE_CHECK)
         assert result.returncode == 0, result.stderr
         found[name] = sorted((r[records.FILENAME], r[records.LABEL], r[records.ENCODED],
-                              r[records.SOURCE]) for r in read_split(f'{tmp_path}/{name}', 'train'))
+                              r[records.SOURCE]) for r in plain_split(f'{tmp_path}/{name}', 'train'))
     assert len(found['tar']) == 6
     assert [row[:3] for row in found['gz']] == [row[:3] for row in found['tar']]
     assert found['gz'][0][3] == f'{tmp_path}/gz/train-000000.tar.gz/k000.jpg'
@@ -293,7 +278,7 @@ def test_a_cut_off_shard_fails_its_split_unless_any_loss_is_accepted(tmp_path):
             'lay behind the damage cannot be known') in failed.stderr
     accepted = cli(*flags, '--max_error_ratio=1', f'--output_dir={tmp_path}/accepted')
     assert accepted.returncode == 0, accepted.stderr
-    assert sorted(r[records.FILENAME] for r in read_split(f'{tmp_path}/accepted', 'train')) == [
+    assert sorted(r[records.FILENAME] for r in plain_split(f'{tmp_path}/accepted', 'train')) == [
         'k000.jpg', 'k001.jpg', 'k002.png']
     with open(f'{tmp_path}/accepted/errors-train.jsonl') as stream:
         assert [(e['source'], e['reason']) for e in map(json.loads, stream)] == [
@@ -323,7 +308,7 @@ def test_an_outsized_label_member_is_reported_never_read(tmp_path):
                                 '--max_error_ratio=1', f'--output_dir={out}', *IN_PROCESS)
     assert result.returncode == 0, result.stderr
     assert peak < 1 << 30
-    assert sorted(r[records.FILENAME] for r in read_split(out, 'train')) == ['a.jpg', 'c.jpg']
+    assert sorted(r[records.FILENAME] for r in plain_split(out, 'train')) == ['a.jpg', 'c.jpg']
     with open(f'{out}/errors-train.jsonl') as stream:
         assert [json.loads(line)['reason'] for line in stream] == [
             f'{path}: sample b has a label member of {3 << 29} bytes (b.json); one of at most '
@@ -351,10 +336,10 @@ def test_gcs_shards_convert_to_gcs(gcs, tmp_path):
     for name in sorted(n for n in remote if '-train.tfrecord-' in n):
         (tmp_path / name).write_bytes(remote[name])
         paths.append(str(tmp_path / name))
-    rows = sorted((r[records.SOURCE], r[records.LABEL]) for r in read_files(paths))
+    rows = sorted((r[records.SOURCE], r[records.LABEL]) for r in plain_records(paths))
     assert rows == [(f'{source}/train-{i // 4:06d}.tar/k{i:03d}.{"png" if i % 3 == 2 else "jpg"}',
                      i % 2) for i in range(8)]
-    assert read_split(f'{tmp_path}/local', 'train') == read_files(paths)
+    assert plain_split(f'{tmp_path}/local', 'train') == plain_records(paths)
 
     missing = cli(f'--webdataset=train={source}/train-{{000000..000002}}.tar',
                   f'--output_dir=gs://{BUCKET}/none')
@@ -377,4 +362,4 @@ def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path):
     reference = str(tmp_path / 'reference')
     assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
-    assert len(read_split(out, 'train')) == 420
+    assert len(plain_split(out, 'train')) == 420
