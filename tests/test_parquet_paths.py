@@ -13,8 +13,7 @@ import pytest
 from pipeline import launch, sources
 from pipeline.output import records
 from pipeline.testing import imagemaker
-from tests.helpers import cli
-from tests.test_parquet_input import read_split
+from tests.helpers import cli, plain_split
 
 # What is tested is where an image is read from: no check for copies across splits.
 NO_LEAKAGE_CHECK = '--leakage=off'
@@ -55,7 +54,7 @@ def _errors(out: str, split='train') -> list[tuple[str, str]]:
 
 
 def _stored(out: str, split='train') -> dict[str, bytes]:
-    return {r[records.FILENAME]: r[records.ENCODED] for r in read_split(out, split)}
+    return {r[records.FILENAME]: r[records.ENCODED] for r in plain_split(out, split)}
 
 
 @pytest.mark.slow
