@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Callable, Sequence, TextIO
 
-from pipeline import console, dry_run, job, plan
+from pipeline import console, dataflow, dry_run, job, plan
 from pipeline.credentials import check_credentials, missing_credentials
 from pipeline.errors import DatasetError, stop_line
 from pipeline.launch import Launch, RunnerKind, resolve
@@ -83,7 +83,8 @@ def _submit(launch: Launch) -> str:
         output_lock.release(settings.output_dir, settings.lock_token)
         return f'Nothing to submit: {settings.output_dir} holds the dataset of this run.'
     try:
-        result = prepared.pipeline.run()
+        with dataflow.one_build_at_a_time(launch.beam):
+            result = prepared.pipeline.run()
     except BaseException:
         output_lock.release(settings.output_dir, settings.lock_token)
         raise

@@ -70,9 +70,10 @@ def check_paths(output_dir: str | None, inputs: list[str], dry_run: bool) -> Non
 
 
 @contextlib.contextmanager
-def _one_build_at_a_time(setup_file: str | None):
-    """Locks `setup_file` while its package is built: two builds of one source folder at once (two
-    submissions or dry runs) write the same folders in it."""
+def one_build_at_a_time(options: PipelineOptions):
+    """Locks --setup_file while its package is built (by a submission, a dry run, or the staged
+    files listed): two builds of one source folder at once write the same folders in it."""
+    setup_file = options.view_as(SetupOptions).setup_file
     if not setup_file or not os.path.isfile(setup_file):
         yield
         return
@@ -92,7 +93,7 @@ def build_worker_package(options: PipelineOptions) -> list[tuple[str, int]]:
     from apache_beam.runners.portability.stager import Stager
     staged = []
     with tempfile.TemporaryDirectory(prefix='image-tfrecords-staging-') as folder, \
-            _one_build_at_a_time(options.view_as(SetupOptions).setup_file):
+            one_build_at_a_time(options):
         for resource in Stager.create_job_resources(options, folder):
             path = api.ArtifactFilePayload.FromString(resource.type_payload).path
             name = api.ArtifactStagingToRolePayload.FromString(resource.role_payload).staged_name

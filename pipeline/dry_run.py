@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import (
     DebugOptions, GoogleCloudOptions, PipelineOptions, SetupOptions, WorkerOptions)
 
 from pipeline import job, plan
-from pipeline.dataflow import build_worker_package
+from pipeline.dataflow import build_worker_package, one_build_at_a_time
 from pipeline.errors import DatasetError, beam_refusal, printable
 from pipeline.io import fileio
 from pipeline.launch import Launch
@@ -30,7 +30,8 @@ def describe(launch: Launch, signed_in: bool) -> str:
         launch = launch.replaced(no_auth=True)
     prepared = job.prepare(launch, check_buckets=signed_in)   # No lock; nothing written.
     try:
-        graph = prepared.pipeline.run().job.proto_pipeline
+        with one_build_at_a_time(prepared.launch.beam):
+            graph = prepared.pipeline.run().job.proto_pipeline
     except ValueError as exc:   # Beam's checks of the Dataflow options.
         raise (beam_refusal(exc) or exc) from None
     cloud = prepared.launch.beam.view_as(GoogleCloudOptions)

@@ -537,7 +537,16 @@ class RowGroupRead:
                 + ('path)' if self.column is None else 'bytes)'))
 
     def _path(self, group: int, offset: int) -> str | None:
-        return _Paths(self._opened, group, self.path_column).at(offset)
+        """The path of a row, read on from the row asked before where it can be (rows without
+        an image are asked in order: a read from the group's first row each was quadratic)."""
+        paths = self._paths_read.get(group)
+        if paths is None or paths.asked > offset:
+            paths = self._paths_read[group] = _Paths(self._opened, group, self.path_column)
+        return paths.at(offset)
+
+    @functools.cached_property
+    def _paths_read(self) -> dict[int, '_Paths']:
+        return {}
 
 
 _EMBED = 'write the file with the images in it (datasets embeds them in push_to_hub)'
@@ -557,6 +566,11 @@ class _Paths:
         self._rows = files.rows(group, None, column, files.footer.rows[group],
                                 1) if column else iter(())
         self._next, self._path = 0, None
+
+    @property
+    def asked(self) -> int:
+        """The rows read so far."""
+        return self._next
 
     def at(self, offset: int) -> str | None:
         """The path of the row `offset` rows into the group (at or after the last asked)."""
