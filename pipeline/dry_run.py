@@ -13,6 +13,7 @@ from pipeline.dataflow import build_worker_package, one_build_at_a_time
 from pipeline.errors import DatasetError, beam_refusal, printable
 from pipeline.io import fileio
 from pipeline.launch import Launch
+from pipeline.inputs import registry
 from pipeline.sources import input_paths
 
 
@@ -64,7 +65,7 @@ def _stages(graph) -> list[str]:
 
 def _local_inputs(flags) -> list[str]:
     """A line for inputs on this machine, which a submitted job could not read."""
-    local = [p for p in input_paths(flags)[:-1] if p and not fileio.is_gcs(p)]
+    local = [p for p in registry.input_paths(flags) if not fileio.is_gcs(p)]
     if not local:
         return []
     return [f'Input on this machine ({", ".join(printable(p) for p in local)}): listed and planned '

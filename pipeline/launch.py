@@ -145,7 +145,7 @@ def validate(launch: Launch) -> None:
                            'use --plan_only to see what it would write')
     if launch.runner is RunnerKind.DATAFLOW and not launch.template_location:
         dataflow.check_flags(launch.beam)
-        dataflow.check_paths(opts.output_dir, _worker_inputs(opts), launch.dry_run)
+        dataflow.check_paths(opts.output_dir, registry.input_paths(opts), launch.dry_run)
     if opts.plan_only and launch.runner is not RunnerKind.LOCAL and not launch.temp_location:
         raise DatasetError('--plan_only on this runner needs --temp_location (a gs:// folder the '
                            'job writes its plan to)')
@@ -153,11 +153,6 @@ def validate(launch: Launch) -> None:
         _check_output_name(opts.output_dir)
     for kind in registry.kinds():
         kind.check(opts)
-
-
-def _worker_inputs(opts: ConverterOptions) -> list[str]:
-    """The files and folders the input flags name, which a job's workers read."""
-    return [path for kind in registry.kinds() for path in kind.paths(opts) if path]
 
 
 def _check_output_name(output_dir: str) -> None:

@@ -46,8 +46,8 @@ def input_given(opts: ConverterOptions, config: ImageClassificationConfig | None
 
 
 def input_paths(opts: ConverterOptions) -> list[str | None]:
-    """Every file and folder the input flags name (unset ones as None), --labels_file too."""
-    return [*(path for kind in registry.kinds() for path in kind.paths(opts)), opts.labels_file]
+    """Every file and folder the input flags name, --labels_file too (None when unset)."""
+    return [*registry.input_paths(opts), opts.labels_file]
 
 
 def input_root(opts: ConverterOptions) -> str | None:

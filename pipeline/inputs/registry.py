@@ -18,3 +18,8 @@ def register(kind: InputKind) -> InputKind:
 
 def kinds() -> tuple[InputKind, ...]:
     return tuple(_KINDS)
+
+
+def input_paths(opts) -> list[str]:
+    """Every file and folder the input kinds' flags name (those set): what a job's workers read."""
+    return [path for kind in _KINDS for path in kind.paths(opts) if path]
