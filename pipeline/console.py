@@ -80,6 +80,7 @@ class _ConsoleHandler(logging.StreamHandler):
     def __init__(self, stream: TextIO, status_line: bool):
         super().__init__(stream)
         self.status_line, self.status = status_line, ''
+        self.ended = False   # A stop signal came: the status is not drawn again.
 
     def emit(self, record: logging.LogRecord) -> None:
         if self.status:
@@ -91,6 +92,8 @@ class _ConsoleHandler(logging.StreamHandler):
 
     def show(self, text: str) -> None:
         with self.lock:
+            if self.ended and text:
+                return
             self.status = text
             self.stream.write(f'\r\x1b[K{text}')
             self.flush()
@@ -126,6 +129,14 @@ def showing(stream: TextIO, verbose: bool = False) -> Iterator[None]:
 def output_lock() -> threading.RLock:
     """Held while a line or the status is written: what holds it writes in order."""
     return _console.lock if _console is not None else _output_lock
+
+
+def end_status() -> None:
+    """At a stop signal: the status line is cleared and not drawn again, while the run stops."""
+    console = _console
+    if console is not None and console.status_line:
+        console.ended = True
+        console.show('')
 
 
 def show_status(text: str) -> bool:

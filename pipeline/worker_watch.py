@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Iterator
 
-from pipeline import beam_internals
+from pipeline import beam_internals, console
 from pipeline.errors import STOPPING_SIGNALS, DatasetError
 from pipeline.worker_processes import NAME as WORKER_NAME
 
@@ -217,6 +217,7 @@ def _stopper(watch: _Watch, previous):
     def handler(signum, frame):
         if previous is signal.SIG_IGN:
             return
+        console.end_status()
         threading.Thread(target=watch.keep_killing, name='stop-workers', daemon=True).start()
         try:
             if callable(previous):
