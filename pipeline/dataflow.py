@@ -39,15 +39,20 @@ def apply_worker_defaults(options: PipelineOptions, given: set[str]) -> None:
     setup.setup_file = SETUP_FILE
 
 
-def check_flags(options: PipelineOptions) -> None:
+def check_flags(options: PipelineOptions, dry_run: bool) -> None:
     """What a Dataflow job needs and Beam would check only once the input is listed: a project,
     and --temp_location and --staging_location as gs:// folders (workers and the service read
-    them). Checked before anything touches the network."""
+    them); a dry run, offline, --temp_location (without it Beam makes a default bucket, which
+    needs the service). Checked before anything touches the network."""
     cloud = options.view_as(GoogleCloudOptions)
     if not cloud.project:
         raise DatasetError('--runner=DataflowRunner needs --project=PROJECT_ID, the Google Cloud '
                            'project the job runs in (and --region=REGION, e.g. us-central1, '
                            'unless gcloud config has compute/region)')
+    if dry_run and not cloud.temp_location:
+        raise DatasetError('--dry_run=true needs --temp_location=gs://BUCKET/FOLDER (the folder '
+                           'the job would keep its temporary files in): without it Beam creates '
+                           'a default bucket, which a dry run does not')
     for flag in ('temp_location', 'staging_location'):
         value = getattr(cloud, flag)
         if value and not value.startswith('gs://'):

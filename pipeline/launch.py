@@ -21,6 +21,7 @@ from pipeline.base.runners import RunnerKind, runner_kind, runner_name
 from pipeline.base.settings import MAX_LABEL_ID
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import registry
+from pipeline.io import gcs
 from pipeline.options import ConverterOptions, parse_bool
 from pipeline.output import dali_index, shard_formats
 
@@ -144,13 +145,14 @@ def validate(launch: Launch) -> None:
         raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
                            'use --plan_only to see what it would write')
     if launch.runner is RunnerKind.DATAFLOW and not launch.template_location:
-        dataflow.check_flags(launch.beam)
+        dataflow.check_flags(launch.beam, launch.dry_run)
         dataflow.check_paths(opts.output_dir, registry.input_paths(opts), launch.dry_run)
     if opts.plan_only and launch.runner is not RunnerKind.LOCAL and not launch.temp_location:
         raise DatasetError('--plan_only on this runner needs --temp_location (a gs:// folder the '
                            'job writes its plan to)')
     if opts.output_dir:
         _check_output_name(opts.output_dir)
+    _check_buckets(launch)
     for kind in registry.kinds():
         kind.check(opts)
 
@@ -159,6 +161,19 @@ def _check_output_name(output_dir: str) -> None:
     if any(c in output_dir for c in '*?['):
         raise DatasetError(f'--output_dir {printable(output_dir)} contains a glob character '
                            '(*, ? or [); choose a folder name without them')
+
+
+def _check_buckets(launch: Launch) -> None:
+    """Every gs:// path given names a bucket Cloud Storage could hold: a typo is refused here,
+    not met after retries against the service."""
+    cloud = launch.beam.view_as(GoogleCloudOptions)
+    named = [('--output_dir', launch.converter.output_dir), ('--temp_location', cloud.temp_location),
+             ('--staging_location', cloud.staging_location),
+             *(('input', path) for path in registry.input_paths(launch.converter))]
+    for flag, path in named:
+        problem = path and path.startswith('gs://') and gcs.bucket_name_problem(path)
+        if problem:
+            raise DatasetError(f'{flag} {printable(path)}: {problem}')
 
 
 class _RaisingParser(pipeline_options._BeamArgumentParser):

@@ -37,7 +37,11 @@ def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_lis
     answers = {
         'no project': cli('--runner=DataflowRunner', *job, '--output_dir=gs://my-bucket/out'),
         'local output': cli(*CLOUD, '--dry_run=true', *job, f'--output_dir={tmp_path}/out'),
-        'local input': cli(*CLOUD, *job, '--output_dir=gs://my-bucket/out')}
+        'local input': cli(*CLOUD, *job, '--output_dir=gs://my-bucket/out'),
+        # Without --temp_location Beam would create a default bucket: retries, offline.
+        'dry run, no temp': cli(*CLOUD, '--dry_run=true', f'--input_dir={tmp_path}/in',
+                                '--output_dir=gs://my-bucket/out'),
+        'bucket name': cli(*CLOUD, '--dry_run=true', *job, '--output_dir=gs://My_Bucket/out')}
     assert {name: (a.returncode, a.stderr.splitlines()) for name, a in answers.items()} == {
         'no project': (2, ['error: --runner=DataflowRunner needs --project=PROJECT_ID, the Google '
                            'Cloud project the job runs in (and --region=REGION, e.g. us-central1, '
@@ -47,7 +51,13 @@ def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_lis
                              'FOLDER']),
         'local input': (2, [f'error: {tmp_path}/in is on this machine, and Dataflow workers read '
                             f'only Cloud Storage: copy it to a bucket (gcloud storage cp -r '
-                            f'{tmp_path}/in gs://BUCKET/FOLDER) and give that path'])}
+                            f'{tmp_path}/in gs://BUCKET/FOLDER) and give that path']),
+        'dry run, no temp': (2, ['error: --dry_run=true needs --temp_location=gs://BUCKET/FOLDER '
+                                 '(the folder the job would keep its temporary files in): without '
+                                 'it Beam creates a default bucket, which a dry run does not']),
+        'bucket name': (2, ["error: --output_dir gs://My_Bucket/out: 'My_Bucket' is not a bucket "
+                            'name (3-63 lowercase letters, digits, dashes, underscores and dots, a '
+                            'letter or digit at each end)'])}
 
 
 def test_dry_run_from_the_command_line_checks_the_job_and_submits_nothing(raw):

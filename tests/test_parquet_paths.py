@@ -8,6 +8,9 @@ import json
 import os
 import pickle
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline import launch, sources
@@ -87,12 +90,19 @@ def test_a_column_of_path_strings_is_read_as_paths_once_named(tmp_path):
     paths = sorted(IMAGES) + ['flowers/daisy/gone.jpg', None]
     _to_parquet(start, 'pq/train.parquet', paths, [f'c{i % 2}' for i in range(len(paths))],
                 cast=False)
+    written = pq.read_table(f'{start}/pq/train.parquet')
+    faulty = pa.Array.from_buffers(   # Not UTF-8, and too long: pyarrow writes either unchecked.
+        pa.string(), 2, [None, pa.py_buffer(np.array([0, 2, 5002], np.int32).tobytes()),
+                         pa.py_buffer(b'\xff\xfe' + b'a' * 5000)])
+    pq.write_table(pa.concat_tables([written, pa.table(
+        {'image': faulty, 'label': ['c0', 'c1']}, schema=written.schema)]),
+        f'{start}/pq/train.parquet')
     flags = ['--input_dir=pq', '--output_dir=out', '--label_column=label', NO_LEAKAGE_CHECK]
     refused = cli(*flags, cwd=start)
     assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
         'error: pq/train.parquet: no column is an Image feature (columns: image, label); '
         'choose one with --image_column')
-    result = cli(*flags, '--image_column=image', '--max_error_ratio=0.3', cwd=start)
+    result = cli(*flags, '--image_column=image', '--max_error_ratio=0.5', cwd=start)
     assert result.returncode == 0, result.stderr
     assert sorted(_stored(f'{start}/out').values()) == sorted(IMAGES.values())
     assert sorted(_errors(f'{start}/out')) == [
@@ -102,7 +112,13 @@ def test_a_column_of_path_strings_is_read_as_paths_once_named(tmp_path):
          f'({start}/flowers/daisy/gone.jpg); run the command from the folder the paths are '
          'relative to, put the images beside the parquet file, or write the file with the images '
          'in it (datasets embeds them in push_to_hub)'),
-        ('pq/train.parquet:row 7', 'no image (column image holds no path)')]
+        ('pq/train.parquet:row 7', 'no image (column image holds no path)'),
+        ('pq/train.parquet:row 8', 'no image: the path in column image is not valid UTF-8; '
+         'write it again, or write the file with the images in it (datasets embeds them in '
+         'push_to_hub)'),
+        ('pq/train.parquet:row 9', 'no image: the path in column image is 5,000 bytes long (a '
+         'path may be 4,096 at most); write it again, or write the file with the images in it '
+         '(datasets embeds them in push_to_hub)')]
 
 
 def test_a_column_of_neither_images_nor_paths_is_refused_in_one_line(tmp_path):

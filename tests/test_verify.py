@@ -171,11 +171,17 @@ def test_held_lock_and_leftover_temp_folders_are_warnings_with_their_size(copy):
         'finished (2.5 MB); the next run on this folder removes it']
 
 
-def test_a_folder_that_does_not_exist_or_holds_only_an_unfinished_run_says_so(tmp_path, capsys):
+def test_a_folder_that_does_not_exist_is_no_folder_or_holds_only_an_unfinished_run_says_so(tmp_path, capsys):
     from pipeline.tools.verify import main as verify_main
     assert verify_main([f'{tmp_path}/none']) == 2
     assert capsys.readouterr().err.splitlines() == [
         f'error: {tmp_path}/none does not exist: give the --output_dir of a conversion']
+    (tmp_path / 'file').write_bytes(b'')
+    os.mkfifo(tmp_path / 'fifo')   # Never opened: a reader would wait for a writer.
+    for name in ('file', 'fifo'):
+        assert verify_main([f'{tmp_path}/{name}']) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f'error: {tmp_path}/{name} is not a folder: give the --output_dir of a conversion']
     run = tmp_path / 'out' / '.tmp-0123456789abcdef'
     run.mkdir(parents=True)
     (run / '.image-tfrecords-run.json').write_text('{"run_id": "0123456789abcdef", '

@@ -96,12 +96,36 @@ class FolderSplit(Partition):
         if self.place.archive is not None and self.place.archive.streamed:
             return [StreamedSplit(self.split, self.place)]
         places, files = folders.children(self.place)
+        packed = _packed_split(self.split, self.place, places, files)
+        if packed is not None:
+            LOG.info('%s holds one folder, %s/; reading the classes in it', self.place.path,
+                     fileio.basename(packed.path))
+            return FolderSplit(self.split, packed).split_further()
         classes = [p for p in places if not p.name.startswith('.')
                    and not (p.archive is not None and p.name == '__MACOSX')]
         others = tuple(p for p in places if p not in classes)
         return ([ClassFolder(self.split, p) for p in classes]
                 + ([SplitFolderFiles(self.split, self.place, tuple(files), others)]
                    if files or others else []))
+
+
+def _packs_split(split: str, name: str) -> bool:
+    """Whether a folder directly in a split's archive is the split folder packed with it
+    (`tar cf val.tar val`): named for that split, it is not a class."""
+    return split_of(name) == split
+
+
+def _packed_split(split: str, place: folders.Place, places: list[folders.Place],
+                  files: list[folders.File]) -> folders.Place | None:
+    """The folder a split archive packs the split in, when it holds that one folder (hidden
+    entries, `__MACOSX/` and directory entries aside), standing for the archive."""
+    if place.archive is None or place.prefix:
+        return None
+    shown = [p for p in places if not p.name.startswith('.') and p.name != '__MACOSX']
+    loose = [f for f in files if not (f.is_dir or f.name.startswith('.'))]
+    if len(shown) != 1 or loose or not _packs_split(split, shown[0].name):
+        return None
+    return dataclasses.replace(shown[0], key=place.key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,12 +173,16 @@ class ClassFolder(Partition):
 @dataclasses.dataclass(frozen=True)
 class StreamedSplit(Partition):
     """A gzip-compressed split, read in one pass: the first folder of each member's path is
-    its class."""
+    its class (below a folder named for the split, when the archive packs the split in one)."""
     split: str
     place: folders.Place
 
     def examples(self) -> Iterator[ExampleRef]:
         for relative, file in folders.walk(self.place):
+            first, _, inside = relative.partition('/')
+            if '/' in inside and _packs_split(self.split, first):
+                relative = inside
+                file = dataclasses.replace(file, key=f'{self.place.key}/{inside}')
             label, _, rest = relative.partition('/')
             if rest and label and not _is_hidden(label) and label != '__MACOSX':
                 yield _walked_ref(self.split, rest, file, label)

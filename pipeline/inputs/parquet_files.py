@@ -27,8 +27,8 @@ from pipeline.base.runners import runner_kind, runner_name
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.parquet_row_groups import (NO_START_FOLDER, ClassNames, Columns, RowGroups,
-                                                StartFolder, footer, readable, spans)
+from pipeline.inputs.parquet_image_paths import NO_START_FOLDER, StartFolder
+from pipeline.inputs.parquet_row_groups import ClassNames, Columns, RowGroups, footer, readable, spans
 from pipeline.base.splits import SPLITS, split_of
 from pipeline.io import fileio
 from pipeline.base.settings import LabelSettings

@@ -14,11 +14,8 @@ gs://), which the worker writes into one blob that each chunk reads its rows fro
 Page headers are walked before pyarrow reads a column chunk (parquet_pages.py): a page of labels
 or paths holds at most LISTING_PAGE_BYTES, one of images --max_input_mb (compressed bytes and
 dictionary included); the rows of a larger page and the rest of its row group are reported, each
-as `FILE:row N`. A row with no image bytes is read from its path (`_from_path`, local or gs://):
-an absolute one as it is; a relative one from the parquet file's folder or, where no file is
-there, from the folder the command was started in (StartFolder), which is where `datasets`
-itself looks (it opens the path as given, against its process's current folder). An image column
-of text (`datasets.Value('string')`, named with --image_column) is a column of such paths.
+as `FILE:row N`. A row with no image bytes is read from its path (parquet_image_paths.py), and
+so is each row of an image column of text (`datasets.Value('string')`, named with --image_column).
 """
 import contextlib
 import dataclasses
@@ -30,15 +27,15 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.base import pickling
 from pipeline.errors import DatasetError, printable
-from pipeline.inputs import label_values, parquet_footer, parquet_pages
+from pipeline.inputs import label_values, parquet_footer, parquet_image_paths, parquet_pages
+from pipeline.inputs.parquet_image_paths import BadPath, StartFolder
 from pipeline.inputs.kinds import Partition
 from pipeline.base.refs import ExampleRef
-from pipeline.io import failures, fileio
+from pipeline.io import fileio
 from pipeline.io.ranged_file import RangedFile
 from pipeline.base.settings import MAX_LABEL_ID
 
@@ -48,7 +45,6 @@ LISTING_PAGE_BYTES = 16 << 20   # A page of labels or paths (datasets writes abo
 SPAN_ROWS = 64               # Rows of a span: at least this many, unless its bytes are many.
 SPAN_BYTES = 64 << 20        # Image bytes of a span (as the footer claims them), at least.
 MAX_GROUP_ROWS = 100_000     # Rows of a row group, at most: its refs are held together.
-MAX_PATH = 4096              # Characters of an image's path that is used, at most.
 MAX_LABEL_TEXT = 64 << 10    # Characters of a class name read from a label column, at most.
 FOOTER_CACHE = 64 << 20      # Bytes of the footers a process keeps (the last one at least).
 _REWRITE = 'write the file again with smaller pages (datasets writes about 1 MiB a page)'
@@ -140,20 +136,6 @@ class Columns:
             return None, (f'label {label_values.excerpt(value)} in column {self.label} is longer '
                           f'than a class name may be ({MAX_LABEL_TEXT:,} characters)')
         return value, None
-
-
-@dataclasses.dataclass(frozen=True)
-class StartFolder:
-    """The folder the command was started in, as the launcher found it once: every worker gets
-    it as data (a forked or remote worker's own current folder says nothing). A relative image
-    path that names no file in the parquet file's folder is looked for there. `path` is None
-    where it cannot be read, and `why_not` then says why and what to do."""
-    path: str | None
-    why_not: str = ''
-
-
-# A file read without a launcher's folder (a tool's, a test's): relative paths only beside it.
-NO_START_FOLDER = StartFolder(None, 'is not looked in here; write the paths absolute')
 
 
 def opened(path: str, size: int):
@@ -256,11 +238,11 @@ class RowGroups(Partition):
                 yield self._ref(row, None, None, read, _not_read(check, row, _REWRITE))
                 row += 1
 
-    def _ref(self, row: int, value, path: str | None, read: 'RowGroupRead',
+    def _ref(self, row: int, value, path: 'str | BadPath | None', read: 'RowGroupRead',
              problem: str | None = None) -> ExampleRef:
         key = f'{self.name}:row {row}'
         label, problem = (None, problem) if problem else self.columns.label_of(value)
-        filename = fileio.basename(path if path and len(path) <= MAX_PATH else key)
+        filename = fileio.basename(path if isinstance(path, str) else key)
         return ExampleRef(self.split, key, f'{self.path}:row {row}', filename, label,
                           self.row_bytes, problem=problem, mtime=self.mtime,
                           group=None if problem else read)
@@ -316,7 +298,7 @@ class _Opened:
                 batch = batch.slice(0, count)
                 nones = [None] * batch.num_rows
                 yield from zip(_values(_field(batch, label)) if label else nones,
-                               _paths(_field(batch, path)) if path else nones)
+                               parquet_image_paths.paths(_field(batch, path)) if path else nones)
                 count -= batch.num_rows
                 if count == 0:
                     return
@@ -361,16 +343,6 @@ def _view(values: pa.Array) -> memoryview | None:
     offsets = np.frombuffer(values.buffers()[1], np.int64 if pa.types.is_large_binary(
         values.type) else np.int32)
     return memoryview(values.buffers()[2])[offsets[values.offset]:offsets[values.offset + 1]]
-
-
-def _paths(values: pa.Array) -> list[str | None]:
-    """Paths as text, None for a null or empty one, one over MAX_PATH bytes (not made) and one
-    that is not UTF-8."""
-    raw = values.cast(pa.large_binary())   # Not checked as UTF-8 when read: checked here.
-    length = pc.binary_length(raw)
-    fits = pc.fill_null(pc.and_(pc.greater(length, 0), pc.less_equal(length, MAX_PATH)), False)
-    return [None if text is NOT_UTF8 else text
-            for text in _texts(pc.if_else(fits, raw, pa.scalar(None, raw.type)))]
 
 
 def _values(values: pa.Array) -> list:
@@ -435,7 +407,7 @@ class RowGroupRead:
                 for offset, data in enumerate(found):
                     if offset in chosen:
                         path = paths.at(offset) if data is None else None
-                        yield data if path is None else self._from_path(path)
+                        yield self._image_paths.read(path) if isinstance(path, str) else data
                 yield from [None] * sum(1 for offset in mine if offset >= readable)
             at, first = at + len(mine), first + rows
 
@@ -463,61 +435,9 @@ class RowGroupRead:
         return checks
 
     @functools.cached_property
-    def _reasons(self) -> dict[str, str]:
-        """Why the file an image's path names was not read, by path."""
-        return {}
-
-    @property
-    def _image_column(self) -> str:
-        return (self.column or self.path_column).partition('.')[0]
-
-    def _from_path(self, path: str) -> bytes | None:
-        """The image at `path`, or None with the reason kept: an absolute path (or gs://) as it
-        is; a relative one in the parquet file's folder, else in the folder the command was
-        started in."""
-        relative = not (fileio.is_gcs(path) or path.startswith('/'))
-        places = [fileio.join(fileio.dirname(self.path), path)] if relative else [path]
-        if relative and self.start.path:
-            places.append(fileio.join(self.start.path, path))
-        for where in places:
-            try:
-                return fileio.read_input(where, self.limit)
-            except Exception as exc:   # Whatever stops it, the row's input fails, as a file would.
-                if relative and _missing(exc):
-                    continue
-                why = failures.unreadable_input(exc) or f'{type(exc).__name__}: {exc}'
-                self._reasons[path] = (f'{self._no_bytes}the file {self._naming} cannot be read '
-                                       f'({where}: {printable(why)[:200]}); put the image there, '
-                                       f'or {_EMBED}')
-                return None
-        if self.start.path:
-            self._reasons[path] = (
-                f'{self._no_bytes}{self._relative} in the parquet file\'s '
-                f'folder ({places[0]}) or in the folder the command was started in '
-                f'({places[1]}); run the command from the folder the paths are relative to, put '
-                f'the images beside the parquet file, or {_EMBED}')
-        else:
-            self._reasons[path] = (
-                f'{self._no_bytes}{self._relative} in the parquet file\'s '
-                f'folder ({places[0]}); a path relative to the folder the command was '
-                f'started in {self.start.why_not}, or {_EMBED}')
-        return None
-
-    @property
-    def _no_bytes(self) -> str:
-        """How the reason for a row without an image from its path starts."""
-        return ('no image: ' if self.column is None
-                else f'no image: column {self._image_column} holds no bytes, and ')
-
-    @property
-    def _relative(self) -> str:
-        return (f'the relative path in column {self._image_column} names no file'
-                if self.column is None else 'its relative path names no file')
-
-    @property
-    def _naming(self) -> str:
-        return (f'column {self._image_column} names' if self.column is None
-                else 'its path names')
+    def _image_paths(self) -> parquet_image_paths.ImagePaths:
+        return parquet_image_paths.ImagePaths(self.path, self.column, self.path_column,
+                                              self.limit, self.start)
 
     def _why_not(self, row: int) -> str:
         """Why row `row` has no image: its page, its path, or a null image without a path."""
@@ -530,11 +450,7 @@ class RowGroupRead:
         check = self._checks[group]
         if row - first >= check.readable:
             return _not_read(check, row, f'{_REWRITE}, or raise --max_input_mb')
-        path = self._path(group, row - first)
-        if path is not None and (path in self._reasons or self._from_path(path) is None):
-            return self._reasons[path]
-        return (f'no image (column {self._image_column} holds no '
-                + ('path)' if self.column is None else 'bytes)'))
+        return self._image_paths.why_not(self._path(group, row - first))
 
     def _path(self, group: int, offset: int) -> str | None:
         """The path of a row, read on from the row asked before where it can be (rows without
@@ -547,15 +463,6 @@ class RowGroupRead:
     @functools.cached_property
     def _paths_read(self) -> dict[int, '_Paths']:
         return {}
-
-
-_EMBED = 'write the file with the images in it (datasets embeds them in push_to_hub)'
-
-
-def _missing(exc: BaseException) -> bool:
-    """Whether a read failed because no file (or object) has the name."""
-    from google.api_core import exceptions as google
-    return isinstance(exc, (FileNotFoundError, NotADirectoryError, google.NotFound))
 
 
 class _Paths:

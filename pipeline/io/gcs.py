@@ -1,6 +1,7 @@
 """The Cloud Storage client (one per process, its connection pool sized to the reads in flight)
 and what only Cloud Storage does: versioned reads, writes and deletes by generation, listing
 a prefix."""
+import re
 import threading
 
 
@@ -116,6 +117,22 @@ def list_prefix(folder: str) -> list[str]:
 def split_gcs(path: str) -> tuple[str, str]:
     bucket, _, prefix = path[len('gs://'):].partition('/')
     return bucket, prefix
+
+
+_BUCKET = re.compile(r'[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]')
+
+
+def bucket_name_problem(path: str) -> str | None:
+    """Why the bucket of a gs:// path cannot be a Cloud Storage bucket's name, or None: 3-63
+    lowercase letters, digits, dashes, underscores and dots, a letter or digit at each end
+    (up to 222 with dots, each dot-separated part at most 63)."""
+    bucket, _ = split_gcs(path)
+    parts = bucket.split('.')
+    if (_BUCKET.fullmatch(bucket) and ('.' in bucket or len(bucket) <= 63)
+            and all(0 < len(part) <= 63 for part in parts)):
+        return None
+    return (f'{bucket!r} is not a bucket name (3-63 lowercase letters, digits, dashes, '
+            'underscores and dots, a letter or digit at each end)')
 
 
 _CLIENT = None
