@@ -183,8 +183,8 @@ def _list_again(runner, launch: Launch, source: Source, settings: ConversionSett
     handle, path = tempfile.mkstemp(prefix='image-tfrecords-listing-', suffix='.json')
     os.close(handle)
     try:
-        build_plan_pipeline(runner, launch.beam, source.partitions, settings, path,
-                            sample=False).run().wait_until_finish()
+        _run_to_end(build_plan_pipeline(runner, launch.beam, source.partitions, settings, path,
+                                        sample=False), launch)
         return json.loads(fileio.read_bytes(path))
     finally:
         os.remove(path)
@@ -203,10 +203,8 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
     counters, summary, lock = {}, None, None
     try:
         if job.pipeline is not None:
-            with Progress(settings), console.relay_worker_lines(), (
-                    worker_watch.watching() if job.launch.workers else contextlib.nullcontext()):
-                result = job.pipeline.run()
-                result.wait_until_finish()
+            with Progress(settings), console.relay_worker_lines():
+                result = _run_to_end(job.pipeline, job.launch)
             counters = _counters(result)
         lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
     finally:
@@ -223,6 +221,17 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
                            'inputs_converted': (counters.get('images_written', 0)
                                                 + counters.get('images_skipped', 0))})
     return summary
+
+
+def _run_to_end(pipeline, launch: Launch):
+    """Runs `pipeline` to its end and returns its result; a local one under watch
+    (pipeline/worker_watch.py): its workers, and a stop signal that the runner would otherwise
+    report as an error of the step it stopped."""
+    local = launch.runner is RunnerKind.LOCAL
+    with worker_watch.watching() if local else contextlib.nullcontext():
+        result = pipeline.run()
+        result.wait_until_finish()
+    return result
 
 
 def _summary_under_lock(output_dir: str, token: str) -> tuple[output_lock.LockState, dict]:
@@ -247,7 +256,7 @@ def plan(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationConfig
         launch = launch.replaced(plan_only=True)
     job = prepare(launch, config)
     try:
-        job.pipeline.run().wait_until_finish()
+        _run_to_end(job.pipeline, job.launch)
         document = json.loads(fileio.read_bytes(job.plan_path))
         planned = time.monotonic() - started
     finally:

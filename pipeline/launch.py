@@ -14,7 +14,7 @@ from typing import Sequence
 
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
-    DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions)
+    DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions, TypeOptions)
 
 from pipeline import dataflow
 from pipeline.base.runners import RunnerKind, runner_kind, runner_name
@@ -90,6 +90,8 @@ def resolve(flags: Sequence[str] = (), **values) -> Launch:
         direct.direct_num_workers, direct.direct_running_mode = 0, 'multi_processing'
     if runner is RunnerKind.DATAFLOW:
         dataflow.apply_worker_defaults(beam, given)
+    if 'pipeline_type_check' not in given:   # Beam's checks of the graph's own type hints.
+        beam.view_as(TypeOptions).pipeline_type_check = False
     dry_run = _dry_run(beam) and not beam.view_as(ConverterOptions).plan_only
     launch = Launch(beam, frozenset(given), runner, 0 if dry_run else _local_workers(beam, runner),
                     dry_run)
@@ -144,8 +146,9 @@ def validate(launch: Launch) -> None:
     if launch.dry_run and launch.runner is not RunnerKind.DATAFLOW:
         raise DatasetError('--dry_run checks a Dataflow job without submitting it; for a local run '
                            'use --plan_only to see what it would write')
-    if launch.runner is RunnerKind.DATAFLOW and not launch.template_location:
-        dataflow.check_flags(launch.beam, launch.dry_run)
+    if launch.runner is RunnerKind.DATAFLOW:   # A Flex Template launcher names its own folders.
+        if not launch.template_location:
+            dataflow.check_flags(launch.beam, launch.dry_run)
         dataflow.check_paths(opts.output_dir, registry.input_paths(opts), launch.dry_run)
     if opts.plan_only and launch.runner is not RunnerKind.LOCAL and not launch.temp_location:
         raise DatasetError('--plan_only on this runner needs --temp_location (a gs:// folder the '

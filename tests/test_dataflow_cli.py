@@ -37,6 +37,8 @@ def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_lis
     answers = {
         'no project': cli('--runner=DataflowRunner', *job, '--output_dir=gs://my-bucket/out'),
         'local output': cli(*CLOUD, '--dry_run=true', *job, f'--output_dir={tmp_path}/out'),
+        'template, local output': cli(*CLOUD, f'--template_location={tmp_path}/job.json', *job,
+                                      f'--output_dir={tmp_path}/out'),
         'local input': cli(*CLOUD, *job, '--output_dir=gs://my-bucket/out'),
         # Without --temp_location Beam would create a default bucket: retries, offline.
         'dry run, no temp': cli(*CLOUD, '--dry_run=true', f'--input_dir={tmp_path}/in',
@@ -49,6 +51,9 @@ def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_lis
         'local output': (2, [f'error: --output_dir={tmp_path}/out is on this machine, and a '
                              'Dataflow job writes to Cloud Storage: give --output_dir=gs://BUCKET/'
                              'FOLDER']),
+        'template, local output': (2, [f'error: --output_dir={tmp_path}/out is on this machine, '
+                                       'and a Dataflow job writes to Cloud Storage: give '
+                                       '--output_dir=gs://BUCKET/FOLDER']),
         'local input': (2, [f'error: {tmp_path}/in is on this machine, and Dataflow workers read '
                             f'only Cloud Storage: copy it to a bucket (gcloud storage cp -r '
                             f'{tmp_path}/in gs://BUCKET/FOLDER) and give that path']),

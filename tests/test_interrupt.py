@@ -70,6 +70,20 @@ def test_sigterm_to_the_launcher_stops_its_workers_releases_the_lock_and_the_rer
     assert len(read_split(out, 'train')) == 3000
 
 
+def test_sigterm_to_a_run_in_one_process_is_its_line_not_the_step_it_stopped(tmp_path, many):
+    # --direct_num_workers=1: Beam's in-memory mode runs the steps in the launcher, and reported
+    # the signal raised inside one as that step's error (exit 2).
+    out = str(tmp_path / 'out')
+    process = start_until_converting(out, f'--input_dir={many}', f'--output_dir={out}',
+                                     '--direct_num_workers=1', poll=0.05)
+    os.kill(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert [line for line in stderr.splitlines() if not line.startswith('converting: ')] == [
+        'terminated (SIGTERM); rerun the same command to resume']
+    assert not os.path.exists(f'{out}/.lock')
+
+
 @pytest.fixture(scope='module')
 def few(tmp_path_factory) -> str:
     return write_tree(tmp_path_factory.mktemp('few'), {

@@ -208,3 +208,20 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
         with open(f'{out}/d-train.tfrecord-0000{index}-of-00002', 'rb') as stream:
             counts.append(str(sum(1 for _ in records.read_records(stream))))
     assert [s['shardLengths'] for s in info['splits']] == [counts] and sum(map(int, counts)) == 6
+
+
+def test_every_stage_passes_beams_type_checks_of_its_hints(tmp_path):
+    # Runs leave Beam's construction-time type checks off (a third of a small run's start-up);
+    # the whole graph, every optional stage in, is built here with them on.
+    from pipeline import job
+    write_tree(tmp_path / 'in', {f'{s}/c{i % 2}/{i}.jpg': imagemaker.jpeg(32, 24, seed=i)
+                                 for s in ('train', 'test') for i in range(4)})
+    flags = [f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out', '--leakage=drop',
+             '--output_format=tfrecord,array_record', '--dali_index', '--damaged_images=keep']
+    for plan_only in (False, True):
+        built = job.prepare([*flags, f'--plan_only={plan_only}'], pipeline_type_check=True)
+        assert built.launch.beam.view_as(beam.options.pipeline_options.TypeOptions).pipeline_type_check
+        labels = {t.full_label for t in built.pipeline.transforms_stack[0].parts}
+        assert ('Write Shards' in labels) is not plan_only
+        if not plan_only:
+            output_lock.release(f'{tmp_path}/out', built.settings.lock_token)

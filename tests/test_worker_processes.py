@@ -29,7 +29,8 @@ CORES = os.cpu_count()
     (['--direct_running_mode=multi_threading'], 0), (['--direct_running_mode=in_memory'], 0),
     (['--runner=DataflowRunner', '--project=p'], 0), (['--runner=PrismRunner'], 0),
     (['--plan_only'], CORES),   # It times a sample on the workers.
-    (['--runner=DataflowRunner', '--project=p', '--dry_run=true'], 0), (['--dry_run=false'], CORES),
+    (['--runner=DataflowRunner', '--project=p', '--temp_location=gs://bucket/tmp',
+      '--dry_run=true'], 0), (['--dry_run=false'], CORES),
     (['--dry_run=no', '--plan_only'], CORES),
     (['--help'], 0), (['-h'], 0)])
 def test_the_workers_forked_are_those_the_run_starts(argv, workers):
