@@ -405,15 +405,25 @@ COMMIT_POINTS = ['commit:journal', 'commit:replace:1', 'commit:install:1', 'comm
 CHECKED_POINTS = {'commit:install:1', 'cleanup:contents'}
 
 
+@pytest.fixture(scope='module')
+def old_datasets(inputs, tmp_path_factory) -> dict[bool, str]:
+    """{check: a folder holding another dataset of the inputs (named old)}, which the commit
+    replaces, with and without the leakage check."""
+    made = {}
+    for check in (False, True):
+        made[check] = str(tmp_path_factory.mktemp('old') / 'out')
+        assert cli(f'--input_dir={inputs}', f'--output_dir={made[check]}', '--dataset_name=old',
+                   *_check(check)).returncode == 0
+    return made
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('point', COMMIT_POINTS)
 def test_kill_at_every_step_of_the_commit_then_the_same_command_finishes(tmp_path, request,
-                                                                         point):
+                                                                         point, old_datasets):
     check = point in CHECKED_POINTS
     inputs, expected = request.getfixturevalue('checked_reference' if check else 'reference')
-    out = str(tmp_path / 'out')
-    assert cli(f'--input_dir={inputs}', f'--output_dir={out}', '--dataset_name=old',
-               *_check(check)).returncode == 0
+    out = str(shutil.copytree(old_datasets[check], tmp_path / 'out'))
     flags = _flags(inputs, out, '--overwrite', check=check)
     assert killed_at(point, *flags).returncode == -signal.SIGKILL
     rerun = cli(*flags)
