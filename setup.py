@@ -48,5 +48,5 @@ setuptools.setup(
                               'webdataset>=1.0',   # writes the shards of tests/test_webdataset_input.py
                               'datasets'],   # writes the parquet files of tests/test_parquet_input.py
     },
-    entry_points={'console_scripts': ['image-tfrecords=pipeline.run:main']},
+    entry_points={'console_scripts': ['image-tfrecords=pipeline.run:command_line']},
 )

@@ -28,15 +28,17 @@ def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: floa
     code. `started`: time.monotonic() when the command started (its imports count in the time
     it reports); `keep_log`: keeps the process's log and says where (for an unexpected error)."""
     started = time.monotonic() if started is None else started
+    committed: list[str] = []   # The output folder, once its dataset is committed.
     try:
         launch = argv if isinstance(argv, Launch) else resolve(argv)
         if launch.help:
             print(help_text(), file=out)
             return 0
         with console.showing(err, launch.verbose):
-            return _run(launch, out, started)
+            return _run(launch, out, started, committed)
     except KeyboardInterrupt as stop:   # The job's cleanup ran on the way out.
-        line, code = stop_line(stop)
+        line, code = stop_line(stop, getattr(stop, 'committed', None) or next(iter(committed),
+                                                                               None))
         print(line, file=err)
         return code
     except Exception as exc:   # One line, not a traceback.
@@ -51,7 +53,7 @@ def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: floa
         return 2
 
 
-def _run(launch: Launch, out: TextIO, started: float) -> int:
+def _run(launch: Launch, out: TextIO, started: float, committed: list[str]) -> int:
     flags = launch.converter
     paths = [flags.output_dir, *input_paths(flags), launch.temp_location]
     if launch.dry_run:
@@ -67,6 +69,7 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
         print(_submit(launch), file=out)
         return 0
     summary = job.convert(launch)
+    committed.append(summary['output_dir'])
     summary['seconds'] = time.monotonic() - started   # The command's, not only the job's.
     print(format_summary(summary), file=out)
     print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'

@@ -74,11 +74,14 @@ class Terminated(KeyboardInterrupt):
 STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def stop_line(stop: KeyboardInterrupt) -> tuple[str, int]:
-    """The line and exit code of a command ended by Ctrl-C or a stopping signal."""
-    if isinstance(stop, Terminated):
-        return f'{stop.line}; rerun the same command to resume', 128 + stop.signum
-    return 'interrupted; rerun the same command to resume', 130
+def stop_line(stop: KeyboardInterrupt, committed: str | None = None) -> tuple[str, int]:
+    """The line and exit code of a command ended by Ctrl-C or a stopping signal; `committed`:
+    the output folder, when the stop came once its dataset was committed."""
+    what, code = ((stop.line, 128 + stop.signum) if isinstance(stop, Terminated)
+                  else ('interrupted', 130))
+    if committed is not None:
+        return f'{what} after the dataset was committed to {printable(committed)}', code
+    return f'{what}; rerun the same command to resume', code
 
 
 def beam_refusal(exc: ValueError) -> DatasetError | None:

@@ -207,6 +207,10 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
                 result = _run_to_end(job.pipeline, job.launch)
             counters = _counters(result)
         lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
+    except KeyboardInterrupt as stop:
+        if _committed(settings):   # The stop came once the dataset was in place.
+            stop.committed = settings.output_dir
+        raise
     finally:
         if job.pipeline is not None and summary is None:   # A commit removed its temp folder.
             output_folder.drop_if_unused(settings.output_dir, settings.run_id)
@@ -221,6 +225,15 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
                            'inputs_converted': (counters.get('images_written', 0)
                                                 + counters.get('images_skipped', 0))})
     return summary
+
+
+def _committed(settings: ConversionSettings) -> bool:
+    """Whether the output holds the dataset of this run (its summary names the run)."""
+    try:
+        return metadata.load_json(settings.output_dir, metadata.SUMMARY).get('run_id') == \
+            settings.run_id
+    except Exception:   # None there, or not readable: not committed as far as can be told.
+        return False
 
 
 def _run_to_end(pipeline, launch: Launch):

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import difflib
 import os
+import re
 from typing import Sequence
 
 from apache_beam.options import pipeline_options
@@ -166,15 +167,25 @@ def _check_output_name(output_dir: str) -> None:
                            '(*, ? or [); choose a folder name without them')
 
 
+_SCHEME = re.compile(r'([A-Za-z][A-Za-z0-9+.-]*):/')
+
+
 def _check_buckets(launch: Launch) -> None:
-    """Every gs:// path given names a bucket Cloud Storage could hold: a typo is refused here,
-    not met after retries against the service."""
-    cloud = launch.beam.view_as(GoogleCloudOptions)
-    named = [('--output_dir', launch.converter.output_dir), ('--temp_location', cloud.temp_location),
-             ('--staging_location', cloud.staging_location),
-             *(('input', path) for path in registry.input_paths(launch.converter))]
+    """Every path given is local or gs://, and a gs:// one names a bucket Cloud Storage could
+    hold: a typo is refused here, not met after retries against the service (or written to a
+    local folder named gs:)."""
+    cloud, opts = launch.beam.view_as(GoogleCloudOptions), launch.converter
+    named = [('--output_dir', opts.output_dir), ('--temp_location', cloud.temp_location),
+             ('--staging_location', cloud.staging_location), ('--labels_file', opts.labels_file),
+             *(('input', path) for path in registry.input_paths(opts))]
     for flag, path in named:
-        problem = path and path.startswith('gs://') and gcs.bucket_name_problem(path)
+        if not path:
+            continue
+        scheme = _SCHEME.match(path)
+        if scheme and not path.startswith('gs://'):
+            raise DatasetError(f'{flag} {printable(path)}: paths are local or gs://BUCKET/... '
+                               f'(not {scheme.group(1)}:/...)')
+        problem = path.startswith('gs://') and gcs.bucket_name_problem(path)
         if problem:
             raise DatasetError(f'{flag} {printable(path)}: {problem}')
 

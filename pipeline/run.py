@@ -8,44 +8,32 @@ its own for temporary files and its log (pipeline/run_folder.py), sends everythi
 and its workers write to that log (the console keeps our lines), and turns SIGTERM into the
 same clean stop as Ctrl-C.
 """
+import atexit
 import gc
 import os
+import signal
 import sys
+import threading
 import time
+
+from pipeline.errors import STOPPING_SIGNALS, DatasetError, Terminated, stop_line
 
 STARTED = time.monotonic()   # The command's start, before the imports below (seconds of them).
 COMMAND = __name__ == '__main__' or os.path.basename(sys.argv[0]) == 'image-tfrecords'
-if COMMAND:
-    # The imports make ~200,000 objects that live as long as the process; full collections
-    # among them cost the command ~0.3 s. They are frozen once imported (at the end).
-    gc.disable()
-
-import logging  # noqa: E402
-import signal  # noqa: E402
-import threading  # noqa: E402
-
-from pipeline import beam_internals, command, console, run_folder, worker_processes  # noqa: E402
-from pipeline.errors import STOPPING_SIGNALS, DatasetError, Terminated, stop_line  # noqa: E402
-from pipeline.launch import Launch, resolve  # noqa: E402
-
-_resolved: 'Launch | None' = None   # The command line's flags, resolved before the workers fork.
 
 
-def main(argv: 'list[str] | None' = None) -> int:
-    """The process: its run folder and log, then the command (pipeline/command.py)."""
-    try:
-        argv = (_resolved or sys.argv[1:]) if argv is None else argv
-        own = run_folder.start()
-        verbose = isinstance(argv, Launch) and argv.verbose
-        console_stream = sys.stderr if verbose else _send_stderr_to(own.log_fd)
-        _log_to(own.log)
-        stop_on_signals()
-        try:
-            return command.main(argv, sys.stdout, console_stream, STARTED, own.keep_log)
-        finally:
-            logging.shutdown()
-    except KeyboardInterrupt as stop:   # Before the command's own handling began.
-        return _stopped(stop)
+def command_line() -> None:
+    """`python -m pipeline.run` and `image-tfrecords`: the process, ended with the command's
+    exit code once its cleanup ran. A signal after the command returned changes nothing, and a
+    thread the runner left running (a stopped in-memory run's could wait forever) does not
+    hold the process."""
+    code = main()
+    for number in (signal.SIGINT, *STOPPING_SIGNALS):
+        signal.signal(number, signal.SIG_IGN)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _stopped(stop: KeyboardInterrupt) -> int:
@@ -66,6 +54,41 @@ def _terminate(signum, frame) -> None:
     for number in STOPPING_SIGNALS:   # The cleanup runs once.
         signal.signal(number, signal.SIG_IGN)
     raise Terminated(signum)
+
+
+if COMMAND:
+    # The imports make ~200,000 objects that live as long as the process; full collections
+    # among them cost the command ~0.3 s. They are frozen once imported (at the end).
+    gc.disable()
+    stop_on_signals()   # A stop while the imports run is a stop too: one line, no traceback.
+try:
+    import logging
+
+    from pipeline import beam_internals, command, console, run_folder, worker_processes
+    from pipeline.launch import Launch, resolve
+except KeyboardInterrupt as stopped:
+    if not COMMAND:
+        raise
+    sys.exit(_stopped(stopped))
+
+_resolved: 'Launch | None' = None   # The command line's flags, resolved before the workers fork.
+
+
+def main(argv: 'list[str] | None' = None) -> int:
+    """The process: its run folder and log, then the command (pipeline/command.py)."""
+    try:
+        argv = (_resolved or sys.argv[1:]) if argv is None else argv
+        own = run_folder.start()
+        verbose = isinstance(argv, Launch) and argv.verbose
+        console_stream = sys.stderr if verbose else _send_stderr_to(own.log_fd)
+        _log_to(own.log)
+        stop_on_signals()
+        try:
+            return command.main(argv, sys.stdout, console_stream, STARTED, own.keep_log)
+        finally:
+            logging.shutdown()
+    except KeyboardInterrupt as stop:   # Before the command's own handling began.
+        return _stopped(stop)
 
 
 def _send_stderr_to(log_fd: int):
@@ -118,6 +141,6 @@ if COMMAND:
     try:
         _prestart()
         if __name__ == '__main__':
-            sys.exit(main())
+            command_line()
     except KeyboardInterrupt as stopped:   # Ctrl-C or a signal, held back while they forked.
         sys.exit(_stopped(stopped))

@@ -164,23 +164,28 @@ def test_zip_as_the_input_root_with_hidden_and_macos_entries(tmp_path):
 
 @pytest.mark.slow
 def test_split_archives_that_pack_their_split_folder_hold_its_classes(tmp_path):
-    # `tar cf val.tar val` and `tar czf test.tar.gz test`, beside a loose train/: the folder
-    # named for the split is the split, not a class of it (listed, and read in one pass).
+    # `tar cf val.tar val` and `tar czf test.tar.gz test`, beside a loose train/, with a class
+    # folder beside the split's: the folder named for the split is the split, not a class of
+    # it, listed or read in one pass alike.
+    bird = imagemaker.jpeg(30, 20, seed=77)
     write_tree(tmp_path / 'in', {k: v for k, v in IMAGES.items() if k.startswith('train/')})
     write_tree(tmp_path / 'in', {
-        'val.tar': archivemaker.tar({'val/': b'', **{
+        'val.tar': archivemaker.tar({'val/': b'', 'bird/x.JPEG': bird, **{
             f'val/{k.split("/", 1)[1]}': v for k, v in IMAGES.items() if k.startswith('validation/')}}),
-        'test.tar.gz': archivemaker.tar({k: v for k, v in IMAGES.items() if k.startswith('test/')}, 'gz')})
+        'test.tar.gz': archivemaker.tar({'bird/y.JPEG': bird, **{
+            k: v for k, v in IMAGES.items() if k.startswith('test/')}}, 'gz')})
     answer = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out')
     assert answer.returncode == 0, answer.stderr
-    assert f'{tmp_path}/in/val.tar holds one folder, val/; reading the classes in it' in answer.stderr
-    for split, count in (('validation', 12), ('test', 9)):
+    assert (f'{tmp_path}/in/val.tar holds val/, the split folder packed in it; reading the '
+            'classes in it') in answer.stderr
+    for split, count in (('validation', 13), ('test', 10)):
         rows = read_split(f'{tmp_path}/out', split)
         assert len(rows) == count
-        assert {(r[records.TEXT], r[records.FILENAME].split('_')[1]) for r in rows} == {
-            ('n00', '0'), ('n01', '1'), ('n02', '2')}
-    labels = open(f'{tmp_path}/out/labels.txt').read().split()
-    assert labels == ['n00', 'n01', 'n02']
+        named = {(r[records.TEXT], r[records.FILENAME].split('_')[1] if '_' in r[records.FILENAME]
+                  else r[records.FILENAME]) for r in rows}
+        assert named == {('n00', '0'), ('n01', '1'), ('n02', '2'),
+                         ('bird', 'x.JPEG' if split == 'validation' else 'y.JPEG')}
+    assert open(f'{tmp_path}/out/labels.txt').read().split() == ['bird', 'n00', 'n01', 'n02']
 
 
 def validation_csv(files: dict, folder: str) -> bytes:

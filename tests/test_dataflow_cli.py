@@ -43,7 +43,9 @@ def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_lis
         # Without --temp_location Beam would create a default bucket: retries, offline.
         'dry run, no temp': cli(*CLOUD, '--dry_run=true', f'--input_dir={tmp_path}/in',
                                 '--output_dir=gs://my-bucket/out'),
-        'bucket name': cli(*CLOUD, '--dry_run=true', *job, '--output_dir=gs://My_Bucket/out')}
+        'bucket name': cli(*CLOUD, '--dry_run=true', *job, '--output_dir=gs://My_Bucket/out'),
+        'bucket as an IP': cli(f'--input_dir={tmp_path}/in', '--output_dir=gs://10.0.0.1/out'),
+        'a scheme mistyped': cli(f'--input_dir={tmp_path}/in', '--output_dir=gs:/my-bucket/out')}
     assert {name: (a.returncode, a.stderr.splitlines()) for name, a in answers.items()} == {
         'no project': (2, ['error: --runner=DataflowRunner needs --project=PROJECT_ID, the Google '
                            'Cloud project the job runs in (and --region=REGION, e.g. us-central1, '
@@ -62,7 +64,13 @@ def test_a_job_without_a_project_or_with_a_local_path_is_one_line_before_any_lis
                                  'it Beam creates a default bucket, which a dry run does not']),
         'bucket name': (2, ["error: --output_dir gs://My_Bucket/out: 'My_Bucket' is not a bucket "
                             'name (3-63 lowercase letters, digits, dashes, underscores and dots, a '
-                            'letter or digit at each end)'])}
+                            'letter or digit at each end)']),
+        'bucket as an IP': (2, ["error: --output_dir gs://10.0.0.1/out: '10.0.0.1' is not a bucket "
+                                'name (no bucket is named like an IP address, starts with "goog" '
+                                'or holds "google")']),
+        'a scheme mistyped': (2, ['error: --output_dir gs:/my-bucket/out: paths are local or '
+                                  'gs://BUCKET/... (not gs:/...)'])}
+    assert not os.path.exists('gs:')
 
 
 def test_dry_run_from_the_command_line_checks_the_job_and_submits_nothing(raw):

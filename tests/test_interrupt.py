@@ -115,3 +115,28 @@ def test_a_stop_signal_while_the_workers_start_ends_the_run_at_once(tmp_path, fe
     assert [x for x in stderr.splitlines() if not x.startswith('converting: ')] == [line]
     assert not os.path.exists(f'{out}/.lock')
     assert not alive_after(workers)
+
+
+def _catches(pid: int, number: int) -> bool:
+    """Whether process `pid` has a handler for signal `number` (/proc's SigCgt mask)."""
+    with open(f'/proc/{pid}/status') as status:
+        mask = next(line for line in status if line.startswith('SigCgt:')).split()[1]
+    return bool(int(mask, 16) >> (number - 1) & 1)
+
+
+@pytest.mark.parametrize('number,code,line', [
+    (signal.SIGINT, 130, INTERRUPTED),
+    (signal.SIGTERM, 143, 'terminated (SIGTERM); rerun the same command to resume')])
+def test_a_stop_signal_while_the_command_imports_is_one_line(tmp_path, few, number, code, line):
+    # The first second of the command is its imports: a stop then was a traceback (SIGINT) or
+    # a silent death (SIGTERM).
+    process = start_cli(f'--input_dir={few}', f'--output_dir={tmp_path}/out')
+    while not _catches(process.pid, signal.SIGTERM):
+        assert process.poll() is None
+        time.sleep(0.005)
+    with open(f'/proc/{process.pid}/maps') as maps:   # Beam's runner not imported yet.
+        assert 'cygrpc' not in maps.read()
+    os.kill(process.pid, number)
+    _, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr.splitlines()) == (code, [line])
+    assert not os.path.exists(tmp_path / 'out')

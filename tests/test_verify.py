@@ -182,6 +182,10 @@ def test_a_folder_that_does_not_exist_is_no_folder_or_holds_only_an_unfinished_r
         assert verify_main([f'{tmp_path}/{name}']) == 2
         assert capsys.readouterr().err.splitlines() == [
             f'error: {tmp_path}/{name} is not a folder: give the --output_dir of a conversion']
+    assert verify_main(['gs://My-Bucket/out']) == 2   # No client's retries nor traceback.
+    assert capsys.readouterr().err.splitlines() == [
+        "error: gs://My-Bucket/out: 'My-Bucket' is not a bucket name (3-63 lowercase letters, "
+        'digits, dashes, underscores and dots, a letter or digit at each end)']
     run = tmp_path / 'out' / '.tmp-0123456789abcdef'
     run.mkdir(parents=True)
     (run / '.image-tfrecords-run.json').write_text('{"run_id": "0123456789abcdef", '

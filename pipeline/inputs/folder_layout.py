@@ -96,11 +96,13 @@ class FolderSplit(Partition):
         if self.place.archive is not None and self.place.archive.streamed:
             return [StreamedSplit(self.split, self.place)]
         places, files = folders.children(self.place)
-        packed = _packed_split(self.split, self.place, places, files)
+        packed = _packed_split(self.split, self.place, places)
         if packed is not None:
-            LOG.info('%s holds one folder, %s/; reading the classes in it', self.place.path,
-                     fileio.basename(packed.path))
-            return FolderSplit(self.split, packed).split_further()
+            LOG.info('%s holds %s/, the split folder packed in it; reading the classes in it',
+                     self.place.path, fileio.basename(packed.path))
+            inner_places, inner_files = folders.children(packed)
+            places = [p for p in places if p.path != packed.path] + inner_places
+            files = files + inner_files
         classes = [p for p in places if not p.name.startswith('.')
                    and not (p.archive is not None and p.name == '__MACOSX')]
         others = tuple(p for p in places if p not in classes)
@@ -110,22 +112,19 @@ class FolderSplit(Partition):
 
 
 def _packs_split(split: str, name: str) -> bool:
-    """Whether a folder directly in a split's archive is the split folder packed with it
+    """Whether a folder directly in a split's archive is the split folder packed in it
     (`tar cf val.tar val`): named for that split, it is not a class."""
     return split_of(name) == split
 
 
-def _packed_split(split: str, place: folders.Place, places: list[folders.Place],
-                  files: list[folders.File]) -> folders.Place | None:
-    """The folder a split archive packs the split in, when it holds that one folder (hidden
-    entries, `__MACOSX/` and directory entries aside), standing for the archive."""
+def _packed_split(split: str, place: folders.Place,
+                  places: list[folders.Place]) -> folders.Place | None:
+    """The folder directly in a split archive that is the split folder packed in it, standing
+    for the archive (its key the archive's, as when it is read in one pass); None if none."""
     if place.archive is None or place.prefix:
         return None
-    shown = [p for p in places if not p.name.startswith('.') and p.name != '__MACOSX']
-    loose = [f for f in files if not (f.is_dir or f.name.startswith('.'))]
-    if len(shown) != 1 or loose or not _packs_split(split, shown[0].name):
-        return None
-    return dataclasses.replace(shown[0], key=place.key)
+    packed = [p for p in places if _packs_split(split, p.name)]
+    return dataclasses.replace(packed[0], key=place.key) if packed else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +179,7 @@ class StreamedSplit(Partition):
     def examples(self) -> Iterator[ExampleRef]:
         for relative, file in folders.walk(self.place):
             first, _, inside = relative.partition('/')
-            if '/' in inside and _packs_split(self.split, first):
+            if inside and _packs_split(self.split, first):
                 relative = inside
                 file = dataclasses.replace(file, key=f'{self.place.key}/{inside}')
             label, _, rest = relative.partition('/')

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import printable
-from pipeline.io import failures, fileio
+from pipeline.io import failures, fileio, gcs
 
 MAX_PATH = 4096   # Bytes of an image's path that is used, at most.
 _EMBED = 'write the file with the images in it (datasets embeds them in push_to_hub)'
@@ -73,6 +73,10 @@ class ImagePaths:
 
     def read(self, path: str) -> bytes | None:
         """The image at `path`, or None with the reason kept."""
+        bucket = fileio.is_gcs(path) and gcs.bucket_name_problem(path)
+        if bucket:
+            self._reasons[path] = f'{self._no_bytes}its path {printable(path)[:200]}: {bucket}'
+            return None
         relative = not (fileio.is_gcs(path) or path.startswith('/'))
         places = [fileio.join(fileio.dirname(self._parquet), path)] if relative else [path]
         if relative and self._start.path:

@@ -119,20 +119,24 @@ def split_gcs(path: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-_BUCKET = re.compile(r'[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]')
+_BUCKET_PART = re.compile(r'[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?')
+_IP = re.compile(r'\d{1,3}(\.\d{1,3}){3}')
 
 
 def bucket_name_problem(path: str) -> str | None:
     """Why the bucket of a gs:// path cannot be a Cloud Storage bucket's name, or None: 3-63
-    lowercase letters, digits, dashes, underscores and dots, a letter or digit at each end
-    (up to 222 with dots, each dot-separated part at most 63)."""
+    lowercase letters, digits, dashes, underscores and dots (up to 222 with dots), each part
+    between dots starting and ending with a letter or digit; not an IP address, not starting
+    with "goog", not holding "google"."""
     bucket, _ = split_gcs(path)
-    parts = bucket.split('.')
-    if (_BUCKET.fullmatch(bucket) and ('.' in bucket or len(bucket) <= 63)
-            and all(0 < len(part) <= 63 for part in parts)):
-        return None
-    return (f'{bucket!r} is not a bucket name (3-63 lowercase letters, digits, dashes, '
-            'underscores and dots, a letter or digit at each end)')
+    limit = 222 if '.' in bucket else 63
+    if not (3 <= len(bucket) <= limit and all(map(_BUCKET_PART.fullmatch, bucket.split('.')))):
+        return (f'{bucket!r} is not a bucket name (3-63 lowercase letters, digits, dashes, '
+                'underscores and dots, a letter or digit at each end)')
+    if _IP.fullmatch(bucket) or bucket.startswith('goog') or 'google' in bucket:
+        return (f'{bucket!r} is not a bucket name (no bucket is named like an IP address, starts '
+                'with "goog" or holds "google")')
+    return None
 
 
 _CLIENT = None
