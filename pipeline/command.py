@@ -28,17 +28,15 @@ def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: floa
     code. `started`: time.monotonic() when the command started (its imports count in the time
     it reports); `keep_log`: keeps the process's log and says where (for an unexpected error)."""
     started = time.monotonic() if started is None else started
-    committed: list[str] = []   # The output folder, once its dataset is committed.
     try:
         launch = argv if isinstance(argv, Launch) else resolve(argv)
         if launch.help:
             print(help_text(), file=out)
             return 0
         with console.showing(err, launch.verbose):
-            return _run(launch, out, started, committed)
+            return _run(launch, out, started)
     except KeyboardInterrupt as stop:   # The job's cleanup ran on the way out.
-        line, code = stop_line(stop, getattr(stop, 'committed', None) or next(iter(committed),
-                                                                               None))
+        line, code = stop_line(stop, getattr(stop, 'committed', None))
         print(line, file=err)
         return code
     except Exception as exc:   # One line, not a traceback.
@@ -53,7 +51,7 @@ def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: floa
         return 2
 
 
-def _run(launch: Launch, out: TextIO, started: float, committed: list[str]) -> int:
+def _run(launch: Launch, out: TextIO, started: float) -> int:
     flags = launch.converter
     paths = [flags.output_dir, *input_paths(flags), launch.temp_location]
     if launch.dry_run:
@@ -68,12 +66,15 @@ def _run(launch: Launch, out: TextIO, started: float, committed: list[str]) -> i
     if launch.remote:
         print(_submit(launch), file=out)
         return 0
-    summary = job.convert(launch)
-    committed.append(summary['output_dir'])
+    summary = job.convert(launch)   # A stop in it once committed says so (stop.committed).
     summary['seconds'] = time.monotonic() - started   # The command's, not only the job's.
-    print(format_summary(summary), file=out)
-    print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
-          + load_hint(summary), file=out)
+    try:
+        print(format_summary(summary), file=out)
+        print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
+              + load_hint(summary), file=out)
+    except KeyboardInterrupt as stop:
+        stop.committed = summary['output_dir']
+        raise
     return 0
 
 

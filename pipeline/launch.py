@@ -156,7 +156,7 @@ def validate(launch: Launch) -> None:
                            'job writes its plan to)')
     if opts.output_dir:
         _check_output_name(opts.output_dir)
-    _check_buckets(launch)
+    _check_path_names(launch)
     for kind in registry.kinds():
         kind.check(opts)
 
@@ -170,7 +170,7 @@ def _check_output_name(output_dir: str) -> None:
 _SCHEME = re.compile(r'([A-Za-z][A-Za-z0-9+.-]*):/')
 
 
-def _check_buckets(launch: Launch) -> None:
+def _check_path_names(launch: Launch) -> None:
     """Every path given is local or gs://, and a gs:// one names a bucket Cloud Storage could
     hold: a typo is refused here, not met after retries against the service (or written to a
     local folder named gs:)."""

@@ -452,7 +452,7 @@ class RowGroupRead:
             return _not_read(check, row, f'{_REWRITE}, or raise --max_input_mb')
         return self._image_paths.why_not(self._path(group, row - first))
 
-    def _path(self, group: int, offset: int) -> str | None:
+    def _path(self, group: int, offset: int) -> 'str | BadPath | None':
         """The path of a row, read on from the row asked before where it can be (rows without
         an image are asked in order: a read from the group's first row each was quadratic)."""
         paths = self._paths_read.get(group)
@@ -479,7 +479,7 @@ class _Paths:
         """The rows read so far."""
         return self._next
 
-    def at(self, offset: int) -> str | None:
+    def at(self, offset: int) -> 'str | BadPath | None':
         """The path of the row `offset` rows into the group (at or after the last asked)."""
         for _, self._path in itertools.islice(self._rows, offset + 1 - self._next):
             self._next += 1

@@ -275,13 +275,14 @@ def _no_dataset(output_dir: str) -> str:
 
 def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -> list[str]:
     """All problems of the dataset under `output_dir` ([] when it is sound)."""
-    output_dir = output_dir.rstrip('/') if output_dir.rstrip('/') != 'gs:' else output_dir
     if fileio.is_gcs(output_dir):   # One line, not a client's retries and traceback.
         problem = gcs.bucket_name_problem(output_dir)
         if problem:
             raise DatasetError(f'{printable(output_dir)}: {problem}')
         credentials.check_credentials([output_dir])
-    elif os.path.exists(output_dir) and not os.path.isdir(output_dir):
+    output_dir = output_dir.rstrip('/')
+    if not fileio.is_gcs(output_dir) and os.path.exists(output_dir) \
+            and not os.path.isdir(output_dir):
         raise DatasetError(f'{printable(output_dir)} is not a folder: give the --output_dir '
                            'of a conversion')
     journal = commit_journal.read_journal(output_dir)
