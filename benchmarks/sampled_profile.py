@@ -8,7 +8,7 @@ process of the tree `--rate` times a second without slowing Python calls (benchm
 traces one in-process worker under cProfile instead, which inflates Python-heavy steps). Each
 sample pauses the process for its stack: sampled while it runs (py-spy's --nonblocking), a
 stack is read while it changes, and steps were found under functions that never call them. Samples
-of the worker processes inside chunk conversion (EncodeChunk.process) are split into the steps
+of the worker processes inside chunk conversion (EncodeChunks.process) are split into the steps
 an image goes through, by the first step whose function is on the stack; the table gives CPU
 microseconds per image and the share of the conversion stage.
 """
@@ -39,7 +39,7 @@ STEPS = {
     'SHA-256': ['hashlib.sha256('],
     'TFRecord framing (CRC32C)': ['frame_record'],
 }
-CONVERSION = 'EncodeChunk.process'
+CONVERSION = 'EncodeChunks.process'
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAME = re.compile(r'(?P<function>.+) \((?P<file>[^()]*):(?P<line>\d+)\)$')
 

@@ -29,7 +29,7 @@ STAGES = {
     'Write Shards': ['Listing Runs', 'Cut Into Tasks', 'Spread Tasks', 'Fingerprint Chunks',
                      'Chunks Of Shards', 'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks',
                      'Count Copies', 'Key By Shard', 'Group By Shard', 'Write Shards'],
-    'Commit Dataset': ['Collect Results', 'Put In Place'],
+    'Commit Dataset': ['Put In Place'],
 }
 STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]
 

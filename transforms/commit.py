@@ -25,6 +25,7 @@ from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries
 from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_line
+from transforms.gathered import Gathered
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
 
@@ -46,12 +47,9 @@ class CommitDataset(beam.PTransform):
             found['leakage'] = beam.pvalue.AsSingleton(
                 self._leakage['clusters'] | 'Collect Leakage' >> CollectLeakage(
                     self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))
-        return (results
-                | 'Collect Results' >> beam.combiners.ToList()
-                | 'Put In Place' >> beam.Map(commit_dataset,
-                                             label_map=beam.pvalue.AsSingleton(self._label_map),
-                                             facts=beam.pvalue.AsSingleton(self._facts),
-                                             settings=self._settings, **found))
+        return results | 'Put In Place' >> Gathered(
+            commit_dataset, label_map=beam.pvalue.AsSingleton(self._label_map),
+            facts=beam.pvalue.AsSingleton(self._facts), settings=self._settings, **found)
 
 
 def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: DatasetFacts,

@@ -18,6 +18,7 @@ from pipeline.base.splits import SPLITS
 from pipeline.io import sorted_runs
 from pipeline.io.sorted_runs import RunWriter
 from pipeline.quality.pairing import Table
+from transforms.gathered import Gathered
 from transforms.part_records import PartRecords
 
 COPY = np.dtype([('sha', '<u8'), ('id', '<u8')])
@@ -89,14 +90,12 @@ class CountCopies(beam.PTransform):
         self._temp_dir, self._chunk_fps, self._left_out = temp_dir, chunk_fps, left_out
 
     def expand(self, filed: beam.PCollection) -> beam.PCollection:
-        runs = (filed
-                | 'Runs' >> beam.FlatMap(lambda found: found.runs)
-                | 'All Runs' >> beam.combiners.ToList())
+        runs = filed | 'Runs' >> beam.FlatMap(lambda found: found.runs)
         return (runs
-                | 'Copy Tasks' >> beam.FlatMap(_tasks)
+                | 'Copy Tasks' >> Gathered(_tasks, each=True)
                 | 'Spread Copy Tasks' >> beam.Reshuffle()
                 | 'Count In Range' >> beam.Map(
-                    _count, beam.pvalue.AsSingleton(runs),
+                    _count, beam.pvalue.AsList(runs),
                     *([beam.pvalue.AsList(self._left_out)] if self._left_out is not None else []))
                 | 'Per Split' >> beam.CombinePerKey(_merge)
                 | 'Name Examples' >> beam.Map(_named, self._temp_dir, self._chunk_fps))

@@ -21,6 +21,7 @@ from pipeline.errors import DatasetError
 from pipeline.base.choices import LeakageAction
 from pipeline.quality.pairing import RADIUS, WINDOW, Cluster
 from pipeline.base.settings import ConversionSettings
+from transforms.gathered import Gathered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,8 +127,7 @@ class CollectLeakage(beam.PTransform):
     def expand(self, found: beam.PCollection) -> beam.PCollection:
         return (found
                 | 'Write Cluster Parts' >> beam.Map(write_part, temp_dir=self._temp_dir)
-                | 'All Parts' >> beam.combiners.ToList()
-                | 'With Flat And Crowded' >> beam.Map(_collect, beam.pvalue.AsDict(self._flat),
+                | 'With Flat And Crowded' >> Gathered(_collect, beam.pvalue.AsDict(self._flat),
                                                       beam.pvalue.AsList(self._crowded)))
 
 

@@ -145,7 +145,7 @@ class ResolveLabels(beam.PTransform):
     def expand(self, listed: beam.PCollection):
         facts = (listed
                  | 'Facts' >> beam.Map(lambda found: found.facts)
-                 | 'Combine Facts' >> beam.CombineGlobally(CombineFacts()))
+                 | 'Combine Facts' >> beam.CombineGlobally(CombineFacts()).without_defaults())
         label_map = facts | 'Fix Label Ids' >> beam.Map(_label_map, self._splits, self._labels)
         return facts, label_map
 

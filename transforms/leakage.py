@@ -43,6 +43,7 @@ from pipeline.quality.pairing import (BAND_BITS, BANDS, FILING, LINK, MAX_BUCKET
                                       leaking, link_band, record_ids, reduce_links, sha_digest)
 from pipeline.quality.phash import FLAT
 from transforms import linked_groups
+from transforms.gathered import Gathered
 from transforms.part_records import PartRecords
 
 NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
@@ -221,16 +222,14 @@ class FindLeakage(beam.PTransform):
         flat = (filed
                 | 'Flat Images' >> beam.FlatMap(lambda found: found.flat.items())
                 | 'Count Flat' >> beam.CombinePerKey(sum))
-        runs = (filed
-                | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
-                | 'All Filing Runs' >> beam.combiners.ToList())
+        runs = filed | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
         groups = (runs
-                  | 'Link Tasks' >> beam.FlatMap(_link_tasks, self._plans)
+                  | 'Link Tasks' >> Gathered(_link_tasks, self._plans, each=True)
                   | 'Spread Link Tasks' >> beam.Reshuffle()
                   | 'Link Within Buckets' >> beam.ParDo(
-                      LinkGroup(self._temp_dir, self._resuming), beam.pvalue.AsSingleton(runs),
+                      LinkGroup(self._temp_dir, self._resuming), beam.pvalue.AsList(runs),
                       self._chunk_fps).with_outputs('crowded', main='links'))
-        spanning = groups.links | 'Join Links' >> beam.CombineGlobally(JoinLinks())
+        spanning = groups.links | 'Join Links' >> beam.CombineGlobally(JoinLinks()).without_defaults()
         found = (spanning
                  | 'Cluster Partitions' >> beam.FlatMap(_cluster_partitions)
                  | 'Spread Partitions' >> beam.Reshuffle()

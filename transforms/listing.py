@@ -65,7 +65,7 @@ class ListExamples(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         return (pbegin
-                | 'Create Partitions' >> beam.Create(self._partitions)
+                | 'Create Partitions' >> beam.Create(self._partitions, reshuffle=False)
                 | 'Split Partitions' >> beam.ParDo(_SplitPartitions())
                 | 'Spread Partitions' >> beam.Reshuffle()
                 | 'List Partitions' >> beam.ParDo(self._lister))

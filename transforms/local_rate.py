@@ -43,6 +43,7 @@ from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
 from transforms.encode_chunks import EncodeChunks, StreamedMembers
+from transforms.gathered import Gathered
 
 SAMPLE_SIZE = 300
 WARM_UP = 20
@@ -62,10 +63,8 @@ class MeasureSample(beam.PTransform):
         self._settings, self._label_map, self._timed = settings, label_map, timed
 
     def expand(self, listed: beam.PCollection) -> beam.PCollection:
-        return (listed
-                | 'Samples' >> beam.combiners.ToList()
-                | 'Convert Sample' >> beam.Map(_measure, beam.pvalue.AsSingleton(self._label_map),
-                                               self._settings, self._timed))
+        return listed | 'Convert Sample' >> Gathered(
+            _measure, beam.pvalue.AsSingleton(self._label_map), self._settings, self._timed)
 
 
 def _measure(listed: list, label_map: LabelMap, settings: ConversionSettings,

@@ -27,6 +27,7 @@ from pipeline.output import dali_index, output_folder, records, shard_formats
 from transforms import entries, resume, sharding
 from transforms.encode_chunks import EncodeChunks, FingerprintChunks
 from transforms.copies import CountCopies
+from transforms.gathered import Gathered
 from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
                                 dropped_id)
 from transforms.shard_results import PartDone, ShardKey, ShardResult, shard_line, shows_shard
@@ -51,9 +52,8 @@ class WriteShards(beam.PTransform):
         settings = self._settings
         plans = beam.pvalue.AsDict(self._plans)
         label_map = beam.pvalue.AsSingleton(self._label_map)
-        runs = beam.pvalue.AsSingleton(listed
-                                       | 'Listing Runs' >> beam.FlatMap(lambda found: found.runs)
-                                       | 'All Listing Runs' >> beam.combiners.ToList())
+        runs = beam.pvalue.AsList(listed
+                                  | 'Listing Runs' >> beam.FlatMap(lambda found: found.runs))
         tasks = (self._plans
                  | 'Cut Into Tasks' >> beam.FlatMap(lambda split_plan: sharding.tasks(*split_plan))
                  | 'Spread Tasks' >> beam.Reshuffle())
@@ -93,10 +93,9 @@ def _note_reuse(fingerprints: beam.PCollection, plans, settings: ConversionSetti
     """The chunk fingerprints, once the note of what an earlier attempt's work this run reuses
     is written (resume.note_reuse): so before any chunk is converted, for the waiting
     launcher's progress."""
-    noted = (fingerprints
-             | 'All Chunk Fingerprints' >> beam.combiners.ToList()
-             | 'Note Reuse' >> beam.Map(resume.note_reuse, plans, settings.temp_dir,
-                                        resume.reuse_note(settings.temp_dir, settings.lock_token)))
+    noted = fingerprints | 'Note Reuse' >> Gathered(
+        resume.note_reuse, plans, settings.temp_dir,
+        resume.reuse_note(settings.temp_dir, settings.lock_token))
     return fingerprints | 'Reuse Noted' >> beam.Map(lambda fp, _: fp,
                                                      beam.pvalue.AsSingleton(noted))
 
