@@ -1,7 +1,7 @@
 """Recall and false pairs of the leakage check, by kind of copy and Hamming radius, on real
 photos: the basis of the radius chosen (pipeline/quality/pairing.py RADIUS).
 
-    python -m benchmarks.leakage_recall [--tile 128]
+    python -m benchmarks.leakage_recall [--tile 128] [--reencode]
 
 Distinct images are the non-overlapping tiles of the photos benchmarks/workload.py draws from
 (its own images are overlapping crops of 16 photos, so they are not distinct), scaled to 256 px
@@ -11,7 +11,7 @@ and stored as PNG). Images go through the converter's own path (convert_image: t
 decode and the hashes); pairs are found exhaustively and by multi-index hashing
 (pairing.find_clusters, which the pipeline uses: a copy is found when it falls in its original's
 cluster), each copy in a split of its own. Flat tiles (blank sky, black space) are counted apart: they are never
-paired.
+paired. With --reencode, every image is hashed as a run given --reencode hashes it.
 """
 import argparse
 import io
@@ -52,8 +52,8 @@ def _png(image: Image.Image) -> bytes:
     return out.getvalue()
 
 
-def _hashes(data: bytes) -> tuple[int, int]:
-    stored = convert_image(data, ImageOptions())
+def _hashes(data: bytes, options: ImageOptions) -> tuple[int, int]:
+    stored = convert_image(data, options)
     return stored.phash, stored.phash_mirrored
 
 
@@ -70,15 +70,17 @@ def _tiles(side: int) -> list[Image.Image]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--tile', type=int, default=128)
+    parser.add_argument('--reencode', action='store_true', help='Hash as --reencode does.')
     args = parser.parse_args()
+    options = ImageOptions(reencode=args.reencode)
     rng = random.Random(0)
     tiles = _tiles(args.tile)
-    originals = [_hashes(_jpeg(t)) for t in tiles]
+    originals = [_hashes(_jpeg(t), options) for t in tiles]
     usable = [i for i, h in enumerate(originals) if h[0] != FLAT]
     print(f'{len(tiles)} distinct tiles of {args.tile} px, {len(tiles) - len(usable)} flat')
     print(f'{"copy":<18}' + ''.join(f'{"r<=" + str(r):>8}' for r in RADII) + f'{"bands":>8}')
     for kind, make in KINDS.items():
-        copies = {i: _hashes(make(tiles[i], rng)) for i in usable}
+        copies = {i: _hashes(make(tiles[i], rng), options) for i in usable}
         near = [min(distance(originals[i][0], c[0]), distance(originals[i][0], c[1]))
                 for i, c in copies.items()]
         entries = [('train', str(i), '', to_int64(originals[i][0]), to_int64(originals[i][1]))

@@ -275,3 +275,18 @@ def test_a_plain_png_whose_pixel_stream_fails_its_checksum_is_refused_as_pillow_
     assert plain_png(broken)
     with pytest.raises(ImageError, match='broken data stream'):
         convert_image(broken, ImageOptions())
+
+
+@pytest.mark.parametrize('mode', ['RGB', 'L'])
+def test_reencoding_a_clean_jpeg_takes_verdict_pixels_and_hashes_from_one_decode(mode):
+    """With --reencode a clean JPEG is decoded once, strictly, and hashed from those pixels; a
+    damaged one is still judged damaged (and skipped by default)."""
+    data = imagemaker.encode(Image.open(io.BytesIO(imagemaker.jpeg(seed=3))).convert(mode), 'JPEG')
+    pixels = simplejpeg.decode_jpeg(data, colorspace='RGB')
+    stored = convert_image(data, ImageOptions(reencode=True))
+    assert stored.encoded == simplejpeg.encode_jpeg(
+        pixels, quality=95, colorspace='RGB', colorsubsampling='420', fastdct=False)
+    assert (stored.phash, stored.phash_mirrored) == perceptual_hashes(pixels)
+    assert not stored.passed_through and stored.damage == ''
+    with pytest.raises(DamagedImageError, match='damaged JPEG: .*Premature end of JPEG file'):
+        convert_image(data[:len(data) * 2 // 3], ImageOptions(reencode=True))

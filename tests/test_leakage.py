@@ -90,10 +90,12 @@ def _found(found: list[dict], expected: dict) -> dict:
             if copy in expected and expected[copy][0] in c['members'].get('train', ())}
 
 
-def test_planted_copies_are_found_and_distinct_images_are_not_clustered(planted, tmp_path):
+@pytest.mark.parametrize('flags', [[], ['--reencode']], ids=['kept', 'reencoded'])
+def test_planted_copies_are_found_and_distinct_images_are_not_clustered(planted, tmp_path, flags):
+    """Re-encoded, a JPEG's hashes come from its one full decode, not from the verdict's."""
     root, files, expected = planted
     out = f'{tmp_path}/out'
-    result = _convert(root, out)
+    result = _convert(root, out, *flags)
     assert result.returncode == 0, result.stderr
     found = _clusters(root, out)
     held = _found(found, expected)

@@ -2,7 +2,9 @@
 
 Every image is decoded once in full. JPEGs kept as they are are decoded at a reduced scale (the
 one the perceptual hash reads; 1/8 with --leakage=off), which still entropy-decodes the whole
-stream and so catches truncation, at a fraction of the IDCT work. Output is always an RGB,
+stream and so catches truncation, at a fraction of the IDCT work. With --reencode a clean RGB or
+grey JPEG is decoded once, strictly, at the size it is stored at: that decode is its verdict,
+its pixels and what its hashes read. Output is always an RGB,
 3-channel JPEG: alpha is composited on white, 16-bit samples are scaled down, palettes,
 grayscale and CMYK/YCCK are converted, and EXIF orientation is applied.
 
@@ -100,14 +102,15 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
         rgb_jpeg = header.components == 3 if header else (image.format == 'JPEG'
                                                           and image.mode == 'RGB')
         is_jpeg = header is not None or image.format == 'JPEG'
-        check = check_jpeg(data, width, height, hashed) if is_jpeg else None
+        size = target_size(width, height, options)
+        pixels = _strict_rgb(data, header, size, orientation) if options.reencode else None
+        check = check_jpeg(data, width, height, hashed) if is_jpeg and pixels is None else None
         damage = check.reason if check is not None and check.verdict == DAMAGED else ''
         if damage and options.damaged_images == DamagedAction.SKIP:
             raise DamagedImageError(f'damaged JPEG: {damage} (strict libjpeg-turbo; '
                                     '--damaged_images=keep or reencode converts such files)')
         cmyk = (header.components if header else len(image.getbands())) == 4
         luma = _orient(check.pixels, orientation) if check is not None and not cmyk else None
-        size = target_size(width, height, options)
         keep = (rgb_jpeg and orientation in (1, None) and size == (width, height)
                 and not options.reencode
                 and not (damage and options.damaged_images == DamagedAction.REENCODE))
@@ -115,7 +118,8 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
             if check is None:  # libjpeg-turbo cannot decode it: Pillow has the last word.
                 luma = _pillow_draft(data, width, height, image)
             return StoredImage(data, height, width, True, damage, *_hashes(luma, hashed))
-        pixels = _plain_png_rgb(data) if plain else None
+        if pixels is None and plain:
+            pixels = _plain_png_rgb(data)
         if pixels is None:
             pixels = _decode_rgb(image or Image.open(png_stream(data)), data, size, bool(damage),
                                  orientation)
@@ -297,6 +301,22 @@ def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int], damaged:
         except ValueError:
             pass
     return _pillow_rgb(image, size, orientation)
+
+
+def _strict_rgb(data: bytes, header: 'JpegHeader | None', size: tuple[int, int],
+                orientation: int) -> np.ndarray | None:
+    """A clean RGB or grey JPEG's pixels (HxWx3) at `size`, upright, from one strict decode:
+    the verdict (ok) and the pixels at once. None for any other file, or when strict
+    libjpeg-turbo refuses it (check_jpeg then judges it)."""
+    if header is None or header.components == 4:
+        return None
+    scaled = size != (header.width, header.height)
+    try:
+        return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB', strict=True,
+                                              min_height=size[1] if scaled else 0,
+                                              min_width=size[0] if scaled else 0), orientation)
+    except ValueError:
+        return None
 
 
 def _plain_png_rgb(data: bytes) -> np.ndarray | None:
