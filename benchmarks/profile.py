@@ -40,13 +40,13 @@ def _cumulative(stats: pstats.Stats, file_suffix: str, name: str) -> float:
 
 
 def _encode_chunk_seconds(stats: pstats.Stats) -> float:
-    """Cumulative time of EncodeChunk.process."""
+    """Cumulative time of EncodeChunks.process."""
     import inspect
 
-    from transforms.write_shards import EncodeChunk
-    line = inspect.getsourcelines(EncodeChunk.process)[1]
+    from transforms.encode_chunks import EncodeChunks
+    line = inspect.getsourcelines(EncodeChunks.process)[1]
     return sum(ct for (path, lineno, func), (_, _, _, ct, _) in stats.stats.items()
-               if path.endswith('transforms/write_shards.py') and (lineno, func) == (line, 'process'))
+               if path.endswith('transforms/encode_chunks.py') and (lineno, func) == (line, 'process'))
 
 
 def profile(workload: str, output: str, reencode: bool) -> tuple[pstats.Stats, dict]:
