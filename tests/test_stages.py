@@ -19,6 +19,7 @@ from pipeline.base.settings import ConversionSettings, LabelSettings
 from pipeline.inputs.kinds import Partition
 from transforms.commit import CommitDataset
 from transforms.encode_chunks import task_chunks
+from transforms.gathered import Gathered
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, refs_of
 from transforms.sharding import (
@@ -148,6 +149,19 @@ def test_resolve_labels_counts_inputs_and_ignored_and_fixes_ids():
                     equal_to([({'train': 6}, {'train': 1})]), label='facts')
         assert_that(label_map | beam.Map(lambda m: m.names), equal_to([('c0', 'c1', 'c2', 'zz')]),
                     label='label names')
+
+
+def test_gathered_calls_once_with_every_element_and_with_none():
+    """What a stage makes of a whole PCollection: one call, every element, also for none."""
+    with stage_pipeline() as p:
+        some = p | 'Some' >> beam.Create([3, 1, 2]) | 'Sum' >> Gathered(
+            lambda xs, side: (sorted(xs), side), beam.pvalue.AsSingleton(p | beam.Create(['s'])))
+        none = (p | 'None' >> beam.Create([0]) | beam.Filter(bool)
+                | 'Count' >> Gathered(lambda xs: ('none', len(xs))))
+        each = p | 'Each' >> beam.Create(['a', 'b']) | 'Spread' >> Gathered(sorted, each=True)
+        assert_that(some, equal_to([([1, 2, 3], 's')]), label='some')
+        assert_that(none, equal_to([('none', 0)]), label='none')
+        assert_that(each, equal_to(['a', 'b']), label='each')
 
 
 @pytest.mark.slow
