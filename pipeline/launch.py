@@ -86,9 +86,11 @@ def resolve(flags: Sequence[str] = (), **values) -> Launch:
     _check_names(values)
     beam = PipelineOptions(flags, **values)
     runner = runner_kind(beam)
-    if runner is RunnerKind.LOCAL and not {'direct_num_workers', 'direct_running_mode'} & given:
-        direct = beam.view_as(DirectOptions)   # One worker process per core.
-        direct.direct_num_workers, direct.direct_running_mode = 0, 'multi_processing'
+    if runner is RunnerKind.LOCAL and 'direct_running_mode' not in given:
+        direct = beam.view_as(DirectOptions)   # Worker processes: --direct_num_workers, or a core each.
+        direct.direct_running_mode = 'multi_processing'
+        if 'direct_num_workers' not in given:
+            direct.direct_num_workers = 0
     if runner is RunnerKind.DATAFLOW:
         dataflow.apply_worker_defaults(beam, given)
     if 'pipeline_type_check' not in given:   # Beam's checks of the graph's own type hints.
@@ -110,8 +112,8 @@ def _dry_run(beam: PipelineOptions) -> bool:
 
 
 def _local_workers(beam: PipelineOptions, runner: RunnerKind) -> int:
-    """The worker processes a local run starts: one per core in multi-process mode (the
-    default), --direct_num_workers if given; none in another mode."""
+    """The worker processes a local run starts: --direct_num_workers (0 or not given: one per
+    core) in multi-process mode, the default; none in another mode."""
     direct = beam.view_as(DirectOptions)
     if runner is not RunnerKind.LOCAL or direct.direct_running_mode != 'multi_processing':
         return 0

@@ -155,7 +155,7 @@ def converter_parser() -> argparse.ArgumentParser:
         '--region=R --temp_location=gs://B/tmp (with --dry_run=true: build the Dataflow job and '
         'print its stages, workers, staged files and plan without submitting it; without '
         'credentials it runs offline, the buckets unchecked), or '
-        '--direct_num_workers=N for a local run (default: one worker process per core).')
+        '--direct_num_workers=N for a local run (N worker processes; default: one per core).')
     ConverterOptions._add_argparse_args(parser)
     return parser
 

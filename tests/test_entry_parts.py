@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from pipeline.testing import imagemaker
-from tests.helpers import cli, killed_at, output_files, write_tree
+from tests.helpers import IN_PROCESS, cli, killed_at, output_files, write_tree
 from transforms import entries
 
 KINDS = ('good', 'bad', 'trunc', 'gone', 'dup', 'nolabel', 'fields', 'zeroed')
@@ -93,7 +93,7 @@ def _report(path: str) -> list[tuple]:
 def test_reports_hold_every_entry_sorted_the_same_for_any_workers_and_after_a_kill(tmp_path):
     root = _hostile(tmp_path / 'in')
     one, two, resumed = (str(tmp_path / name) for name in ('one', 'two', 'resumed'))
-    assert _convert(root, one, '--direct_num_workers=1').returncode == 0
+    assert _convert(root, one, *IN_PROCESS).returncode == 0
     assert _report(f'{one}/errors-train.jsonl') == _expected_errors(root)
     assert _report(f'{one}/damaged-train.jsonl') == [
         (f'{root}/train_zeroed15.jpg', ZEROED, 'skip'), (f'{root}/train_zeroed7.jpg', ZEROED, 'skip')]
@@ -105,9 +105,9 @@ def test_reports_hold_every_entry_sorted_the_same_for_any_workers_and_after_a_ki
     assert [summary['splits'][s]['damaged'] for s in ('train', 'test')] == [2, 2]
     for name, digest in summary['digests'].items():
         assert hashlib.sha256(open(f'{one}/{name}', 'rb').read()).hexdigest() == digest, name
-    assert _convert(root, two, '--direct_num_workers=2').returncode == 0
-    _killed_at('chunk:2', root, resumed, '--direct_num_workers=1')
-    assert _convert(root, resumed, '--direct_num_workers=1').returncode == 0
+    assert _convert(root, two, '--direct_running_mode=in_memory', '--direct_num_workers=2').returncode == 0
+    _killed_at('chunk:2', root, resumed, *IN_PROCESS)
+    assert _convert(root, resumed, *IN_PROCESS).returncode == 0
     expected = output_files(one)
     assert output_files(two) == expected and output_files(resumed) == expected
 
@@ -116,15 +116,15 @@ def test_reports_hold_every_entry_sorted_the_same_for_any_workers_and_after_a_ki
 def test_a_hard_linked_entry_part_is_remade_and_the_file_outside_untouched(tmp_path):
     root = _hostile(tmp_path / 'in')
     clean, out = str(tmp_path / 'clean'), str(tmp_path / 'out')
-    assert _convert(root, clean, '--direct_num_workers=1').returncode == 0
-    _killed_at('chunk:1', root, out, '--direct_num_workers=1')
+    assert _convert(root, clean, *IN_PROCESS).returncode == 0
+    _killed_at('chunk:1', root, out, *IN_PROCESS)
     part = sorted(glob.glob(f'{out}/.tmp-*/parts/*.tfrecord.errors.jsonl'))[0]
     outside = tmp_path / 'outside.txt'
     outside.write_bytes(b'["/not/an/input.jpg", "planted"]\n')
     os.unlink(part)
     os.link(outside, part)
     before = outside.read_bytes()
-    assert _convert(root, out, '--direct_num_workers=1').returncode == 0
+    assert _convert(root, out, *IN_PROCESS).returncode == 0
     assert outside.read_bytes() == before
     assert output_files(out) == output_files(clean)
 

@@ -11,8 +11,8 @@ import pytest
 
 from pipeline import worker_watch
 from pipeline.testing import imagemaker
-from tests.helpers import (alive_after, cli, read_split, start_cli, start_until_converting,
-                           write_tree)
+from tests.helpers import (IN_PROCESS, alive_after, cli, read_split, start_cli,
+                           start_until_converting, write_tree)
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +71,11 @@ def test_sigterm_to_the_launcher_stops_its_workers_releases_the_lock_and_the_rer
 
 
 def test_sigterm_to_a_run_in_one_process_is_its_line_not_the_step_it_stopped(tmp_path, many):
-    # --direct_num_workers=1: Beam's in-memory mode runs the steps in the launcher, and reported
-    # the signal raised inside one as that step's error (exit 2).
+    # Beam's in-memory mode runs the steps in the launcher, and reported the signal raised
+    # inside one as that step's error (exit 2).
     out = str(tmp_path / 'out')
     process = start_until_converting(out, f'--input_dir={many}', f'--output_dir={out}',
-                                     '--direct_num_workers=1', poll=0.05)
+                                     *IN_PROCESS, poll=0.05)
     os.kill(process.pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr

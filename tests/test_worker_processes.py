@@ -25,7 +25,9 @@ CORES = os.cpu_count()
     (['--runner=DirectRunner'], CORES), (['--runner', 'direct'], CORES),
     (['--direct_running_mode=multi_processing', '--direct_num_workers=3'], 3),
     (['--direct_running_mode', 'multi_processing'], 1),   # Beam's default: one worker.
-    (['--direct_num_workers=3'], 0),   # Beam's in-memory mode: no worker process.
+    (['--direct_num_workers=3'], 3), (['--direct_num_workers', '1'], 1),
+    (['--direct_num_workers=0'], CORES),
+    (['--direct_num_workers=3', '--direct_running_mode=in_memory'], 0),   # In this process.
     (['--direct_running_mode=multi_threading'], 0), (['--direct_running_mode=in_memory'], 0),
     (['--runner=DataflowRunner', '--project=p'], 0), (['--runner=PrismRunner'], 0),
     (['--plan_only'], CORES),   # It times a sample on the workers.
