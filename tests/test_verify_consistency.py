@@ -248,8 +248,11 @@ def _index_line(index: int, path: str, line: int, found: str, wanted: str) -> st
             f"'{found}', not '{wanted}' (offset and size of the shard's record {line - 1})")
 
 
-def _first_line(path: str) -> str:
-    return open(path + '.idx').readline().strip()
+def _first_difference(a: str, b: str) -> tuple[int, str, str]:
+    """(number, line of a's index, line of b's) of the first line where two shards' indexes
+    differ (the records' sizes follow from the inputs' paths, so two shards may begin alike)."""
+    lines = zip(open(a + '.idx').read().splitlines(), open(b + '.idx').read().splitlines())
+    return next((n, x, y) for n, (x, y) in enumerate(lines, 1) if x != y)
 
 
 def test_records_reordered_beside_an_index_are_named_twice(copy):
@@ -288,16 +291,15 @@ def test_two_shards_swapped_beside_their_indexes_are_named_for_each_problem(copy
     sizes = [os.path.getsize(first), os.path.getsize(second)]
     lengths = [len(read_shard(first)), len(read_shard(second))]
     assert lengths[0] != lengths[1]
-    wanted = [_first_line(path) for path in (second, first)]
-    found = [_first_line(path) for path in (first, second)]
+    line, of_first, of_second = _first_difference(first, second)
     swap(first, second)
     code, _, err = _verify(copy)
     assert code == 1
     assert err == [
-        _index_line(0, first, 1, found[0], wanted[0]),
+        _index_line(0, first, line, of_first, of_second),
         f'train shard 0 ({_name(first)}): {lengths[1]} records, dataset_info.json says '
         f'{lengths[0]}',
-        _index_line(1, second, 1, found[1], wanted[1]),
+        _index_line(1, second, line, of_second, of_first),
         f'train shard 1 ({_name(second)}): {lengths[0]} records, dataset_info.json says '
         f'{lengths[1]}',
         f'train shard 0 ({_name(first)}): {sizes[1]} bytes, summary.json says {sizes[0]} '
