@@ -101,7 +101,8 @@ class ConverterOptions(PipelineOptions):
         flag('damaged_images', choices=values(DamagedAction), default=defaults.damaged_images.value,
              help='JPEGs that decode only with libjpeg warnings (corrupt data, premature end): '
              'skip them (reported in errors-SPLIT.jsonl, counted against --max_error_ratio), keep '
-             'them as they are, or reencode what Pillow decodes; each is listed in '
+             'them as they are (with --reencode: reencode), or reencode what Pillow decodes; each '
+             'is listed in '
              f'damaged-SPLIT.jsonl (default {defaults.damaged_images}).')
         flag('leakage', choices=values(LeakageAction), default=LeakageAction.REPORT.value,
              help=f'Images whose perceptual hashes differ in at most {RADIUS} of 64 bits are '
@@ -138,11 +139,13 @@ class ConverterOptions(PipelineOptions):
                'file otherwise)')
 
     def image_options(self) -> ImageOptions:
+        damaged = DamagedAction(self.damaged_images)
+        if self.reencode and damaged == DamagedAction.KEEP:   # --reencode keeps no bytes as they are.
+            damaged = DamagedAction.REENCODE
         return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,
                             apply_exif_orientation=self.apply_exif_orientation,
                             max_pixels=self.max_pixels, max_side=self.max_side,
-                            max_image_pixels=self.max_image_pixels,
-                            damaged_images=DamagedAction(self.damaged_images))
+                            max_image_pixels=self.max_image_pixels, damaged_images=damaged)
 
 
 def converter_parser() -> argparse.ArgumentParser:

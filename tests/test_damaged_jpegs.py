@@ -122,10 +122,14 @@ def test_keep_stores_damaged_files_as_they_are_and_lists_them(planted, tmp_path,
             f'{len(rejected)}); see damaged-SPLIT.jsonl') in capsys.readouterr().out
 
 
-def test_reencode_stores_what_pillow_decodes_and_verify_finds_it_sound(planted, tmp_path):
+@pytest.mark.parametrize('flags', [['--damaged_images=reencode'],
+                                   ['--reencode', '--damaged_images=keep']])
+def test_reencode_stores_what_pillow_decodes_and_verify_finds_it_sound(planted, tmp_path, flags):
+    """--reencode keeps no bytes as they are: with it, keep re-encodes a damaged JPEG too (it
+    said keep and stored it re-encoded, and verify then missed the damaged records)."""
     root, files, rejected = planted
     out = f'{tmp_path}/out'
-    result = _convert(root, out, '--damaged_images=reencode')
+    result = _convert(root, out, *flags)
     assert result.returncode == 0, result.stderr
     stored = {os.path.relpath(r[records.SOURCE], root): r for r in read_split(out, 'train')}
     for path in rejected:   # Pillow's decode; libjpeg-turbo's lenient one where Pillow gives up.

@@ -290,3 +290,23 @@ def test_exact_copies_within_a_split_are_counted_named_and_verified(tmp_path, ca
     capsys.readouterr()
     assert verify(out, processes=1) == []   # The same count, from the records.
     assert 'exact copies within a split: 2 record(s)' in capsys.readouterr().out
+
+
+def test_drop_of_a_file_listed_in_two_splits_verifies(planted, tmp_path):
+    """The same file in train's and test's CSV: test's record is left out, train's kept, and
+    verify tells the two apart by split (it matched sources alone, and exit 1)."""
+    root = planted[0]
+    train = [f'{root}/train/c{i % 4}/p{i}.jpg,c{i % 4}' for i in range(12)]
+    test = [f'{root}/train/c1/p1.jpg,c1', f'{root}/train/c2/p14.jpg,c2',
+            f'{root}/train/c3/p15.jpg,c3']
+    for name, lines in (('train', train), ('test', test)):
+        (tmp_path / f'{name}.csv').write_text('\n'.join(lines) + '\n')
+    out = f'{tmp_path}/out'
+    result = cli(f'--csv_train={tmp_path}/train.csv', f'--csv_test={tmp_path}/test.csv',
+                 f'--output_dir={out}', '--leakage=drop', *IN_PROCESS)
+    assert result.returncode == 0, result.stderr
+    sources = {split: [r[records.SOURCE] for r in read_split(out, split)]
+               for split in ('train', 'test')}
+    assert f'{root}/train/c1/p1.jpg' in sources['train']
+    assert sorted(sources['test']) == [f'{root}/train/c2/p14.jpg', f'{root}/train/c3/p15.jpg']
+    assert verify(out, processes=1) == []

@@ -56,22 +56,29 @@ def find_leakage(table: np.ndarray) -> Leakage:
 
 
 class Places:
-    """Where each record is, by the digest of its source."""
+    """Where each record is, by its split and the digest of its source (one file listed in two
+    splits is a record of each)."""
 
     def __init__(self, table: np.ndarray):
-        self._order = np.argsort(table['source'], kind='stable')
-        self._sorted = table['source'][self._order]
+        self._order = np.lexsort((table['split'], table['source']))
+        self._sources, self._splits = table['source'][self._order], table['split'][self._order]
         self._table = table
 
-    def row(self, digest: int) -> np.void | None:
-        """The PLACED row of the record whose source has `digest`, None when there is none."""
-        at = int(np.searchsorted(self._sorted, np.uint64(digest)))
-        if at == len(self._sorted) or int(self._sorted[at]) != digest:
+    def row(self, member: tuple[str, int]) -> np.void | None:
+        """The PLACED row of the record of `member` (split, source digest), None when there is
+        none."""
+        split, digest = member
+        if split not in SPLITS:
+            return None
+        lo, hi = (int(np.searchsorted(self._sources, np.uint64(digest), side))
+                  for side in ('left', 'right'))
+        at = lo + int(np.searchsorted(self._splits[lo:hi], SPLITS.index(split)))
+        if at == hi or self._splits[at] != SPLITS.index(split):
             return None
         return self._table[self._order[at]]
 
-    def find(self, digest: int) -> Place | None:
-        row = self.row(digest)
+    def find(self, member: tuple[str, int]) -> Place | None:
+        row = self.row(member)
         return None if row is None else place_of(row)
 
 
@@ -241,7 +248,7 @@ def _pair_problems(line: _Line, places: Places) -> tuple[str | None, str | None]
     """What the records say otherwise of a line's closest pair (where both are records): of
     its distance (the first's hash against the second's, or when mirrored against the other's
     mirror hash), and of whether its two images are identical."""
-    a, b = (places.row(digest) for _, digest in line.pair)
+    a, b = (places.row(member) for member in line.pair)
     if a is None or b is None:
         return None, None
     _, exact, mirrored = line.sizes
@@ -319,8 +326,7 @@ def _member_differences(line: _Line, found: set, by_member: dict, places: Places
     cluster in the records (`found`) that it leaves out (a few of each)."""
     differences = []
     for member in sorted(set(line.members) - found)[:EXAMPLES]:
-        split, digest = member
-        held = places.find(digest)
+        held = places.find(member)
         elsewhere = ('which the records put in another cluster' if member in by_member
                      else 'which no record is' if held is None
                      else f'which the records ({where(held)}) do not put in it')
@@ -337,7 +343,7 @@ def _more(items: list) -> str:
 
 def _named(member: tuple[str, int], places: Places) -> str:
     """A record named by its place (a cluster member: (split, source digest))."""
-    held = places.find(member[1])
+    held = places.find(member)
     return where(held) if held is not None else f'a record of {member[0]}'
 
 
@@ -359,8 +365,8 @@ def _dropped_problems(summary: dict, leakage: dict, listed: Iterator, found: Lea
         first = min((split for split, _ in line.members), key=SPLITS.index)
         later = [member for member in line.members if member[0] != first]
         dropped.update(split for split, _ in later)
-        absent = [m for m in line.members if m[0] == first and places.find(m[1]) is None]
-        held = [(m, place) for m in later if (place := places.find(m[1])) is not None]
+        absent = [m for m in line.members if m[0] == first and places.find(m) is None]
+        held = [(m, place) for m in later if (place := places.find(m)) is not None]
         if absent:
             problems.append(f'{metadata.LEAKAGE}: line {line.number} lists '
                             f'{line.named(absent[0])}{_more(absent)}, which no record is')
