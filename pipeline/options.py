@@ -140,7 +140,7 @@ class ConverterOptions(PipelineOptions):
 
     def image_options(self) -> ImageOptions:
         damaged = DamagedAction(self.damaged_images)
-        if self.reencode and damaged == DamagedAction.KEEP:   # --reencode keeps no bytes as they are.
+        if self.reencode and damaged == DamagedAction.KEEP:   # --reencode keeps no file as it is.
             damaged = DamagedAction.REENCODE
         return ImageOptions(jpeg_quality=self.jpeg_quality, reencode=self.reencode,
                             apply_exif_orientation=self.apply_exif_orientation,

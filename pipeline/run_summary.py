@@ -33,8 +33,10 @@ def format_summary(summary: dict) -> str:
     for split, s in splits.items():
         if s['empty_classes']:
             empty = ', '.join(map(printable, s['empty_classes'][:10]))
-            lines.append(f'{split}: no records for class(es) {empty}'
-                         f' (all their inputs were skipped; see errors-{split}.jsonl)')
+            why = (f'skipped or dropped as later-split copies; see errors-{split}.jsonl and '
+                   'leakage.jsonl' if s.get('dropped_copies') else
+                   f'skipped; see errors-{split}.jsonl')
+            lines.append(f'{split}: no records for class(es) {empty} (all their inputs were {why})')
     lines += quality_lines(summary)
     total = sum(s['inputs'] for s in splits.values())
     chunks = summary.get('chunks', {})

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -303,8 +304,14 @@ def test_drop_of_a_file_listed_in_two_splits_verifies(planted, tmp_path):
         (tmp_path / f'{name}.csv').write_text('\n'.join(lines) + '\n')
     out = f'{tmp_path}/out'
     result = cli(f'--csv_train={tmp_path}/train.csv', f'--csv_test={tmp_path}/test.csv',
-                 f'--output_dir={out}', '--leakage=drop', *IN_PROCESS)
+                 f'--output_dir={out}', '--leakage=drop', '--num_shards=3', *IN_PROCESS)
     assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines() + result.stderr.splitlines()
+    assert any(re.fullmatch(r'test shard [123]/3: every input dropped as a later-split copy '
+                            r'\(1; see leakage.jsonl\); no shard is written for it', line)
+               for line in lines), lines
+    assert ('test: no records for class(es) c1 (all their inputs were skipped or dropped as '
+            'later-split copies; see errors-test.jsonl and leakage.jsonl)') in lines
     sources = {split: [r[records.SOURCE] for r in read_split(out, split)]
                for split in ('train', 'test')}
     assert f'{root}/train/c1/p1.jpg' in sources['train']

@@ -71,8 +71,11 @@ def shows_shard(shard: int, total: int) -> bool:
 def shard_line(result: ShardResult, total: int, reused: bool) -> str:
     """'train shard 3/16 written: 1,024 images, 127.9 MB, 2 skipped; converted at ...'."""
     if not result.records:   # Left out of the dataset: no shard is empty.
-        return (f'{result.split} shard {result.shard + 1}/{total}: every input skipped '
-                f'({result.errors}); no shard is written for it')
+        left = [f'skipped ({result.errors})'] if result.errors or not result.dropped else []
+        if result.dropped:
+            left.append(f'dropped as a later-split copy ({len(result.dropped)}; see leakage.jsonl)')
+        return (f'{result.split} shard {result.shard + 1}/{total}: every input '
+                f'{" or ".join(left)}; no shard is written for it')
     state = 'reused from an earlier attempt' if reused else 'written'
     rate = ('' if reused or not result.seconds else
             f'; converted at {result.records / result.seconds:.0f} images/s per worker')
