@@ -103,7 +103,8 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
                                                           and image.mode == 'RGB')
         is_jpeg = header is not None or image.format == 'JPEG'
         size = target_size(width, height, options)
-        pixels = _strict_rgb(data, header, size, orientation) if options.reencode else None
+        pixels = (_strict_rgb(data, (width, height), size, orientation)   # Its verdict too.
+                  if options.reencode and header is not None and header.components != 4 else None)
         check = check_jpeg(data, width, height, hashed) if is_jpeg and pixels is None else None
         damage = check.reason if check is not None and check.verdict == DAMAGED else ''
         if damage and options.damaged_images == DamagedAction.SKIP:
@@ -292,25 +293,18 @@ def _decode_rgb(image: Image.Image, data: bytes, size: tuple[int, int], damaged:
             return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB', strict=False),
                            orientation)
     if image.format == 'JPEG' and image.mode in ('RGB', 'L'):
-        scaled = size != image.size
-        try:
-            return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB',
-                                                  min_height=size[1] if scaled else 0,
-                                                  min_width=size[0] if scaled else 0),
-                           orientation)
-        except ValueError:
-            pass
+        pixels = _strict_rgb(data, image.size, size, orientation)
+        if pixels is not None:
+            return pixels
     return _pillow_rgb(image, size, orientation)
 
 
-def _strict_rgb(data: bytes, header: 'JpegHeader | None', size: tuple[int, int],
+def _strict_rgb(data: bytes, full: tuple[int, int], size: tuple[int, int],
                 orientation: int) -> np.ndarray | None:
-    """A clean RGB or grey JPEG's pixels (HxWx3) at `size`, upright, from one strict decode:
-    the verdict (ok) and the pixels at once. None for any other file, or when strict
-    libjpeg-turbo refuses it (check_jpeg then judges it)."""
-    if header is None or header.components == 4:
-        return None
-    scaled = size != (header.width, header.height)
+    """An RGB or grey JPEG of `full` (width, height) as pixels (HxWx3) at `size` (scaled at
+    decode when smaller), upright, from one strict libjpeg-turbo decode, which is also its
+    verdict (ok); None when strict libjpeg-turbo refuses it."""
+    scaled = size != full
     try:
         return _orient(simplejpeg.decode_jpeg(data, colorspace='RGB', strict=True,
                                               min_height=size[1] if scaled else 0,
