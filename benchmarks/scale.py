@@ -74,8 +74,7 @@ def run_stages(n: int, stages: int) -> None:
         if stages >= 3:
             last = plans = listed | 'Plan Shards' >> PlanShards(0, 128)
         if stages >= 4:
-            all_runs = beam.pvalue.AsSingleton(listed | beam.FlatMap(lambda found: found.runs)
-                                               | beam.combiners.ToList())
+            all_runs = beam.pvalue.AsList(listed | beam.FlatMap(lambda found: found.runs))
             last = (plans
                     | 'Tasks' >> beam.FlatMap(lambda split_plan: [
                         (task, split_plan[1]) for task in tasks(*split_plan)])

@@ -210,8 +210,3 @@ def merged_sample(listed: Iterable[Listed], size: int) -> list[ExampleRef]:
     """The `size` timeable refs of the smallest key hashes among every bundle's sample."""
     refs = [ref for one in listed for ref in one.sample]
     return sorted(refs, key=lambda r: (r.key_hash, r.split, r.key))[:size]
-
-
-def all_runs(listed: Iterable[Listed]) -> list[Run]:
-    return [run for one in listed for run in one.runs]
-

@@ -70,10 +70,11 @@ class Places:
         split, digest = member
         if split not in SPLITS:
             return None
+        code = SPLITS.index(split)
         lo, hi = (int(np.searchsorted(self._sources, np.uint64(digest), side))
                   for side in ('left', 'right'))
-        at = lo + int(np.searchsorted(self._splits[lo:hi], SPLITS.index(split)))
-        if at == hi or self._splits[at] != SPLITS.index(split):
+        at = lo + int(np.searchsorted(self._splits[lo:hi], code))
+        if at == hi or self._splits[at] != code:
             return None
         return self._table[self._order[at]]
 
