@@ -39,6 +39,7 @@ from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import LabelSettings
 from transforms.encode_chunks import task_chunks
 from transforms.sharding import PlanShards, bucket_bits, plan_shards, shard_count, tasks
+from transforms.spread import Spread
 
 STAGES = ('list', 'facts and labels', 'plan shards', 'read tasks')
 PARTITIONS = 200
@@ -78,7 +79,7 @@ def run_stages(n: int, stages: int) -> None:
             last = (plans
                     | 'Tasks' >> beam.FlatMap(lambda split_plan: [
                         (task, split_plan[1]) for task in tasks(*split_plan)])
-                    | 'Spread Tasks' >> beam.Reshuffle()
+                    | 'Spread Tasks' >> Spread()
                     | 'Read Tasks' >> beam.FlatMap(lambda task_plan, found: [
                         len(refs) for _, refs in task_chunks(*task_plan[:1], found, task_plan[1])],
                         all_runs))

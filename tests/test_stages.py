@@ -8,6 +8,8 @@ import os
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.output import output_folder, output_lock, records
@@ -17,11 +19,13 @@ from transforms import entries
 from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings, LabelSettings
 from pipeline.inputs.kinds import Partition
+from pipeline.local_runner import LocalRunner
 from transforms.commit import CommitDataset
 from transforms.encode_chunks import task_chunks
 from transforms.gathered import Gathered
 from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, refs_of
+from transforms.spread import Spread
 from transforms.sharding import (
     CHUNK_EXAMPLES, PlanShards, bucket_bits, plan_shards, shard_count, tasks)
 from transforms.write_shards import WriteShards
@@ -162,6 +166,27 @@ def test_gathered_calls_once_with_every_element_and_with_none():
         assert_that(some, equal_to([([1, 2, 3], 's')]), label='some')
         assert_that(none, equal_to([('none', 0)]), label='none')
         assert_that(each, equal_to(['a', 'b']), label='each')
+
+
+@pytest.mark.slow
+def test_spread_hands_a_fan_out_to_every_worker_process_and_keeps_every_element_once():
+    """What one worker fanned out is processed on both after Spread; duplicates stay, none
+    gives none."""
+    options = PipelineOptions(['--direct_running_mode=multi_processing', '--direct_num_workers=2'])
+    with TestPipeline(runner=LocalRunner(), options=options) as p:
+        fanned = (p | beam.Create([40], reshuffle=False)
+                  | 'Fan Out' >> beam.FlatMap(lambda n: [(i % 30, os.getpid()) for i in range(n)]))
+        spread = (fanned | 'Spread' >> Spread()
+                  | 'Where' >> beam.Map(lambda element: (element[0], os.getpid())))
+        none = fanned | beam.Filter(lambda _: False) | 'Spread None' >> Spread()
+        assert_that(fanned | 'Fanned In' >> beam.Map(lambda e: e[1]) | 'Fan Pids' >> beam.Distinct()
+                    | beam.combiners.Count.Globally(), equal_to([1]), label='fan-out on one')
+        assert_that(spread | beam.Map(lambda e: e[0]), equal_to([i % 30 for i in range(40)]),
+                    label='every element once')
+        assert_that(spread | 'Spread In' >> beam.Map(lambda e: e[1]) | 'Spread Pids' >> beam.Distinct()
+                    | 'Count Spread' >> beam.combiners.Count.Globally(), equal_to([2]),
+                    label='spread on both')
+        assert_that(none, equal_to([]), label='none')
 
 
 @pytest.mark.slow

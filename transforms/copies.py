@@ -20,6 +20,7 @@ from pipeline.io.sorted_runs import RunWriter
 from pipeline.quality.pairing import Table
 from transforms.gathered import Gathered
 from transforms.part_records import PartRecords
+from transforms.spread import Spread
 
 COPY = np.dtype([('sha', '<u8'), ('id', '<u8')])
 RANGES = 16
@@ -93,7 +94,7 @@ class CountCopies(beam.PTransform):
         runs = filed | 'Runs' >> beam.FlatMap(lambda found: found.runs)
         return (runs
                 | 'Copy Tasks' >> Gathered(_tasks, each=True)
-                | 'Spread Copy Tasks' >> beam.Reshuffle()
+                | 'Spread Copy Tasks' >> Spread()
                 | 'Count In Range' >> beam.Map(
                     _count, beam.pvalue.AsList(runs),
                     *([beam.pvalue.AsList(self._left_out)] if self._left_out is not None else []))

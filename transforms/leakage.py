@@ -45,6 +45,7 @@ from pipeline.quality.phash import FLAT
 from transforms import linked_groups
 from transforms.gathered import Gathered
 from transforms.part_records import PartRecords
+from transforms.spread import Spread
 
 NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
 GROUP_SIZE = 1 << 16   # Filings a link task expects: a few MB, whatever the dataset's size.
@@ -225,14 +226,14 @@ class FindLeakage(beam.PTransform):
         runs = filed | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
         groups = (runs
                   | 'Link Tasks' >> Gathered(_link_tasks, self._plans, each=True)
-                  | 'Spread Link Tasks' >> beam.Reshuffle()
+                  | 'Spread Link Tasks' >> Spread()
                   | 'Link Within Buckets' >> beam.ParDo(
                       LinkGroup(self._temp_dir, self._resuming), beam.pvalue.AsList(runs),
                       self._chunk_fps).with_outputs('crowded', main='links'))
         spanning = groups.links | 'Join Links' >> beam.CombineGlobally(JoinLinks()).without_defaults()
         found = (spanning
                  | 'Cluster Partitions' >> beam.FlatMap(_cluster_partitions)
-                 | 'Spread Partitions' >> beam.Reshuffle()
+                 | 'Spread Partitions' >> Spread()
                  | 'Make Clusters' >> beam.Map(_clusters, beam.pvalue.AsSingleton(spanning),
                                                self._temp_dir, self._chunk_fps)
                  | 'Any Cluster' >> beam.Filter(len))

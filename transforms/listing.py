@@ -33,6 +33,7 @@ from pipeline.io import fileio
 from pipeline.io.sorted_runs import Run, RunWriter, read_range
 from transforms import grouped_reads
 from transforms.labels import DatasetFacts
+from transforms.spread import Spread
 
 SIZE_SAMPLE = 64   # With measure_sizes, one in this many inputs of unknown size is measured.
 AT_ONCE = 16       # Partitions listed at a time, each in a thread.
@@ -67,7 +68,7 @@ class ListExamples(beam.PTransform):
         return (pbegin
                 | 'Create Partitions' >> beam.Create(self._partitions, reshuffle=False)
                 | 'Split Partitions' >> beam.ParDo(_SplitPartitions())
-                | 'Spread Partitions' >> beam.Reshuffle()
+                | 'Spread Partitions' >> Spread()
                 | 'List Partitions' >> beam.ParDo(self._lister))
 
 

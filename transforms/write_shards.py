@@ -31,6 +31,7 @@ from transforms.gathered import Gathered
 from transforms.leakage import (NAMESPACE, FindLeakage, by_shard, drop_from_part, dropped_copies,
                                 dropped_id)
 from transforms.shard_results import PartDone, ShardKey, ShardResult, shard_line, shows_shard
+from transforms.spread import Spread
 
 LOG = logging.getLogger('image_tfrecords')
 
@@ -56,7 +57,7 @@ class WriteShards(beam.PTransform):
                                   | 'Listing Runs' >> beam.FlatMap(lambda found: found.runs))
         tasks = (self._plans
                  | 'Cut Into Tasks' >> beam.FlatMap(lambda split_plan: sharding.tasks(*split_plan))
-                 | 'Spread Tasks' >> beam.Reshuffle())
+                 | 'Spread Tasks' >> Spread())
         fingerprints = tasks | 'Fingerprint Chunks' >> beam.ParDo(
             FingerprintChunks(settings.work_id), runs, label_map, plans)
         if settings.resuming and settings.lock_token and not settings.release_lock:
