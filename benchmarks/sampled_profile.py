@@ -32,12 +32,14 @@ STEPS = {
     'strict reduced-scale decode (the verdict, and the pixels the hashes read)': ['check_jpeg'],
     'perceptual hashes': ['perceptual_hashes'],
     'non-JPEG decode through Pillow': ['ImageFile.load'],
-    're-encoding what is not kept as it is, and its decode': ['_decode_rgb', 'Image.resize',
+    're-encoding what is not kept as it is, and its decode': ['_decode_rgb', '_plain_png_rgb',
+                                                             'Image.resize',
                                                              'simplejpeg.encode_jpeg('],
     'read the file': ['_ReadWhenTaken.result', 'Future.result'],
     'Example encoding': ['encode_example'],
     'SHA-256': ['hashlib.sha256('],
     'TFRecord framing (CRC32C)': ['frame_record'],
+    'writing the record into its part file': ['out.write(framed)'],
 }
 CONVERSION = 'EncodeChunks.process'
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -23,11 +23,11 @@ from pipeline.testing.gcs_servers import BUCKET, download, upload
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 STAGES = {
-    'List Examples': ['Create Partitions', 'Split Partitions', 'Spread Partitions', 'List Partitions'],
+    'List Examples': ['Once', 'Split Partitions', 'Spread Partitions', 'List Partitions'],
     'Resolve Labels': ['Facts', 'Combine Facts', 'Fix Label Ids'],
     'Plan Shards': ['Per Split', 'Gather Splits', 'Cut Into Shards'],
     'Write Shards': ['Listing Runs', 'Cut Into Tasks', 'Spread Tasks', 'Fingerprint Chunks',
-                     'Chunks Of Shards', 'Group Fingerprints', 'Fingerprint Shards', 'Encode Chunks',
+                     'Fingerprint Shards', 'Encode Chunks',
                      'Count Copies', 'Key By Shard', 'Group By Shard', 'Write Shards'],
     'Commit Dataset': ['Put In Place'],
 }

@@ -115,7 +115,7 @@ def test_split_folders_are_listed_at_once_and_no_size_or_note_is_asked_for_again
     source = upload({f'{split}/c0/{i}.jpg': imagemaker.jpeg(40, 30, seed=i)
                      for split in ('train', 'validation', 'test') for i in range(4)}, 'splits')
     result, proxy = _run_through(gcs, f'--input_dir={source}',
-                                 f'--output_dir=gs://{BUCKET}/split-out', read_latency=0.1)
+                                 f'--output_dir=gs://{BUCKET}/split-out', read_latency=0.05)
     assert result.returncode == 0, result.stderr[-3000:]
     convert(f'--input_dir={source}', f'--output_dir={tmp_path}/local')
 

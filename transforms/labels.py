@@ -16,6 +16,7 @@ from pipeline.output import records
 from pipeline.errors import DatasetError, shown
 from pipeline.base.refs import ExampleRef, listing_hash
 from pipeline.base.settings import MAX_LABEL_ID, LabelSettings
+from transforms.gathered import Gathered
 
 _SHOW = 5
 
@@ -96,24 +97,12 @@ def _describe(info: dict) -> str:
     return f"a list of {info['kind']}" if info['is_list'] else f"a single {info['kind']}"
 
 
-class CombineFacts(beam.CombineFn):
+def combined_facts(found: Iterable[DatasetFacts]) -> DatasetFacts:
     """The facts of bundles of listing, merged."""
-
-    def create_accumulator(self) -> DatasetFacts:
-        return DatasetFacts()
-
-    def add_input(self, facts: DatasetFacts, found: DatasetFacts) -> DatasetFacts:
-        facts.merge(found)
-        return facts
-
-    def merge_accumulators(self, accumulators: Iterable[DatasetFacts]) -> DatasetFacts:
-        merged = DatasetFacts()
-        for facts in accumulators:
-            merged.merge(facts)
-        return merged
-
-    def extract_output(self, facts: DatasetFacts) -> DatasetFacts:
-        return facts
+    merged = DatasetFacts()
+    for facts in found:
+        merged.merge(facts)
+    return merged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +134,7 @@ class ResolveLabels(beam.PTransform):
     def expand(self, listed: beam.PCollection):
         facts = (listed
                  | 'Facts' >> beam.Map(lambda found: found.facts)
-                 | 'Combine Facts' >> beam.CombineGlobally(CombineFacts()).without_defaults())
+                 | 'Combine Facts' >> Gathered(combined_facts))
         label_map = facts | 'Fix Label Ids' >> beam.Map(_label_map, self._splits, self._labels)
         return facts, label_map
 

@@ -16,6 +16,7 @@ Where the conversion follows, the images of inputs that can only be read togethe
 row group's) are read as their partition is listed, into a blob their refs then name
 (grouped_reads.py); with `spill_to` None (a plan) no run is written and no image read.
 """
+import collections
 import dataclasses
 import heapq
 import itertools
@@ -66,33 +67,31 @@ class ListExamples(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         return (pbegin
-                | 'Create Partitions' >> beam.Create(self._partitions, reshuffle=False)
-                | 'Split Partitions' >> beam.ParDo(_SplitPartitions())
+                | 'Once' >> beam.Impulse()
+                | 'Split Partitions' >> beam.ParDo(_SplitPartitions(self._partitions))
                 | 'Spread Partitions' >> Spread()
                 | 'List Partitions' >> beam.ParDo(self._lister))
 
 
 class _SplitPartitions(beam.DoFn):
-    """Partition -> the partitions it splits into (a split folder's class folders, a CSV's
-    byte ranges), AT_ONCE at a time, each in a thread: a worker waits on one round trip to
-    storage for many, not on one per partition."""
+    """The impulse -> the partitions the input's partitions split into (a split folder's class
+    folders, a CSV's byte ranges), in their order, AT_ONCE at a time, each in a thread: a worker
+    waits on one round trip to storage for many, not on one per partition."""
+
+    def __init__(self, partitions: list[Partition]):
+        self._partitions = partitions
 
     def setup(self) -> None:
         self._threads = ThreadPoolExecutor(AT_ONCE)
 
-    def start_bundle(self) -> None:
-        self._running: list[Future] = []
-
-    def process(self, partition: Partition) -> Iterator[Partition]:
-        self._running.append(self._threads.submit(partition.split_further))
-        while len(self._running) > AT_ONCE:
-            yield from self._running.pop(0).result()
-
-    def finish_bundle(self) -> Iterator:
-        running, self._running = self._running, []
-        for future in running:
-            for partition in future.result():
-                yield GlobalWindows.windowed_value(partition)
+    def process(self, _: bytes) -> Iterator[Partition]:
+        running: collections.deque[Future] = collections.deque()
+        for partition in self._partitions:
+            running.append(self._threads.submit(partition.split_further))
+            while len(running) > AT_ONCE:
+                yield from running.popleft().result()
+        while running:
+            yield from running.popleft().result()
 
     def teardown(self) -> None:
         self._threads.shutdown(cancel_futures=True)

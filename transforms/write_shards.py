@@ -12,6 +12,7 @@ tasks' examples and the parts' records pass between stages in files of the run's
 folder, so the runner carries no input (listing.py). Finished parts and shards are marked so
 that a rerun after a crash reuses them (resume.py).
 """
+import collections
 import logging
 from typing import Iterator
 
@@ -64,10 +65,7 @@ class WriteShards(beam.PTransform):
             fingerprints = _note_reuse(fingerprints, plans, settings)
         chunk_fps = beam.pvalue.AsDict(fingerprints)
         shard_fps = beam.pvalue.AsDict(
-            fingerprints
-            | 'Chunks Of Shards' >> beam.FlatMap(_chunk_of_shards, plans=plans)
-            | 'Group Fingerprints' >> beam.GroupByKey()
-            | 'Fingerprint Shards' >> beam.Map(_shard_fingerprint))
+            fingerprints | 'Fingerprint Shards' >> Gathered(_shard_fingerprints, plans, each=True))
         encoded = tasks | 'Encode Chunks' >> beam.ParDo(
             EncodeChunks(settings), runs, label_map, plans, chunk_fps,
             shard_fps).with_outputs('filed', main='parts')
@@ -101,17 +99,15 @@ def _note_reuse(fingerprints: beam.PCollection, plans, settings: ConversionSetti
                                                      beam.pvalue.AsSingleton(noted))
 
 
-def _chunk_of_shards(chunk_fp: tuple, plans: dict) -> Iterator[tuple[ShardKey, tuple[int, str]]]:
-    """((split, chunk), fingerprint) -> ((split, shard), (chunk, fingerprint)) for each shard
-    the chunk's examples fall in."""
-    (split, index), fp = chunk_fp
-    for shard in plans[split].shards_of_chunk(index):
-        yield (split, shard), (index, fp)
-
-
-def _shard_fingerprint(shard_chunks: tuple) -> tuple[ShardKey, str]:
-    key, chunks = shard_chunks
-    return key, resume.shard_fingerprint(chunks)
+def _shard_fingerprints(chunk_fps: list, plans: dict) -> Iterator[tuple[ShardKey, str]]:
+    """((split, chunk), fingerprint) of every chunk -> ((split, shard), fingerprint) of every
+    shard: what names the chunks its examples come from."""
+    chunks_of: dict[ShardKey, list[tuple[int, str]]] = collections.defaultdict(list)
+    for (split, index), fp in chunk_fps:
+        for shard in plans[split].shards_of_chunk(index):
+            chunks_of[(split, shard)].append((index, fp))
+    for key, chunks in chunks_of.items():
+        yield key, resume.shard_fingerprint(chunks)
 
 
 def _shard_key(part: PartDone) -> tuple[ShardKey, PartDone]:
