@@ -3,6 +3,7 @@ import logging
 import os
 import shutil
 import signal
+import tempfile
 
 import pytest
 
@@ -25,6 +26,22 @@ def pytest_collection_modifyitems(items):
         if 'gcs_server' in item.fixturenames:
             item.add_marker(pytest.mark.gcs)
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _temp_folder(tmp_path_factory):
+    """The system temp folder of this process and of the processes it starts, inside the
+    session's own: what a test leaves there (a job built and never run, a command killed
+    mid-run) goes with the session's folders, not into /tmp."""
+    folder = str(tmp_path_factory.mktemp('tmp'))
+    before = tempfile.tempdir, os.environ.get('TMPDIR')
+    tempfile.tempdir, os.environ['TMPDIR'] = folder, folder
+    yield
+    tempfile.tempdir = before[0]
+    if before[1] is None:
+        os.environ.pop('TMPDIR', None)
+    else:
+        os.environ['TMPDIR'] = before[1]
 
 
 @pytest.fixture(autouse=True)
