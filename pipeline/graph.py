@@ -41,9 +41,9 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     except ValueError as exc:   # Beam's checks of a service runner's options.
         raise (beam_refusal(exc) or exc) from None
     sized = not settings.num_shards   # Shards sized by the output of a converted sample.
-    measure_sizes = sized and not all(x.sizes_known for x in partitions)
     listed = p | 'List Examples' >> ListExamples(
-        partitions, output_folder.listed_folder(settings.temp_dir), measure_sizes,
+        partitions, output_folder.listed_folder(settings.temp_dir),
+        _conversion_measures_sizes(partitions, settings),
         groups_in=settings.temp_dir, resuming=settings.resuming,
         sample_size=SAMPLE_SIZE if sized else 0)
     facts, label_map, plans, _ = _plan(listed, settings, sample=sized)
@@ -53,6 +53,13 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     written = listed | 'Write Shards' >> WriteShards(settings, plans, label_map)
     _ = written['shards'] | 'Commit Dataset' >> CommitDataset(settings, label_map, facts, written)
     return p
+
+
+def _conversion_measures_sizes(partitions: list[Partition], settings: ConversionSettings) -> bool:
+    """Whether a conversion's listing measures a sample of the sizes it is not given: where
+    they size the shards (not with --num_shards). What it measures is part of its listing
+    fingerprints, so a listing compared with them measures the same."""
+    return not settings.num_shards and not all(x.sizes_known for x in partitions)
 
 
 def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam.PCollection,
@@ -69,13 +76,15 @@ def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
                         plan_path: str, measure_rate: bool = False,
                         sample: bool = True) -> beam.Pipeline:
     """Lists and plans without converting: the plan document goes to `plan_path`, with what a
-    converted sample of the inputs weighs (unless not `sample`: the listing alone) and, if
-    `measure_rate`, this machine's conversion rate for it."""
+    converted sample of the inputs weighs and, if `measure_rate`, this machine's conversion rate
+    for it. Unless `sample`: the listing alone, as the conversion lists (the same sizes
+    measured, so the same listing fingerprints)."""
     try:
         p = beam.Pipeline(runner=runner, options=options)
     except ValueError as exc:   # Beam's checks of a service runner's options.
         raise (beam_refusal(exc) or exc) from None
-    measure_sizes = not all(x.sizes_known for x in partitions)
+    measure_sizes = (not all(x.sizes_known for x in partitions) if sample
+                     else _conversion_measures_sizes(partitions, settings))
     listed = p | 'List Examples' >> ListExamples(
         partitions, None, measure_sizes, sample_size=SAMPLE_SIZE if sample else 0)
     facts, label_map, plans, measured = _plan(listed, settings, sample, timed=measure_rate)

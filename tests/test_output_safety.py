@@ -179,6 +179,21 @@ def test_rerunning_a_finished_command_says_so_and_exits_0(tmp_path, images):
 
 
 @pytest.mark.slow
+def test_rerunning_a_csv_conversion_with_a_shard_count_finds_its_input_unchanged(tmp_path,
+                                                                               image_folders):
+    """A CSV gives no sizes; listing it again to compare measures what the conversion measured
+    (none, with --num_shards), so the same input has the same fingerprint."""
+    root = image_folders(300)
+    rows = ''.join(f'{root}/train/c{i % 3}/{i}.jpg,c{i % 3}\n' for i in range(300))
+    (tmp_path / 'train.csv').write_text('path,label\n' + rows)
+    argv = [f'--csv_train={tmp_path}/train.csv', f'--output_dir={tmp_path}/out', '--num_shards=2']
+    assert _cli(*argv).returncode == 0
+    again = _cli(*argv)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.strip().endswith('and its input is unchanged; nothing to do')
+
+
+@pytest.mark.slow
 def test_a_rerun_after_the_input_changed_says_what_changed_and_converts_nothing(tmp_path, images):
     argv, before = _converted_once(tmp_path, images)
     refusal = (f'error: {tmp_path}/out holds the dataset of this command, but its input changed '
