@@ -61,8 +61,9 @@ def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, temp_
         flat[part.split] = flat.get(part.split, 0) + file_part(writer, part_table(part))
     filed = Filed(writer.close(), {split: n for split, n in flat.items() if n})
     chunk_fps = beam.pvalue.AsDict(p | 'Chunk Fingerprints' >> beam.Create(list(fps.items())))
-    return (p | 'Filed' >> beam.Create([filed])
-            | FindLeakage(_plans(p, images), chunk_fps, temp_dir))
+    found = (p | 'Filed' >> beam.Create([filed]) | beam.FlatMap(lambda found: found.runs)
+             | FindLeakage(_plans(p, images), chunk_fps, temp_dir))
+    return dict(found, filed=filed)
 
 
 def _entry(split: str, source: str, phash: int, mirrored: int, sha: str = '') -> tuple:
@@ -153,8 +154,8 @@ def test_find_leakage_stage_gives_the_same_clusters(tmp_path):
                     equal_to([Cluster((('train', ('a',)), ('test', ('b',))),
                                       Pair(('train', 'a'), ('test', 'b'), 1, False, False)).line()]),
                     label='clusters')
-        assert_that(found['flat'], equal_to([('train', 1)]), label='flat')
         assert_that(found['crowded'], equal_to([]), label='crowded')
+    assert found['filed'].flat == {'train': 1}   # Counted as the parts were filed.
 
 
 @pytest.mark.slow
@@ -238,7 +239,8 @@ def test_the_commit_gets_parts_of_leakage_jsonl_not_the_clusters(tmp_path):
             os.path.basename(part.path) for part in found.parts)
 
     with stage_pipeline() as p:
-        flat = p | 'Flat' >> beam.Create([('train', 2)])
+        filed = p | 'Filed' >> beam.Create([Filed([], {'train': 1}), Filed([], {}),
+                                            Filed([], {'train': 1})])
         crowded = p | 'Crowded' >> beam.Create([])
-        found = p | beam.Create([few, many]) | CollectLeakage(flat, crowded, str(tmp_path))
+        found = p | beam.Create([few, many]) | CollectLeakage(filed, crowded, str(tmp_path))
         assert_that(found, check)

@@ -46,7 +46,7 @@ class CommitDataset(beam.PTransform):
         if self._settings.hashed:
             found['leakage'] = beam.pvalue.AsSingleton(
                 self._leakage['clusters'] | 'Collect Leakage' >> CollectLeakage(
-                    self._leakage['flat'], self._leakage['crowded'], self._settings.temp_dir))
+                    self._leakage['filed'], self._leakage['crowded'], self._settings.temp_dir))
         return results | 'Put In Place' >> Gathered(
             commit_dataset, label_map=beam.pvalue.AsSingleton(self._label_map),
             facts=beam.pvalue.AsSingleton(self._facts), settings=self._settings, **found)

@@ -79,8 +79,9 @@ def _named(split_counted: tuple[str, tuple[int, list]], temp_dir: str,
 
 
 class CountCopies(beam.PTransform):
-    """Filed (a bundle's filings: leakage.Filed) -> (split, {'count': exact copies, 'examples':
-    [[copy's source, source of the record it copies], ...]}) for each split with records.
+    """The runs the parts' records were filed into (leakage.Filed's runs) -> (split, {'count':
+    exact copies, 'examples': [[copy's source, source of the record it copies], ...]}) for each
+    split with records.
     `chunk_fps`: the chunks' fingerprints as a dict side input (they name the part files whose
     sidecars keep the records' sources); `left_out`: ids of records left out of the shards
     (--leakage=drop), not counted."""
@@ -90,8 +91,7 @@ class CountCopies(beam.PTransform):
         super().__init__()
         self._temp_dir, self._chunk_fps, self._left_out = temp_dir, chunk_fps, left_out
 
-    def expand(self, filed: beam.PCollection) -> beam.PCollection:
-        runs = filed | 'Runs' >> beam.FlatMap(lambda found: found.runs)
+    def expand(self, runs: beam.PCollection) -> beam.PCollection:
         return (runs
                 | 'Copy Tasks' >> Gathered(_tasks, each=True)
                 | 'Spread Copy Tasks' >> Spread()

@@ -111,23 +111,28 @@ class Leakage:
                                     for band, value, images, examples in self.crowded]}
 
 
-def _collect(parts: list, flat: dict, crowded: list) -> Leakage:
+def _collect(parts: list, filed: list, crowded: list) -> Leakage:
+    flat: dict[str, int] = {}
+    for found in filed:
+        for split, images in found.flat.items():
+            flat[split] = flat.get(split, 0) + images
     return Leakage(tuple(sorted(parts, key=lambda part: part.first)),
                    tuple(sorted(flat.items())), tuple(sorted(crowded)))
 
 
 class CollectLeakage(beam.PTransform):
-    """Tuples of Clusters, with FindLeakage's flat counts and crowded buckets -> one Leakage,
-    after writing each tuple as a part of leakage.jsonl in `temp_dir`."""
+    """Tuples of Clusters, with the flat images the conversion's bundles counted (`filed`: their
+    Filed) and FindLeakage's crowded buckets -> one Leakage, after writing each tuple as a part
+    of leakage.jsonl in `temp_dir`."""
 
-    def __init__(self, flat: beam.PCollection, crowded: beam.PCollection, temp_dir: str):
+    def __init__(self, filed: beam.PCollection, crowded: beam.PCollection, temp_dir: str):
         super().__init__()
-        self._flat, self._crowded, self._temp_dir = flat, crowded, temp_dir
+        self._filed, self._crowded, self._temp_dir = filed, crowded, temp_dir
 
     def expand(self, found: beam.PCollection) -> beam.PCollection:
         return (found
                 | 'Write Cluster Parts' >> beam.Map(write_part, temp_dir=self._temp_dir)
-                | 'With Flat And Crowded' >> Gathered(_collect, beam.pvalue.AsDict(self._flat),
+                | 'With Flat And Crowded' >> Gathered(_collect, beam.pvalue.AsList(self._filed),
                                                       beam.pvalue.AsList(self._crowded)))
 
 

@@ -195,17 +195,20 @@ def _cluster_partitions(spanning: tuple) -> Iterator[tuple[int, int]]:
 
 
 def _clusters(partition: tuple[int, int], spanning: tuple, temp_dir: str,
-              chunk_fps: dict) -> tuple[Cluster, ...]:
-    """The clusters of a partition, made from their records' ids (part_records.py)."""
+              chunk_fps: dict) -> Iterator[tuple[Cluster, ...]]:
+    """The clusters of a partition, made from their records' ids (part_records.py), as one
+    tuple (none for a partition without any)."""
     nodes, roots, closest = spanning
     chosen = cluster_partition(roots, partition[1]) == np.uint64(partition[0])
     members = PartRecords(temp_dir, chunk_fps).table(nodes[chosen])
-    return tuple(clusters(members, nodes, roots, closest))
+    made = tuple(clusters(members, nodes, roots, closest))
+    if made:
+        yield made
 
 
 class FindLeakage(beam.PTransform):
-    """Filed (a bundle's filings, file_part) -> a dict of PCollections: 'clusters' (tuples of
-    Clusters, each cluster that spans splits in one of them), 'flat' ((split, flat images)) and
+    """The runs the parts' records were filed into (file_part) -> a dict of PCollections:
+    'clusters' (tuples of Clusters, each cluster that spans splits in one of them) and
     'crowded' ((band, value, images, sources)).
 
     `plans`: the shard plans as a dict side input; their example counts size the link tasks.
@@ -219,11 +222,7 @@ class FindLeakage(beam.PTransform):
         self._plans, self._chunk_fps = plans, chunk_fps
         self._temp_dir, self._resuming = temp_dir, resuming
 
-    def expand(self, filed: beam.PCollection):
-        flat = (filed
-                | 'Flat Images' >> beam.FlatMap(lambda found: found.flat.items())
-                | 'Count Flat' >> beam.CombinePerKey(sum))
-        runs = filed | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
+    def expand(self, runs: beam.PCollection):
         groups = (runs
                   | 'Link Tasks' >> Gathered(_link_tasks, self._plans, each=True)
                   | 'Spread Link Tasks' >> Spread()
@@ -234,10 +233,9 @@ class FindLeakage(beam.PTransform):
         found = (spanning
                  | 'Cluster Partitions' >> beam.FlatMap(_cluster_partitions)
                  | 'Spread Partitions' >> Spread()
-                 | 'Make Clusters' >> beam.Map(_clusters, beam.pvalue.AsSingleton(spanning),
-                                               self._temp_dir, self._chunk_fps)
-                 | 'Any Cluster' >> beam.Filter(len))
-        return {'clusters': found, 'flat': flat, 'crowded': groups.crowded}
+                 | 'Make Clusters' >> beam.FlatMap(_clusters, beam.pvalue.AsSingleton(spanning),
+                                                   self._temp_dir, self._chunk_fps))
+        return {'clusters': found, 'crowded': groups.crowded}
 
 
 def dropped_copies(found: tuple[Cluster, ...]) -> Iterator[tuple[tuple, tuple]]:

@@ -39,8 +39,9 @@ LOG = logging.getLogger('image_tfrecords')
 
 class WriteShards(beam.PTransform):
     """Listed (a bundle's listing, listing.py) -> {'shards': ShardResult of every temporary
-    shard file, 'copies': the exact copies of each split (copies.py), and the outputs of
-    FindLeakage: 'clusters', 'flat', 'crowded' (none with --leakage=off)}.
+    shard file, 'copies': the exact copies of each split (copies.py), and, unless
+    --leakage=off, FindLeakage's 'clusters' and 'crowded' with 'filed': the bundles' Filed,
+    whose flat images the commit counts}.
 
     (See the module docstring.) With --leakage=drop the later-split members of clusters are
     left out when a shard's parts are joined."""
@@ -69,8 +70,9 @@ class WriteShards(beam.PTransform):
         encoded = tasks | 'Encode Chunks' >> beam.ParDo(
             EncodeChunks(settings), runs, label_map, plans, chunk_fps,
             shard_fps).with_outputs('filed', main='parts')
-        leakage = (encoded.filed | 'Find Leakage' >> FindLeakage(
-            plans, chunk_fps, settings.temp_dir, settings.resuming) if settings.hashed else {})
+        filing_runs = encoded.filed | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
+        leakage = ({'filed': encoded.filed, **(filing_runs | 'Find Leakage' >> FindLeakage(
+            plans, chunk_fps, settings.temp_dir, settings.resuming))} if settings.hashed else {})
         drops, left_out = {}, ()
         if settings.leakage == LeakageAction.DROP:
             later = (leakage['clusters']
@@ -78,8 +80,8 @@ class WriteShards(beam.PTransform):
                      | 'One Reason Each' >> beam.CombinePerKey(min))
             drops['dropped'] = beam.pvalue.AsMultiMap(later | 'By Shard' >> beam.Map(by_shard))
             left_out = (later | 'Dropped Ids' >> beam.Map(dropped_id),)
-        copies = encoded.filed | 'Count Copies' >> CountCopies(settings.temp_dir, chunk_fps,
-                                                              *left_out)
+        copies = filing_runs | 'Count Copies' >> CountCopies(settings.temp_dir, chunk_fps,
+                                                            *left_out)
         shards = (encoded.parts
                   | 'Key By Shard' >> beam.Map(_shard_key)
                   | 'Group By Shard' >> beam.GroupByKey()
