@@ -95,8 +95,8 @@ def _send_stderr_to(log_fd: int):
     """Points file descriptor 2 of this process, and so of the worker processes it starts, at
     the log open as `log_fd`; returns the console (the terminal, as stderr was)."""
     terminal = os.fdopen(os.dup(2), 'w', buffering=1)
+    sys.stderr = terminal   # First: a stop from here on prints its line to the terminal.
     os.dup2(log_fd, 2)
-    sys.stderr = terminal
     return terminal
 
 

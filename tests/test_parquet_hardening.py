@@ -205,7 +205,9 @@ def test_a_file_of_one_row_row_groups_converts_in_the_time_of_one_row_group(tmp_
         assert result.returncode == 0, result.stderr
         summary = json.load(open(f'{tmp_path}/{name}-out/summary.json'))
         assert summary['splits']['train']['records'] == 1500
-    assert took['many'] < 3 * took['one'], took
+    # 2.1-2.2x measured (CPU time, medians of 3); 3x failed once under the whole suite's load.
+    # Parsing the footer again per row group made it ~20x for these 1,500.
+    assert took['many'] < 5 * took['one'], took
 
 
 @pytest.mark.slow
