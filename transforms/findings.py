@@ -112,10 +112,9 @@ class Leakage:
 
 
 def _collect(parts: list, filed: list, crowded: list) -> Leakage:
-    flat: dict[str, int] = {}
+    flat: collections.Counter[str] = collections.Counter()
     for found in filed:
-        for split, images in found.flat.items():
-            flat[split] = flat.get(split, 0) + images
+        flat.update(found.flat)
     return Leakage(tuple(sorted(parts, key=lambda part: part.first)),
                    tuple(sorted(flat.items())), tuple(sorted(crowded)))
 
