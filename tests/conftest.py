@@ -3,12 +3,21 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 
-import pytest
+# The test command installs without compiling (pip --no-compile) and the suite starts ~200
+# Python processes, most of which import Apache Beam: with PYTHONDONTWRITEBYTECODE set, each
+# compiled Beam (and TensorFlow, where it is imported) afresh, ~3 s of a core each. The suite
+# writes the bytecode of what it imports whatever that variable says, for its own processes and
+# the ones they start.
+os.environ.pop('PYTHONDONTWRITEBYTECODE', None)
+sys.dont_write_bytecode = False
 
-from pipeline.testing import gcs_servers, imagemaker
-from tests.helpers import write_tree
+import pytest   # noqa: E402
+
+from pipeline.testing import gcs_servers, imagemaker   # noqa: E402
+from tests.helpers import write_tree   # noqa: E402
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # A suite started in the background by a script (`pytest &`) inherits SIGINT ignored, and so

@@ -195,8 +195,12 @@ def test_two_runs_into_one_folder_one_is_refused_by_the_lock(tmp_path, image_fol
     deadline = time.monotonic() + 60
     while not os.path.exists(f'{out}/.lock') and time.monotonic() < deadline:
         time.sleep(0.01)
-    second = cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
-                 NO_LEAKAGE_CHECK)
+    os.kill(first.pid, signal.SIGSTOP)   # Held, so that it cannot finish before the second asks.
+    try:
+        second = cli(f'--input_dir={inputs}', f'--output_dir={out}', '--num_shards=3',
+                     NO_LEAKAGE_CHECK)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert second.returncode == 2
