@@ -1,12 +1,8 @@
 """Speed and memory benchmarks (not part of the test suite): python -m benchmarks.benchmark.
 
 The processes a benchmark times import the repository's modules and Beam with their bytecode
-cached, as an installed package has it: where PYTHONDONTWRITEBYTECODE is set, each would compile
-every module it imports afresh (an edited module is never cached again), which a timed run
-would count.
+cached, as an installed package has it (pipeline/testing/bytecode.py).
 """
-import os
-import sys
+from pipeline.testing.bytecode import keep_bytecode
 
-os.environ.pop('PYTHONDONTWRITEBYTECODE', None)
-sys.dont_write_bytecode = False
+keep_bytecode()

@@ -3,16 +3,11 @@ import logging
 import os
 import shutil
 import signal
-import sys
 import tempfile
 
-# The test command installs without compiling (pip --no-compile) and the suite starts ~200
-# Python processes, most of which import Apache Beam: with PYTHONDONTWRITEBYTECODE set, each
-# compiled Beam (and TensorFlow, where it is imported) afresh, ~3 s of a core each. The suite
-# writes the bytecode of what it imports whatever that variable says, for its own processes and
-# the ones they start.
-os.environ.pop('PYTHONDONTWRITEBYTECODE', None)
-sys.dont_write_bytecode = False
+from pipeline.testing.bytecode import keep_bytecode
+
+keep_bytecode()   # Before anything heavier is imported.
 
 import pytest   # noqa: E402
 
