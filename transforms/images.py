@@ -17,7 +17,7 @@ a damaged one (it decodes only with libjpeg warnings) is skipped, kept or re-enc
 Pillow's decode as --damaged_images says; one libjpeg-turbo cannot decode at all is judged by
 Pillow, as is every other format. Every stored image gets a perceptual hash and a mirror hash
 (phash.py), from the same reduced-scale decode for JPEGs and from the final pixels otherwise
-(none with --leakage=off). The header of a plain JPEG (size, components, EXIF orientation) is
+(none with --leakage=off; in single precision with --reencode, whose pixels are full size). The header of a plain JPEG (size, components, EXIF orientation) is
 read here without Pillow, which costs a tenth as much; any header this reading does not fully
 vouch for is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
 Memory: an image Pillow decodes is converted to upright RGB pixels a strip at a time and then
@@ -130,7 +130,7 @@ def convert_image(data: bytes, options: ImageOptions, hashed: bool = True) -> St
             pixels = np.asarray(Image.fromarray(pixels).resize(final, Image.Resampling.BICUBIC))
         encoded = simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=options.jpeg_quality,
                                          colorspace='RGB', colorsubsampling='420', fastdct=False)
-        hashes = _hashes(pixels if luma is None else luma, hashed)
+        hashes = _hashes(pixels if luma is None else luma, hashed, single=options.reencode)
         return StoredImage(encoded, pixels.shape[0], pixels.shape[1], False, damage, *hashes)
     except ImageError:
         raise
@@ -163,8 +163,8 @@ def _check_decode_memory(image: Image.Image, size: int, max_image_pixels: int) -
             f'({BUDGET_BYTES_PER_PIXEL} bytes a pixel; raise the flag if such images are expected)')
 
 
-def _hashes(pixels: np.ndarray, hashed: bool) -> tuple[int, int]:
-    return perceptual_hashes(pixels) if hashed else (0, 0)
+def _hashes(pixels: np.ndarray, hashed: bool, single: bool = False) -> tuple[int, int]:
+    return perceptual_hashes(pixels, single) if hashed else (0, 0)
 
 
 def _pillow_draft(data: bytes, width: int, height: int, image: Image.Image | None) -> np.ndarray:

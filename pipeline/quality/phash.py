@@ -71,9 +71,9 @@ _SIGNS = np.stack([np.ones(BITS), np.where(_COLS % 2, -1.0, 1.0)])   # Of the im
 
 
 @functools.lru_cache(maxsize=1024)
-def _transform(n: int) -> np.ndarray:
+def _transform(n: int, dtype: type = np.float64) -> np.ndarray:
     """_BLOCK x n: resampling n samples to SIZE, then the DCT, in one matrix."""
-    return _DCT @ _resampling(n)
+    return (_DCT @ _resampling(n)).astype(dtype)
 
 
 def _luminance(pixels: np.ndarray) -> np.ndarray:
@@ -86,11 +86,11 @@ def _luminance(pixels: np.ndarray) -> np.ndarray:
 BLOCK_PIXELS = 1 << 22   # Pixels whose luminance is held at once (~16 MB as float32).
 
 
-def _resampled_rows(pixels: np.ndarray) -> np.ndarray:
+def _resampled_rows(pixels: np.ndarray, dtype: type) -> np.ndarray:
     """_transform(H) @ luminance: the rows resampled, a block of rows at a time, so a large
     image's luminance is never held whole (one block for an image of BLOCK_PIXELS or fewer)."""
     height, width = pixels.shape[:2]
-    rows = _transform(height)
+    rows = _transform(height, dtype)
     step = max(1, BLOCK_PIXELS // width)
     total = None
     for top in range(0, height, step):
@@ -99,10 +99,15 @@ def _resampled_rows(pixels: np.ndarray) -> np.ndarray:
     return total
 
 
-def perceptual_hashes(pixels: np.ndarray) -> tuple[int, int]:
+def perceptual_hashes(pixels: np.ndarray, single: bool = False) -> tuple[int, int]:
     """(hash, hash of the mirror image) of RGB or grey pixels, as unsigned 64-bit ints: bit i
-    (from the top) set where chosen coefficient i lies above the median of the 64."""
-    chosen = (_resampled_rows(pixels) @ _transform(pixels.shape[1]).T).ravel()[_CHOSEN]
+    (from the top) set where chosen coefficient i lies above the median of the 64. `single`:
+    the transforms in float32, as the luminance is, not float64; on a full-size photo that is
+    about half the work (the luminance is not converted again), and a bit differs only where
+    a coefficient lies within float32's rounding of the median."""
+    dtype = np.float32 if single else np.float64
+    chosen = (_resampled_rows(pixels, dtype)
+              @ _transform(pixels.shape[1], dtype).T).ravel()[_CHOSEN]
     if chosen @ chosen < _FLAT_ENERGY:
         return FLAT, FLAT
     both = chosen * _SIGNS
