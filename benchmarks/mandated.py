@@ -6,13 +6,14 @@ One process per core, each on its share of INPUT's images (every cores-th of the
 read into memory before timing. From a common start, each does per image what a converter's
 worker does with an image once it holds its bytes, by calling the converter's own code:
 
-- `EncodeChunks._record` (transforms/encode_chunks.py), the record of one image:
-  `convert_image` (transforms/images.py: the JPEG header; the strict libjpeg-turbo verdict,
-  decoded at the scale the perceptual hashes read, 1/8 with --leakage=off; the perceptual
-  hashes of the image and of its mirror image, none with --leakage=off; the full decode and JPEG
-  encode of what is not stored as it is: grey, CMYK, PNG, and every image with --reencode); the
-  SHA-256 of the stored bytes (`image/key/sha256`); the `tf.train.Example` with the features a
-  run writes (`records.encode_example`);
+- `EncodeChunks._record` (transforms/encode_chunks.py, set up as a worker sets it up), the
+  record of one image: `convert_image` (transforms/images.py, once for all the exact copies of
+  a JPEG kept as it is that the process meets, transforms/kept_copies.py: the JPEG header; the
+  strict libjpeg-turbo verdict, decoded at the scale the perceptual hashes read, 1/8 with
+  --leakage=off; the perceptual hashes of the image and of its mirror image, none with
+  --leakage=off; the full decode and JPEG encode of what is not stored as it is: grey, CMYK,
+  PNG, and every image with --reencode); the SHA-256 of the stored bytes (`image/key/sha256`);
+  the `tf.train.Example` with the features a run writes (`records.encode_example`);
 - `records.frame_record`: TFRecord framing, length and data each with a masked CRC32C;
 - `records.content_mark`: the record's SHA-256 (its shard's `shard_content`);
 - the framed record written to a file (`fileio.writing`), as a part file is.
@@ -30,8 +31,6 @@ import queue
 import tempfile
 import time
 from typing import Sequence
-
-import threadpoolctl
 
 from benchmarks.workload import list_images
 from pipeline import launch
@@ -63,8 +62,8 @@ def _convert_share(share: list[tuple[str, str, str]], label_map: LabelMap, flags
     """Reads its share into memory, waits for the others, converts it: puts (images, start,
     end), or the error that stopped it."""
     try:
-        threadpoolctl.threadpool_limits(1, user_api='blas')   # As EncodeChunks.setup does.
         encoder = EncodeChunks(settings_of(flags))
+        encoder.setup()   # Its converter; BLAS on one thread.
         refs = []
         for split, label, path in share:
             with open(path, 'rb') as stream:
@@ -80,6 +79,7 @@ def _convert_share(share: list[tuple[str, str, str]], label_map: LabelMap, flags
                 out.write(records.frame_record(record))
                 records.content_mark(record)
         results.put((len(refs), started, time.perf_counter()))
+        encoder.teardown()
     except BaseException as exc:
         start.abort()
         results.put(f'{type(exc).__name__}: {exc}')

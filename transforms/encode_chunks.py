@@ -8,14 +8,14 @@ most READ_AHEAD_BYTES held), so a worker thread holds a bounded number of images
 dataset size, and waits on a round trip to Cloud Storage only when conversion outruns the reads.
 Inputs that cannot become records are reported, never fatal; a file that cannot be written
 (disk full, no permission) is a DatasetError naming it. A finished part is marked by its sidecar,
-which keeps what its shard's join and the quality checks read of it (resume.py); what passes
+which keeps what its shard's join and the quality checks read of it (resume.py); an exact copy
+of a JPEG kept as it is is not decoded again (kept_copies.py); what passes
 through the runner is a small PartDone per part. Each part's records are filed for the count of
 exact copies and the leakage check into the bundle's sorted runs (copies.py, leakage.py), whose
 descriptions leave the bundle on the 'filed' output.
 """
 import contextlib
 import dataclasses
-import hashlib
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
@@ -35,7 +35,8 @@ from pipeline.io.sorted_runs import RunWriter
 from pipeline.output import output_folder, records, shard_formats
 from pipeline.quality.phash import to_int64
 from transforms import copies, entries, resume
-from transforms.images import DamagedImageError, ImageError, StoredImage, convert_image
+from transforms.images import DamagedImageError, ImageError, StoredImage
+from transforms.kept_copies import KeptCopies
 from transforms.labels import LabelMap
 from transforms.leakage import NAMESPACE, Filed, file_part, part_table
 from transforms.listing import refs_of
@@ -118,6 +119,7 @@ class EncodeChunks(beam.DoFn):
         threadpoolctl.threadpool_limits(1, user_api='blas')
         self._reader = read_ahead.ReadAhead(self._settings.reads_in_flight, READ_AHEAD_BYTES,
                                             self._settings.max_input_bytes)
+        self._converter = KeptCopies(self._settings.image, self._settings.hashed)
         self._written = Metrics.counter(NAMESPACE, 'images_written')
         self._skipped = Metrics.counter(NAMESPACE, 'images_skipped')
         self._reencoded = Metrics.counter(NAMESPACE, 'images_reencoded')
@@ -295,8 +297,7 @@ class EncodeChunks(beam.DoFn):
                 if reason is None:  # Transient or unknown: the runner retries the chunk.
                     raise
                 raise ImageError(f'cannot read file: {reason}') from None
-        stored = convert_image(data, self._settings.image, self._settings.hashed)
-        sha256 = hashlib.sha256(stored.encoded).hexdigest()
+        stored, sha256 = self._converter.convert(data)
         features = dict(ref.extras)
         features.update({
             records.ENCODED: stored.encoded, records.FORMAT: 'JPEG',

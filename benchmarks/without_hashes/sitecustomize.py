@@ -21,7 +21,7 @@ if os.environ.get('WITHOUT_HASHES') == '1':
     from transforms import images
     from pipeline.quality import jpeg_check, phash
 
-    def _flat(pixels) -> tuple[int, int]:
+    def _flat(pixels, single: bool = False) -> tuple[int, int]:
         return phash.FLAT, phash.FLAT
 
     jpeg_check.HASH_SIDE = 1

@@ -1,0 +1,47 @@
+"""Exact copies of a JPEG kept as it is are converted once per worker.
+
+A JPEG stored as it is (StoredImage.passed_through) is its own record bytes, and all the rest
+of what converting it finds (its size, its verdict, its hashes) follows from its bytes and the
+run's options, which a worker's converter holds fixed. So the converter remembers that much of
+the last LIMIT such JPEGs by their SHA-256, which the record needs anyway, and an exact copy
+(the same bytes under another name: a dataset with many, or a file listed in two splits) is
+not decoded again. Anything else is converted every time: a re-encoded image's bytes are not
+held, so with --reencode nothing is remembered and no extra SHA-256 is taken. Held: LIMIT
+entries of ~300 bytes, ~5 MB a worker at most.
+"""
+import dataclasses
+import hashlib
+
+from pipeline.base.settings import ImageOptions
+from transforms.images import StoredImage, convert_image
+
+LIMIT = 1 << 14
+
+
+class KeptCopies:
+    """convert_image with what the last LIMIT JPEGs kept as they are were found to be."""
+
+    def __init__(self, options: ImageOptions, hashed: bool):
+        self._options, self._hashed = options, hashed
+        self._kept: dict[bytes, StoredImage] = {}   # SHA-256 -> the StoredImage, without bytes.
+        self.reused = 0   # Images not converted again.
+
+    def convert(self, data: bytes) -> tuple[StoredImage, str]:
+        """(what to store of `data`, the SHA-256 of the stored bytes in hex); raises ImageError
+        as convert_image does."""
+        if self._options.reencode:   # Nothing is stored as it is.
+            stored = convert_image(data, self._options, self._hashed)
+            return stored, hashlib.sha256(stored.encoded).hexdigest()
+        digest = hashlib.sha256(data)
+        key = digest.digest()
+        known = self._kept.get(key)
+        if known is not None:
+            self.reused += 1
+            return dataclasses.replace(known, encoded=data), digest.hexdigest()
+        stored = convert_image(data, self._options, self._hashed)
+        if not stored.passed_through:
+            return stored, hashlib.sha256(stored.encoded).hexdigest()
+        if len(self._kept) >= LIMIT:
+            del self._kept[next(iter(self._kept))]   # The oldest.
+        self._kept[key] = dataclasses.replace(stored, encoded=b'')
+        return stored, digest.hexdigest()
