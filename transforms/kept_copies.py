@@ -11,11 +11,13 @@ entries of ~300 bytes, ~5 MB a worker at most.
 """
 import dataclasses
 import hashlib
+import operator
 
 from pipeline.base.settings import ImageOptions
 from transforms.images import StoredImage, convert_image
 
 LIMIT = 1 << 14
+_AFTER_BYTES = operator.attrgetter(*(f.name for f in dataclasses.fields(StoredImage)[1:]))
 
 
 class KeptCopies:
@@ -23,7 +25,7 @@ class KeptCopies:
 
     def __init__(self, options: ImageOptions, hashed: bool):
         self._options, self._hashed = options, hashed
-        self._kept: dict[bytes, StoredImage] = {}   # SHA-256 -> the StoredImage, without bytes.
+        self._kept: dict[bytes, tuple] = {}   # SHA-256 -> the StoredImage's fields after its bytes.
         self.reused = 0   # Images not converted again.
 
     def convert(self, data: bytes) -> tuple[StoredImage, str]:
@@ -37,11 +39,11 @@ class KeptCopies:
         known = self._kept.get(key)
         if known is not None:
             self.reused += 1
-            return dataclasses.replace(known, encoded=data), digest.hexdigest()
+            return StoredImage(data, *known), digest.hexdigest()
         stored = convert_image(data, self._options, self._hashed)
         if not stored.passed_through:
             return stored, hashlib.sha256(stored.encoded).hexdigest()
         if len(self._kept) >= LIMIT:
             del self._kept[next(iter(self._kept))]   # The oldest.
-        self._kept[key] = dataclasses.replace(stored, encoded=b'')
+        self._kept[key] = _AFTER_BYTES(stored)
         return stored, digest.hexdigest()
