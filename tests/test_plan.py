@@ -238,3 +238,34 @@ def test_the_memory_here_is_the_plans_peaks_and_what_the_run_holds_beyond_them()
     assert (m['workers'], m['largest_worker_bytes'], m['inputs_per_worker']) == (0, 0, 200_000)
     assert m['together_bytes'] == m['launcher_bytes'] == 250 * mb + (1562 + 1024) * 1024 + 3 * (64 << 20)
     assert plan.estimate(_document(10))['estimate']['memory_here'] is None   # Dataflow only.
+
+
+def test_the_sample_converted_in_pieces_weighs_what_one_conversion_of_it_does(tmp_path):
+    """The run converts its sample in pieces on its workers (local_rate.SAMPLE_PIECES); put
+    back together, the weights are those one converter gives, in its order: per split,
+    PNGs re-encoded, JPEGs kept, a broken file weighing 0."""
+    from pipeline.base.refs import ExampleRef
+    from pipeline.base.settings import ConversionSettings
+    from transforms import local_rate
+    from transforms.labels import LabelMap
+    from transforms.listing import Listed
+    files = _png_and_jpeg_tree(24)
+    files['validation/c1/broken.jpg'] = b'\xff\xd8\xff' + bytes(50)
+    root = write_tree(tmp_path / 'in', files)
+    paths = [os.path.join(root, name) for name in sorted(files)]
+    refs = [ExampleRef(('train', 'validation', 'test')[i % 3], path, path,
+                       os.path.basename(path), 'c0', size=os.path.getsize(path))
+            for i, path in enumerate(paths)]
+    listed = [Listed(sample=refs[:13]), Listed(sample=refs[13:])]   # Two bundles' samples.
+    label_map = LabelMap(('c0',), (('c0', 0),))
+    settings = ConversionSettings('sample', ('train', 'validation', 'test'))
+    pieces = local_rate._pieces(listed)
+    assert len(pieces) == local_rate.SAMPLE_PIECES
+    weighed = local_rate._weighed(
+        [local_rate._weigh_piece(piece, label_map, settings) for piece in reversed(pieces)],
+        settings)
+    with local_rate._SampleConverter(settings, label_map) as whole:
+        whole.convert(local_rate.merged_sample(listed, 300))
+    assert weighed == {'weighed': whole.weighed, 'converted_by_run': True}
+    assert sorted(w[2] == 0 for w in whole.weighed) == [False] * 24 + [True]
+    assert len({w[0] for w in whole.weighed}) == 3

@@ -6,7 +6,9 @@ The sample is the SAMPLE_SIZE timeable inputs with the smallest key hashes (list
 them), so the same input gives the same sample on any runner and worker count. It goes through
 EncodeChunks' per-image work: read, decode and checks, perceptual hashes (unless
 --leakage=off), re-encoding as the options ask, Example encoding, framing and writing, into a
-temporary file that is then removed; nothing is counted in the run's metrics. Per sampled input
+temporary file that is then removed; nothing is counted in the run's metrics. A run converts it
+in SAMPLE_PIECES pieces spread over its workers (a group's members, which are read together, in
+one piece) and puts their weights back in the order one converter gives them. Per sampled input
 it gives its bytes (when listing knows them) and its record's (framing included; an input that
 cannot be converted weighs nothing), from which the shard plan estimates each split's output
 (sharding.output_line). A record's bytes depend only on the input and the options, so the
@@ -44,8 +46,10 @@ from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
 from transforms.encode_chunks import EncodeChunks, StreamedMembers
 from transforms.gathered import Gathered
+from transforms.spread import Spread
 
 SAMPLE_SIZE = 300
+SAMPLE_PIECES = 4   # Untimed, the sample is converted in as many pieces, spread over the workers.
 WARM_UP = 20
 
 
@@ -63,25 +67,60 @@ class MeasureSample(beam.PTransform):
         self._settings, self._label_map, self._timed = settings, label_map, timed
 
     def expand(self, listed: beam.PCollection) -> beam.PCollection:
-        return listed | 'Convert Sample' >> Gathered(
-            _measure, beam.pvalue.AsSingleton(self._label_map), self._settings, self._timed)
+        label_map = beam.pvalue.AsSingleton(self._label_map)
+        if self._timed:   # On one worker, as one chunk is converted.
+            return listed | 'Convert Sample' >> Gathered(_timed, label_map, self._settings)
+        return (listed
+                | 'Cut Sample' >> Gathered(_pieces, each=True)
+                | 'Spread Sample' >> Spread()
+                | 'Convert Sample' >> beam.Map(_weigh_piece, label_map, self._settings)
+                | 'Weigh Sample' >> Gathered(_weighed, self._settings))
 
 
-def _measure(listed: list, label_map: LabelMap, settings: ConversionSettings,
-             timed: bool) -> dict:
-    refs = merged_sample(listed, SAMPLE_SIZE)
-    if timed:
-        measured = time_sample(refs, label_map, settings)
-    else:
-        with _SampleConverter(settings, label_map) as converter:
-            converter.convert(sorted(read_grouped(refs), key=_sample_key))
-        measured = {'weighed': converter.weighed}
-    # The conversion converts the sample too where it sizes the shards by it.
+def _timed(listed: list, label_map: LabelMap, settings: ConversionSettings) -> dict:
+    measured = time_sample(merged_sample(listed, SAMPLE_SIZE), label_map, settings)
     return dict(measured, converted_by_run=not settings.num_shards)
+
+
+def _pieces(listed: list) -> list[list[ExampleRef]]:
+    """The sample cut into up to SAMPLE_PIECES pieces for the workers to convert at once; the
+    members of one group (an archive, a parquet file) in one piece, so it is read once."""
+    pieces: list[list[ExampleRef]] = [[] for _ in range(SAMPLE_PIECES)]
+    piece_of_group: dict = {}
+    for index, ref in enumerate(merged_sample(listed, SAMPLE_SIZE)):
+        piece = index % SAMPLE_PIECES
+        if ref.group is not None:
+            piece = piece_of_group.setdefault(ref.group.key, piece)
+        pieces[piece].append(ref)
+    return [piece for piece in pieces if piece]
+
+
+def _weigh_piece(refs: list[ExampleRef], label_map: LabelMap,
+                 settings: ConversionSettings) -> list[tuple[tuple, list]]:
+    """(sample key, what it weighed) of each ref of a piece of the sample."""
+    refs = sorted(read_grouped(refs), key=_sample_key)
+    with _SampleConverter(settings, label_map) as converter:
+        converter.convert(refs)
+    return list(zip(map(_sample_key, in_split_order(refs)), converter.weighed))
+
+
+def _weighed(pieces: list, settings: ConversionSettings) -> dict:
+    """The pieces' weights, in the order one converter gives them converting the whole sample
+    (in_split_order), so the shard plan's fit sums them alike whatever the pieces."""
+    by_key = sorted((entry for piece in pieces for entry in piece), key=lambda e: e[0])
+    splits = list(dict.fromkeys(key[1] for key, _ in by_key))
+    ordered = sorted(by_key, key=lambda e: splits.index(e[0][1]))   # Stable: keys in order.
+    # The conversion converts the sample too where it sizes the shards by it.
+    return {'weighed': [weight for _, weight in ordered], 'converted_by_run': not settings.num_shards}
 
 
 def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:
     return ref.key_hash, ref.split, ref.key
+
+
+def in_split_order(refs: list[ExampleRef]) -> list[ExampleRef]:
+    """`refs` a split at a time (splits in the order they first come), as converted."""
+    return [r for split in dict.fromkeys(r.split for r in refs) for r in refs if r.split == split]
 
 
 class _Uncounted:
@@ -127,7 +166,7 @@ class _SampleConverter:
     def convert(self, refs: list[ExampleRef]) -> None:
         """Converts `refs`, a part file per split (in their order within it)."""
         none = StreamedMembers([], 0)   # No gzip members here.
-        for split in dict.fromkeys(r.split for r in refs):
+        for split in dict.fromkeys(r.split for r in refs):   # As in_split_order.
             of_split = [r for r in refs if r.split == split]
             found = {'errors': [], 'damaged': []}
             result = self._encoder.encode(of_split, ShardResult(split, 0, self._path, 0),
