@@ -18,7 +18,6 @@ from PIL import Image, ImageEnhance
 from pipeline.output import records
 from pipeline.errors import DatasetError
 from pipeline.base.splits import SPLITS
-from pipeline.readers import tf_data
 from pipeline.tools.verify import verify
 from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, cli, convert, read_split, run_cli, write_tree
@@ -260,6 +259,7 @@ def test_off_computes_no_hashes_and_writes_no_leakage_report(tmp_path):
     assert len(stored) == 9 and not any(set(records.HASH_FEATURES) & set(r) for r in stored)
     features = json.load(open(f'{out}/features.json'))['featuresDict']['features']
     assert records.PHASH not in features and records.ENCODED in features
+    from pipeline.readers import tf_data   # Imports TensorFlow: only where a test reads with it.
     assert len(list(tf_data.dataset(out, 'test'))) == 4
     checked = subprocess.run([sys.executable, '-m', 'pipeline.tools.verify', out,
                               '--processes=1'], capture_output=True, text=True)

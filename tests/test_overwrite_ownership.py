@@ -3,8 +3,6 @@ dataset_info.json, shards named by the same template) holding the user's labels.
 summary.json is refused in one line naming the files, with or without `--overwrite`."""
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from pipeline.testing import imagemaker
 from tests.helpers import cli, output_files, write_tree
@@ -14,6 +12,8 @@ from tests.helpers import cli, output_files, write_tree
 def tfds_folder(tmp_path) -> str:
     """Two shards of `pets` and the metadata tfds.folder_dataset.write_metadata adds to them,
     plus the user's own labels.txt and summary.json."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
     out = str(tmp_path / 'pets')
     features = tfds.features.FeaturesDict({'image': tfds.features.Image(shape=(None, None, 3)),
                                            'label': tfds.features.ClassLabel(names=['cat', 'dog'])})
@@ -41,6 +41,7 @@ def test_a_folder_tfds_built_is_refused_and_left_as_it_was(tmp_path, tfds_folder
         'dataset it replaces: dataset_info.json, features.json, labels.txt, summary.json; move '
         'them away or choose another --output_dir']
     assert output_files(tfds_folder) == before
+    import tensorflow_datasets as tfds
     assert tfds.builder_from_directory(tfds_folder).info.splits['train'].num_examples == 4
 
 

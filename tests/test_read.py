@@ -6,11 +6,16 @@ import numpy as np
 import pytest
 
 from pipeline.output import records
-from pipeline.readers.tf_data import dataset
 from pipeline.testing import imagemaker
 from tests.helpers import convert, pixels, read_split, write_tree
 
 pytestmark = pytest.mark.slow   # Every test reads a dataset converted once per module.
+
+
+def dataset(*args, **kwargs):
+    """pipeline/readers/tf_data.py's, imported (with TensorFlow) only when a test runs."""
+    from pipeline.readers.tf_data import dataset as tf_dataset
+    return tf_dataset(*args, **kwargs)
 
 
 @pytest.fixture(scope='module')

@@ -3,12 +3,12 @@ import io
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from pipeline.output import records
 
 
 def test_encoded_example_parses_in_tensorflow_with_every_value_kind():
+    import tensorflow as tf
     features = {'image/encoded': b'\x00\xffbytes', 'image/class/text': 'ünïcode',
                 'image/height': 70000, 'neg': -5, 'score': 0.25, 'tags': ['a', 'b'],
                 'ids': [1, 2**40], 'weights': [0.5, 1.5], 'np_int': np.int64(7)}
@@ -32,6 +32,7 @@ def test_encoded_example_parses_in_tensorflow_with_every_value_kind():
 
 
 def test_encoding_is_independent_of_dict_order():
+    import tensorflow as tf
     a = records.encode_example({'x': 1, 'y': 'b', 'z': [1.0]})
     b = records.encode_example({'z': [1.0], 'y': 'b', 'x': 1})
     assert a == b
@@ -39,6 +40,7 @@ def test_encoding_is_independent_of_dict_order():
 
 
 def test_framing_reads_back_in_tensorflow_and_here(tmp_path):
+    import tensorflow as tf
     payloads = [b'', b'one', bytes(range(256)) * 100]
     path = tmp_path / 'x.tfrecord'
     path.write_bytes(b''.join(records.frame_record(p) for p in payloads))
@@ -58,6 +60,7 @@ def test_reader_detects_flipped_byte_and_truncation():
 
 
 def test_decoder_reads_our_examples_and_tensorflows():
+    import tensorflow as tf
     features = {'image/encoded': b'\x00jpeg', 'image/height': 70000, 'neg': -5, 'score': 0.25,
                 'tags': ['a', 'b'], 'empty_ints': [], 'ids': [1, 2**40]}
     decoded = records.decode_example(records.encode_example(features))

@@ -10,7 +10,6 @@ import tarfile
 
 import numpy as np
 import pytest
-import webdataset
 from braceexpand import braceexpand
 
 from pipeline.inputs import brace_patterns, webdataset_shards
@@ -114,6 +113,7 @@ def _tar(path, members: list[tuple[str, bytes]]) -> str:
 def test_members_make_the_samples_webdataset_makes(tmp_path):
     """Keys, extensions and what is a sample, against webdataset's own grouping of one tar; a
     .cls label before a .json one."""
+    import webdataset   # Imports torch: only where a test uses it.
     jpeg = imagemaker.jpeg(8, 8)
     path = _tar(tmp_path / 'odd.tar', [
         ('a/n01.jpg', jpeg), ('a/n01.json', b'{"label": "cat"}'), ('a/n01.CLS', b'1'),
@@ -145,6 +145,7 @@ def _samples(count: int, classes: int, start: int = 0) -> list[dict]:
 
 
 def _write_shards(pattern: str, samples: list[dict], per_shard: int) -> None:
+    import webdataset   # Imports torch: only where a test uses it.
     with webdataset.ShardWriter(pattern, maxcount=per_shard, verbose=0) as writer:
         for sample in samples:
             writer.write(sample)
@@ -194,6 +195,7 @@ def test_shards_from_brace_patterns_convert_with_pixels_and_labels(tmp_path):
 
 @pytest.mark.slow
 def test_txt_and_json_labels_and_every_bad_sample_is_reported(tmp_path):
+    import webdataset   # Imports torch: only where a test uses it.
     jpeg, png = imagemaker.jpeg(40, 30, seed=1), imagemaker.png(40, 30, seed=2)
     with webdataset.TarWriter(str(tmp_path / 'val.tar')) as writer:
         for sample in [
