@@ -9,10 +9,10 @@ dataset size, and waits on a round trip to Cloud Storage only when conversion ou
 Inputs that cannot become records are reported, never fatal; a file that cannot be written
 (disk full, no permission) is a DatasetError naming it. A finished part is marked by its sidecar,
 which keeps what its shard's join and the quality checks read of it (resume.py); an exact copy
-of a JPEG kept as it is is not decoded again (kept_copies.py); what passes
-through the runner is a small PartDone per part. Each part's records are filed for the count of
-exact copies and the leakage check into the bundle's sorted runs (copies.py, leakage.py), whose
-descriptions leave the bundle on the 'filed' output.
+of a JPEG kept as it is is not decoded again (kept_copies.py); what passes through the runner
+is a small PartDone per part. Each part's records are filed for the count of exact copies and
+the leakage check into the bundle's sorted runs (copies.py, leakage.py), whose descriptions
+leave the bundle on the 'filed' output.
 """
 import contextlib
 import dataclasses

@@ -17,9 +17,10 @@ a damaged one (it decodes only with libjpeg warnings) is skipped, kept or re-enc
 Pillow's decode as --damaged_images says; one libjpeg-turbo cannot decode at all is judged by
 Pillow, as is every other format. Every stored image gets a perceptual hash and a mirror hash
 (phash.py), from the same reduced-scale decode for JPEGs and from the final pixels otherwise
-(none with --leakage=off; in single precision with --reencode, whose pixels are full size). The header of a plain JPEG (size, components, EXIF orientation) is
-read here without Pillow, which costs a tenth as much; any header this reading does not fully
-vouch for is left to Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
+(none with --leakage=off; in single precision with --reencode, whose pixels are full size).
+The header of a plain JPEG (size, components, EXIF orientation) is read here without Pillow,
+which costs a tenth as much; any header this reading does not fully vouch for is left to
+Pillow, so both readings agree on every image (tests/test_jpeg_header.py).
 Memory: an image Pillow decodes is converted to upright RGB pixels a strip at a time and then
 let go, and its hash reads the pixels a block at a time, so a 9400x9400 PNG (just under the
 default --max_image_pixels) takes about 0.65 GB: Pillow's decode (4 bytes a pixel) and the

@@ -31,19 +31,16 @@ class KeptCopies:
     def convert(self, data: bytes) -> tuple[StoredImage, str]:
         """(what to store of `data`, the SHA-256 of the stored bytes in hex); raises ImageError
         as convert_image does."""
-        if self._options.reencode:   # Nothing is stored as it is.
-            stored = convert_image(data, self._options, self._hashed)
-            return stored, hashlib.sha256(stored.encoded).hexdigest()
-        digest = hashlib.sha256(data)
-        key = digest.digest()
-        known = self._kept.get(key)
-        if known is not None:
+        # With --reencode nothing is stored as it is: nothing to look up.
+        digest = None if self._options.reencode else hashlib.sha256(data)
+        known = digest and self._kept.get(digest.digest())
+        if known:
             self.reused += 1
             return StoredImage(data, *known), digest.hexdigest()
         stored = convert_image(data, self._options, self._hashed)
-        if not stored.passed_through:
+        if digest is None or not stored.passed_through:
             return stored, hashlib.sha256(stored.encoded).hexdigest()
         if len(self._kept) >= LIMIT:
             del self._kept[next(iter(self._kept))]   # The oldest.
-        self._kept[key] = _AFTER_BYTES(stored)
+        self._kept[digest.digest()] = _AFTER_BYTES(stored)
         return stored, digest.hexdigest()

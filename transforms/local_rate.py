@@ -78,7 +78,11 @@ class MeasureSample(beam.PTransform):
 
 
 def _timed(listed: list, label_map: LabelMap, settings: ConversionSettings) -> dict:
-    measured = time_sample(merged_sample(listed, SAMPLE_SIZE), label_map, settings)
+    return _for_run(time_sample(merged_sample(listed, SAMPLE_SIZE), label_map, settings), settings)
+
+
+def _for_run(measured: dict, settings: ConversionSettings) -> dict:
+    # The conversion converts the sample too where it sizes the shards by it.
     return dict(measured, converted_by_run=not settings.num_shards)
 
 
@@ -101,26 +105,28 @@ def _weigh_piece(refs: list[ExampleRef], label_map: LabelMap,
     refs = sorted(read_grouped(refs), key=_sample_key)
     with _SampleConverter(settings, label_map) as converter:
         converter.convert(refs)
-    return list(zip(map(_sample_key, in_split_order(refs)), converter.weighed))
+    converted = [r for of_split in _by_split(refs, lambda r: r.split).values() for r in of_split]
+    return list(zip(map(_sample_key, converted), converter.weighed))
 
 
 def _weighed(pieces: list, settings: ConversionSettings) -> dict:
-    """The pieces' weights, in the order one converter gives them converting the whole sample
-    (in_split_order), so the shard plan's fit sums them alike whatever the pieces."""
+    """The pieces' weights, in the order one converter gives them converting the whole sample,
+    so the shard plan's fit sums them alike whatever the pieces."""
     by_key = sorted((entry for piece in pieces for entry in piece), key=lambda e: e[0])
-    splits = list(dict.fromkeys(key[1] for key, _ in by_key))
-    ordered = sorted(by_key, key=lambda e: splits.index(e[0][1]))   # Stable: keys in order.
-    # The conversion converts the sample too where it sizes the shards by it.
-    return {'weighed': [weight for _, weight in ordered], 'converted_by_run': not settings.num_shards}
+    of_splits = _by_split(by_key, lambda entry: entry[0][1]).values()
+    return _for_run({'weighed': [w for of_split in of_splits for _, w in of_split]}, settings)
 
 
 def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:
     return ref.key_hash, ref.split, ref.key
 
 
-def in_split_order(refs: list[ExampleRef]) -> list[ExampleRef]:
-    """`refs` a split at a time (splits in the order they first come), as converted."""
-    return [r for split in dict.fromkeys(r.split for r in refs) for r in refs if r.split == split]
+def _by_split(items: list, split_of) -> dict[str, list]:
+    """`items` by split, splits in the order they first come: the order the sample converts in."""
+    grouped: dict[str, list] = {}
+    for item in items:
+        grouped.setdefault(split_of(item), []).append(item)
+    return grouped
 
 
 class _Uncounted:
@@ -166,8 +172,7 @@ class _SampleConverter:
     def convert(self, refs: list[ExampleRef]) -> None:
         """Converts `refs`, a part file per split (in their order within it)."""
         none = StreamedMembers([], 0)   # No gzip members here.
-        for split in dict.fromkeys(r.split for r in refs):   # As in_split_order.
-            of_split = [r for r in refs if r.split == split]
+        for split, of_split in _by_split(refs, lambda r: r.split).items():
             found = {'errors': [], 'damaged': []}
             result = self._encoder.encode(of_split, ShardResult(split, 0, self._path, 0),
                                           self._label_map, none, found)
