@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options_validator import PipelineOptionsValida
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 
 from pipeline import job as jobs
-from pipeline.dataflow import WORKER_DEFAULTS
+from pipeline.dataflow import WORKER_DEFAULTS, one_build_at_a_time
 from pipeline.options import converter_flag_names, converter_parser
 from pipeline.tools.template_metadata import template_metadata
 from pipeline.testing import imagemaker
@@ -48,7 +48,8 @@ def _template_job(tmp_path, raw, *extra) -> tuple[dict, str]:
         *CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
         f'--template_location={tmp_path}/job.json', '--no_auth', '--dataflow_endpoint=http://localhost:1',
         f'--input_dir={raw}', f'--output_dir=gs://{BUCKET}/out', *extra])
-    job.pipeline.run()
+    with one_build_at_a_time(job.launch.beam):   # As the command builds: one build at a time.
+        job.pipeline.run()
     return json.load(open(tmp_path / 'job.json')), str(tmp_path / 'staging')
 
 
@@ -57,7 +58,8 @@ def test_dry_run_builds_the_whole_job_graph(raw):
     job = jobs.prepare([
         *CLOUD, '--dry_run=True', f'--temp_location=gs://{BUCKET}/tmp', f'--input_dir={raw}',
         f'--output_dir=gs://{BUCKET}/out'])
-    result = job.pipeline.run()
+    with one_build_at_a_time(job.launch.beam):
+        result = job.pipeline.run()
     names = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
     assert set(STEPS) <= names
     settings = job.settings
