@@ -18,6 +18,10 @@ Beam's public path instead, with one log line: slower to start, never a crash or
   (`worker_exit_code`).
 - Beam's argument parser, the one its options classes add their flags to (`argument_parser`).
   Fallback: argparse's, with Beam's extra method.
+- Not a name but a habit, which nothing here calls: the FnApiRunner hands the elements of a
+  grouped stage to its workers in turn, in the order they were made; transforms/sharding.py
+  deals a local run's tasks by it (tests/test_stages.py holds it). Without it nothing fails:
+  the tasks land as the runner places them, the largest first.
 """
 import argparse
 import contextlib

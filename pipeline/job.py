@@ -156,7 +156,7 @@ def _settings(launch: Launch, source: Source, output_dir: str) -> ConversionSett
         few_errors=0 if 'max_error_ratio' in launch.given else FEW_ERRORS,
         reads_in_flight=opts.reads_in_flight,
         max_input_bytes=opts.max_input_mb << 20, overwrite=opts.overwrite,
-        release_lock=launch.remote)
+        release_lock=launch.remote, workers=launch.workers)
 
 
 def _check_buckets(paths: list[str | None]) -> None:

@@ -27,7 +27,7 @@ from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, refs_of
 from transforms.spread import Spread
 from transforms.sharding import (
-    CHUNK_EXAMPLES, PlanShards, bucket_bits, plan_shards, shard_count, tasks)
+    CHUNK_EXAMPLES, PlanShards, bucket_bits, dealt_tasks, plan_shards, shard_count, tasks)
 from transforms.write_shards import WriteShards
 
 
@@ -187,6 +187,43 @@ def test_spread_hands_a_fan_out_to_every_worker_process_and_keeps_every_element_
                     | 'Count Spread' >> beam.combiners.Count.Globally(), equal_to([2]),
                     label='spread on both')
         assert_that(none, equal_to([]), label='none')
+        # What sharding.dealt_tasks counts on: the elements are handed to the workers in turn,
+        # in the order they were made.
+        made = (p | 'One' >> beam.Create([12], reshuffle=False)
+                | 'In Order' >> beam.FlatMap(lambda n: list(range(n)))
+                | 'Spread In Order' >> Spread()
+                | 'Worker Of' >> beam.Map(lambda i: (i, os.getpid())))
+        assert_that(made, _in_turn, label='dealt in turn')
+
+
+def _in_turn(made: list[tuple[int, int]]) -> None:
+    turns = collections.defaultdict(set)
+    for index, pid in made:
+        turns[pid].add(index % 2)
+    assert sorted(map(sorted, turns.values())) == [[0], [1]], dict(turns)
+
+
+def _plan(counts: list[int], bytes_each: int):
+    counts = np.array(counts)
+    return plan_shards(np.arange(len(counts)), counts, 16, int(counts.sum()), 1,
+                       int(counts.sum()) * bytes_each)
+
+
+@pytest.mark.parametrize('workers', [2, 3])
+def test_tasks_are_dealt_largest_first_in_turns_that_even_out_the_workers(workers):
+    """The turns of each worker (elements k, k + workers, ... of the order made) hold its
+    largest tasks first and work within the smallest task of any other's; every task once."""
+    plans = [('validation', _plan([128] * 7 + [100], 900)), ('test', _plan([128] * 7 + [60], 1000)),
+             ('train', _plan([128] * 61 + [64], 1100))]   # 31 train tasks of 2 chunks.
+    made = [task for split, plan in plans for task in tasks(split, plan)]
+    cost = {task: (plan.first_rank(task.end) - plan.first_rank(task.first)) * plan.input_bytes
+            // plan.count for split, plan in plans for task in tasks(split, plan)}
+    dealt = dealt_tasks(plans, workers)
+    assert sorted(dealt, key=str) == sorted(made, key=str)
+    turns = [[cost[task] for task in dealt[k::workers]] for k in range(workers)]
+    assert all(turn == sorted(turn, reverse=True) for turn in turns)
+    assert max(map(sum, turns)) - min(map(sum, turns)) <= min(cost.values())
+    assert [cost[task] for task in dealt_tasks(plans, 0)] == sorted(cost.values(), reverse=True)
 
 
 @pytest.mark.slow

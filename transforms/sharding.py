@@ -213,3 +213,31 @@ def tasks(split: str, plan: ShardPlan) -> list[Task]:
     per_task = max(1, min(TASK_CHUNKS, -(-plan.num_chunks // TASKS_PER_SPLIT)))
     return [Task(split, first, min(first + per_task, plan.num_chunks))
             for first in range(0, plan.num_chunks, per_task)]
+
+
+def dealt_tasks(split_plans: list[tuple[str, ShardPlan]], workers: int) -> list[Task]:
+    """Every split's tasks, in the order that deals them evenly over `workers`. Beam's local
+    runner hands the elements of a grouped stage to its workers in turn, in the order they were
+    made (worker k gets elements k, k + workers, ...), so the tasks are dealt in rounds, the
+    largest first (by their inputs' estimated bytes), each round's largest to the worker least
+    loaded so far; each worker ends with its smallest tasks, and none idles while another
+    converts a large task dealt last. Another runner places tasks as it likes (Dataflow
+    rebalances them); the order changes no byte of the output."""
+    plans = dict(split_plans)
+    made = sorted((task for split in sorted(plans) for task in tasks(split, plans[split])),
+                  key=lambda task: -_task_bytes(task, plans[task.split]))
+    size = max(1, workers)
+    hands: list[list[Task]] = [[] for _ in range(size)]
+    loads = [0.0] * size
+    for at in range(0, len(made), size):
+        for task, hand in zip(made[at:at + size], sorted(range(size), key=loads.__getitem__)):
+            hands[hand].append(task)
+            loads[hand] += _task_bytes(task, plans[task.split])
+    hands.sort(key=len, reverse=True)   # A last round short of a task each: first in turn.
+    return [hands[at % size][at // size] for at in range(len(made))]
+
+
+def _task_bytes(task: Task, plan: ShardPlan) -> float:
+    """A task's inputs' bytes, estimated: its examples at its split's mean input size."""
+    examples = plan.first_rank(task.end) - plan.first_rank(task.first)
+    return examples * (plan.input_bytes / plan.count if plan.input_bytes and plan.count else 1)

@@ -58,7 +58,7 @@ class WriteShards(beam.PTransform):
         runs = beam.pvalue.AsList(listed
                                   | 'Listing Runs' >> beam.FlatMap(lambda found: found.runs))
         tasks = (self._plans
-                 | 'Cut Into Tasks' >> beam.FlatMap(lambda split_plan: sharding.tasks(*split_plan))
+                 | 'Cut Into Tasks' >> Gathered(sharding.dealt_tasks, settings.workers, each=True)
                  | 'Spread Tasks' >> Spread())
         fingerprints = tasks | 'Fingerprint Chunks' >> beam.ParDo(
             FingerprintChunks(settings.work_id), runs, label_map, plans)

@@ -70,6 +70,7 @@ class ConversionSettings:
     lock_token: str = _per_run('')       # The output lock this run holds (see output_folder.py).
     release_lock: bool = _per_run(False)  # The job releases the lock (the launcher does not wait).
     resuming: bool = _per_run(False)     # An earlier attempt left work in temp_dir.
+    workers: int = _per_run(0)           # Local worker processes, which tasks are dealt over.
 
     @functools.cached_property
     def run_id(self) -> str:
