@@ -51,7 +51,8 @@ def _how(code: int) -> str:
         return f'exit status {code}'
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (none once it is gone)."""
     found = []
     for task in _listdir(f'/proc/{pid}/task'):
         with contextlib.suppress(OSError):
@@ -92,10 +93,10 @@ def _is_worker(pid: int) -> bool:
 
 def worker_processes(parent: int | None = None) -> dict[int, str]:
     """The worker processes below `parent` (default: this process): {pid: start time}."""
-    found, todo = {}, _children(os.getpid() if parent is None else parent)
+    found, todo = {}, children(os.getpid() if parent is None else parent)
     while todo:
         pid = todo.pop()
-        todo += _children(pid)
+        todo += children(pid)
         started = start_time(pid)
         if started is not None and _is_worker(pid):
             found[pid] = started

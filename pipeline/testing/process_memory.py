@@ -5,11 +5,12 @@ and the peak of all of them together, counted proportionally (PSS: a page that f
 share is counted once, split between them). wait4's ru_maxrss is no help: it counts what a
 process forked from held, a test runner's memory say."""
 import dataclasses
-import os
 import subprocess
 import sys
 import threading
 import time
+
+from pipeline.worker_watch import children
 
 GIB = 1 << 30
 
@@ -97,23 +98,10 @@ def _sample(root: int, sampled: Sampled) -> None:
 def _descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
-        parent = todo.pop()
-        for task in _listdir(f'/proc/{parent}/task'):
-            try:
-                with open(f'/proc/{parent}/task/{task}/children') as stream:
-                    children = [int(p) for p in stream.read().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
+        below = children(todo.pop())
+        found += below
+        todo += below
     return found
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 
 
 def _resident(pid: int) -> tuple[int, int]:
