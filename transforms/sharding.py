@@ -224,15 +224,16 @@ def dealt_tasks(split_plans: list[tuple[str, ShardPlan]], workers: int) -> list[
     converts a large task dealt last. Another runner places tasks as it likes (Dataflow
     rebalances them); the order changes no byte of the output."""
     plans = dict(split_plans)
-    made = sorted((task for split in sorted(plans) for task in tasks(split, plans[split])),
-                  key=lambda task: -_task_bytes(task, plans[task.split]))
+    made = [task for split in sorted(plans) for task in tasks(split, plans[split])]
+    cost = {task: _task_bytes(task, plans[task.split]) for task in made}
+    made.sort(key=cost.__getitem__, reverse=True)   # Stable: ties keep the splits' order.
     size = max(1, workers)
     hands: list[list[Task]] = [[] for _ in range(size)]
     loads = [0.0] * size
     for at in range(0, len(made), size):
         for task, hand in zip(made[at:at + size], sorted(range(size), key=loads.__getitem__)):
             hands[hand].append(task)
-            loads[hand] += _task_bytes(task, plans[task.split])
+            loads[hand] += cost[task]
     hands.sort(key=len, reverse=True)   # A last round short of a task each: first in turn.
     return [hands[at % size][at // size] for at in range(len(made))]
 
