@@ -9,7 +9,6 @@ where no file is there, from the folder the command was started in (StartFolder)
 import dataclasses
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline.errors import printable
 from pipeline.io import failures, fileio, gcs
@@ -41,6 +40,7 @@ class BadPath:
 def paths(values: pa.Array) -> list['str | BadPath | None']:
     """A column's paths as text; None for a null or empty one; a BadPath for one over MAX_PATH
     bytes (not made into text) and one that is not UTF-8."""
+    import pyarrow.compute as pc   # Here: its import costs every launch ~0.1 s.
     raw = values.cast(pa.large_binary())   # Not checked as UTF-8 when read: checked here.
     sizes = pc.fill_null(pc.binary_length(raw), 0)
     fits = pc.less_equal(sizes, MAX_PATH)
