@@ -193,15 +193,20 @@ def test_label_offset_reserves_background(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_class_folder_empty_in_every_split_takes_no_id(tmp_path):
-    """As docs/inputs.md says: train/a, an empty train/b, train/c give a 0 and c 1."""
+def test_a_class_folder_empty_in_every_split_takes_no_id_unless_the_labels_file_names_it(
+        tmp_path):
+    """As docs/inputs.md says: train/a, an empty train/b, train/c give a 0 and c 1; a labels
+    file keeps b's id."""
     root = write_tree(tmp_path / 'in', {'train/a/x.jpg': imagemaker.jpeg(20, 20, seed=1),
                                         'train/c/y.jpg': imagemaker.jpeg(20, 20, seed=2)})
     os.makedirs(os.path.join(root, 'train', 'b'))
-    out = str(tmp_path / 'out')
-    convert(f'--input_dir={root}', f'--output_dir={out}')
-    assert open(os.path.join(out, 'labels.txt')).read() == 'a\nc\n'
-    assert sorted(r[records.LABEL] for r in read_split(out, 'train')) == [0, 1]
+    (tmp_path / 'labels.txt').write_text('a\nb\nc\n')
+    for flags, names, ids in (((), 'a\nc\n', [0, 1]),
+                              ((f'--labels_file={tmp_path}/labels.txt',), 'a\nb\nc\n', [0, 2])):
+        out = str(tmp_path / f'out{len(flags)}')
+        convert(f'--input_dir={root}', f'--output_dir={out}', *flags)
+        assert open(os.path.join(out, 'labels.txt')).read() == names
+        assert sorted(r[records.LABEL] for r in read_split(out, 'train')) == ids
 
 
 @pytest.mark.slow
