@@ -25,7 +25,7 @@ import time
 from PIL import Image
 
 from pipeline.testing import imagemaker
-from tests.verify_helpers import run_verify
+from pipeline.testing.datasets import convert, run_verify, write_tree
 
 LINE_LIMIT = 1000
 MEMORY_LIMIT = 300 << 20
@@ -43,7 +43,6 @@ def _photo(seed: int, quality: int = 90) -> bytes:
 
 def make_dataset(folder: str) -> str:
     """Converts the fuzzer's dataset under `folder`; returns its output folder."""
-    from tests.helpers import convert, write_tree
     files = {f'train/c{i % 2}/{i}.jpg': _photo(i) for i in range(10)}
     files.update({'train/c0/copy.jpg': files['train/c0/0.jpg'],
                   'test/c0/near.jpg': _photo(4, quality=40), 'test/c1/t.jpg': _photo(20)})

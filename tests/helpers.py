@@ -17,11 +17,11 @@ import numpy as np
 
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from pipeline import command, faults, job
+from pipeline import command, faults
 from pipeline.local_runner import LocalRunner
 from pipeline.output import records
+from pipeline.testing.datasets import IN_PROCESS, convert, write_tree  # noqa: F401 (re-exported)
 
-IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
 _RUNNER_FLAGS = ('--direct_', '--runner')
 _current_folder = threading.Lock()   # The process's one current folder, while a command uses it.
 
@@ -29,20 +29,6 @@ _current_folder = threading.Lock()   # The process's one current folder, while a
 def stage_pipeline() -> TestPipeline:
     """A TestPipeline on the runner of local runs (pipeline/local_runner.py)."""
     return TestPipeline(runner=LocalRunner())
-
-
-def write_tree(root, files: dict) -> str:
-    """Writes {relative path: bytes} under root; returns root as str."""
-    for relative, data in files.items():
-        path = os.path.join(root, relative)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, 'wb') as stream:
-            stream.write(data)
-    return str(root)
-
-
-def convert(*argv, config=None, runner_flags=IN_PROCESS) -> dict:
-    return job.convert([*argv, *runner_flags], config=config)
 
 
 def start_cli(*argv, env: dict | None = None, cwd=None) -> subprocess.Popen:

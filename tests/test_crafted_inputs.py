@@ -19,7 +19,7 @@ from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from benchmarks.fuzz_thrift import varint
 from tests.helpers import cli, shard_paths
-from tests.verify_helpers import run_verify
+from pipeline.testing.datasets import run_verify
 from pipeline.testing.process_memory import run_sampled, sample_command
 
 FEATURES = {'image': {'_type': 'Image'}, 'label': {'_type': 'ClassLabel', 'names': ['a', 'b']}}

@@ -15,7 +15,7 @@ from benchmarks.fuzz_verify_metadata import fuzz
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, shard_paths as _paths, write_tree
-from tests.verify_helpers import copy_of, edit_json, read_shard, run_verify, swap, write_shard
+from pipeline.testing.datasets import copy_of, edit_json, read_shard, run_verify, swap, write_shard
 
 
 def _photo(seed: int, quality: int = 90) -> bytes:

@@ -9,7 +9,7 @@ from PIL import Image
 
 from pipeline.testing import imagemaker
 from tests.helpers import convert, run_measured, shard_paths, write_tree
-from tests.verify_helpers import copy_of, edit_json, read_shard, run_verify, swap, write_shard
+from pipeline.testing.datasets import copy_of, edit_json, read_shard, run_verify, swap, write_shard
 
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> str:

@@ -1,4 +1,5 @@
-"""verify's command line run in this process, and the edits the tests make to a dataset."""
+"""Small datasets for tests and benchmarks: input trees written, converted in this process,
+verified in this process, and the edits made to a converted dataset."""
 import contextlib
 import io
 import json
@@ -6,8 +7,26 @@ import os
 import shutil
 import subprocess
 
+from pipeline import job
 from pipeline.output import records
 from pipeline.tools import verify
+
+IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
+
+
+def write_tree(root, files: dict) -> str:
+    """Writes {relative path: bytes} under root; returns root as str."""
+    for relative, data in files.items():
+        path = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'wb') as stream:
+            stream.write(data)
+    return str(root)
+
+
+def convert(*argv, config=None, runner_flags=IN_PROCESS) -> dict:
+    """A conversion of `argv`, in this process."""
+    return job.convert([*argv, *runner_flags], config=config)
 
 
 def run_verify(path: str) -> subprocess.CompletedProcess:
