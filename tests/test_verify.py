@@ -58,7 +58,9 @@ def test_flipped_byte_is_found_with_shard_and_record(copy):
     data[200] ^= 0x40
     open(path, 'wb').write(bytes(data))
     problems = verify(copy, processes=1)
-    assert problems[0] == f'train shard 1 ({os.path.basename(path)}) record 0: data checksum mismatch'
+    [problem] = problems
+    assert problem.startswith(f'train shard 1 ({os.path.basename(path)}) record 0: data '
+                              'checksum mismatch (and so: ')
 
 
 def test_truncated_shard(copy):
@@ -67,9 +69,9 @@ def test_truncated_shard(copy):
     open(path, 'wb').write(data[:-100])
     problems = verify(copy, processes=1)
     name = os.path.basename(path)
-    assert problems[0].startswith(f'train shard 0 ({name}) record ')
-    assert problems[0].endswith(': file ends inside the record data')
-    assert problems[1].startswith(f'train shard 0 ({name}): ') and 'dataset_info.json says 6' in problems[1]
+    [problem] = problems   # Its count and its split's, which disagree, are summed in it.
+    assert problem.startswith(f'train shard 0 ({name}) record ')
+    assert ': file ends inside the record data (and so: ' in problem
 
 
 def test_missing_shard_and_shard_from_another_run(copy):

@@ -15,7 +15,8 @@ from benchmarks.fuzz_verify_metadata import fuzz
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import convert, shard_paths as _paths, write_tree
-from pipeline.testing.datasets import copy_of, edit_json, read_shard, run_verify, swap, write_shard
+from pipeline.testing.datasets import (copy_of, edit_json, read_shard, rewrite_summary, run_verify,
+                                       swap, write_shard)
 
 
 def _photo(seed: int, quality: int = 90) -> bytes:
@@ -98,9 +99,9 @@ def test_the_exact_copies_the_run_noted_are_compared(copy):
             summary['splits']['train']['exact_copies'] = count
             summary['splits']['test']['exact_copies'] = 0
         return edit
-    _edit_summary(copy, noted(3))
+    rewrite_summary(copy, noted(3))
     assert _verify(copy)[0] == 0
-    _edit_summary(copy, noted(2))
+    rewrite_summary(copy, noted(2))
     assert _verify(copy)[1:] == (
         _verify(copy)[1], ['summary.json: train has 2 exact_copies, the records give 3'])
 
@@ -224,18 +225,17 @@ def test_a_summary_that_says_otherwise_than_the_files_is_named(copy, tamper):
 
 
 def test_a_shard_that_is_a_folder_is_named_and_the_rest_still_checked(copy):
-    """It has no records: its problem and those it causes, no traceback."""
+    """It has no records: its problem, with what disagrees because of it summed, no
+    traceback."""
     path = shard_paths(copy, 'test')[1]
     held = len(read_shard(path))
     os.remove(path)
     os.mkdir(path)
     code, _, err = _verify(copy)
     assert code == 1
-    assert err[:4] == [
-        f'{_name(path)}: missing shard',
-        f'test shard 1 ({_name(path)}) not a regular file (a folder, pipe or device)',
-        f'test shard 1 ({_name(path)}): 0 records, dataset_info.json says {held}',
-        f'summary.json: test has 4 records, the dataset has {4 - held}']
+    assert held and err[0] == f'{_name(path)}: missing shard' and len(err) == 2
+    assert err[1].startswith(f'test shard 1 ({_name(path)}) not a regular file (a folder, pipe '
+                             'or device) (and so: ')
 
 
 def _content_line(index: int, path: str) -> str:

@@ -19,8 +19,8 @@ import apache_beam as beam
 from pipeline import faults
 from pipeline.base.choices import DamagedAction
 from pipeline.io import fileio
-from pipeline.output import (commit_journal, dali_index, metadata, output_folder, output_lock,
-                             shard_formats)
+from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata, output_folder,
+                             output_lock, shard_formats)
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries
@@ -116,7 +116,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
            leakage: Leakage) -> tuple[list, dict]:
     """Writes the metadata into `staged`; returns the (source in the temporary folder, final
     name) moves and the summary."""
-    moves, splits_info = [], {}
+    moves, splits_info, shard_digests = [], {}, {}
     summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
                'file_formats': list(settings.output_formats),
                'dali_index': settings.dali_index, 'splits': {}}
@@ -128,6 +128,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                 target = metadata.shard_name(settings.dataset_name, split, index, len(kept),
                                              shard_format)
                 moves.append((f'shards/{source}', target))
+                if shard_format.name in result.format_digests:
+                    shard_digests[target] = result.format_digests[shard_format.name]
                 if settings.dali_index and shard_format == dali_index.FORMAT:
                     moves.append((f'shards/{dali_index.index_path(source)}',
                                   dali_index.index_path(target)))
@@ -160,6 +162,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     if settings.hashed:
         leakage.write(fileio.join(staged, metadata.LEAKAGE))
         moves.append((f'final/{metadata.LEAKAGE}', metadata.LEAKAGE))
+        shard_digests[metadata.LEAKAGE] = bounded_reads.file_sha256(
+            fileio.join(staged, metadata.LEAKAGE))
     names = ''.join(name + '\n' for name in label_map.names).encode()
     files = {metadata.LABELS: names, metadata.CLASS_NAMES: names,
              metadata.FEATURES: metadata.dumps(metadata.features_json(
@@ -178,7 +182,8 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
         lambda report: _write_report(staged, settings.temp_dir, *report, merging), reports))
     summary['digests'] = dict(sorted({
         **metadata.digests({n: data for n, data in files.items() if data is not None}),
-        **streamed}.items()))
+        **streamed, **shard_digests}.items()))
+    summary[metadata.SUMMARY_DIGEST] = metadata.summary_digest(summary)
     files = {metadata.SUMMARY: metadata.dumps(summary), **files}
     fileio.at_once(lambda item: fileio.write_bytes(fileio.join(staged, item[0]), item[1]),
                    [(name, data) for name, data in files.items() if data is not None])

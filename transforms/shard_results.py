@@ -17,6 +17,8 @@ class ShardResult:
     passed_through: int = 0
     seconds: float = 0.0                                           # Converting, summed.
     format_bytes: dict = dataclasses.field(default_factory=dict)   # Shard file size per format.
+    # The SHA-256 of the shard file per format that rewrites the records (not TFRecord).
+    format_digests: dict = dataclasses.field(default_factory=dict)
     damaged: int = 0         # Damaged JPEGs; the entries are on disk (entries.py).
     dropped: list = dataclasses.field(default_factory=list)   # (source, reason): --leakage=drop
     # Per record of a part, in order: (source, sha256, phash and mirror phash as stored (int64),

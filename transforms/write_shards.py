@@ -167,12 +167,15 @@ class WriteShard(beam.DoFn):
                 result.add(part)
             result.content, result.marks = records.content_digest(result.marks), ''
             sources = [p.temp_path for p in parts]
-            sizes = {}
+            sizes, digests = {}, {}
             for shard_format in shard_formats.named(settings.output_formats):
                 target = output_folder.in_format(path, shard_format)
                 with fileio.output_errors(target):
-                    sizes[shard_format.name] = shard_format.write_shard(sources, target)
+                    sizes[shard_format.name], digest = shard_format.write_shard(sources, target)
+                if digest:
+                    digests[shard_format.name] = digest
             result.bytes, result.format_bytes = sizes[settings.output_formats[0]], sizes
+            result.format_digests = digests
             if settings.dali_index:
                 result.index_bytes = _write_index(path, result.sizes)
             result.sizes = []

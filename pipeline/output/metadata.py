@@ -21,6 +21,7 @@ LABELS = 'labels.txt'
 CLASS_NAMES = 'image.class.label.labels.txt'   # Where TFDS looks for the ClassLabel names.
 OLD_CLASS_NAMES = 'image-class-label.labels.txt'   # The same, from versions with nested features.
 SUMMARY = 'summary.json'
+SUMMARY_DIGEST = 'summary_digest'   # summary.json's key for its own SHA-256 (summary_digest).
 LEAKAGE = 'leakage.jsonl'   # Clusters of near-duplicates across splits (transforms/leakage.py).
 SHARD_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}'
 MAX_SHARDS = 1_000_000   # Per split (transforms/sharding.py).
@@ -125,8 +126,16 @@ def shard_paths(output_dir: str, info: dict, split: str,
 
 
 def digests(files: Mapping[str, bytes]) -> dict[str, str]:
-    """summary.json's `digests`: the SHA-256 of each metadata file the run wrote, by name."""
+    """SHA-256s of files by name, for summary.json's `digests` (which also holds those of
+    leakage.jsonl and of each shard file of a format that rewrites the records)."""
     return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+
+
+def summary_digest(summary: Mapping) -> str:
+    """summary.json's own digest (its SUMMARY_DIGEST): the SHA-256 of its text as dumps writes
+    it, without that key."""
+    return hashlib.sha256(dumps({k: v for k, v in summary.items()
+                                 if k != SUMMARY_DIGEST})).hexdigest()
 
 
 def dumps(document) -> bytes:

@@ -17,7 +17,7 @@ import os
 import tempfile
 from typing import Callable, Iterable, Iterator, Sequence
 
-from pipeline.output import array_records, records
+from pipeline.output import array_records, bounded_reads, records
 from pipeline.io import fileio
 from pipeline.errors import DatasetError
 
@@ -51,16 +51,19 @@ class ShardFormat:
     load_lines: tuple[str, ...] = ()
     joins_parts: bool = False   # A shard is its TFRecord parts' bytes joined (no rewrite).
 
-    def write_shard(self, parts: list[str], target: str) -> int:
+    def write_shard(self, parts: list[str], target: str) -> tuple[int, str | None]:
         """Writes the records of the TFRecord files `parts`, in order, as the shard `target`
-        (local or gs://); returns its size in bytes."""
+        (local or gs://); returns its size in bytes and, for a format that rewrites the
+        records, the SHA-256 of its bytes (None for TFRecord: its bytes are its records
+        framed, which their CRCs and summary.json's shard_content cover)."""
         if self.joins_parts:
-            return fileio.concatenate(parts, target)
+            return fileio.concatenate(parts, target), None
         handle, local = tempfile.mkstemp(prefix='image-tfrecords-shard-', suffix=f'.{self.suffix}')
         os.close(handle)
         try:
             self.write_file((r for part in parts for r in _read_tfrecord(part)), local)
-            return fileio.upload(local, target)
+            digest = bounded_reads.file_sha256(local)
+            return fileio.upload(local, target), digest
         finally:
             os.remove(local)
 

@@ -115,11 +115,9 @@ def _report_lines(output_dir: str, name: str, split: str, noted: int | None,
 
 def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
                     shards: list, damaged_images: str | None) -> list[str]:
-    """summary.json's counts of one split against dataset_info.json, the split's shards (each
-    verify's report of a shard) and its error and damage reports."""
-    records_total = sum(r.records for r in shards)
-    facts = {'records': records_total, 'shards': len(shards),
-             'bytes': int(info_split['numBytes'])}
+    """summary.json's facts of one split against dataset_info.json, the split's shards (each
+    verify's report of a shard: their bytes and content) and its error and damage reports."""
+    facts = {'shards': len(shards), 'bytes': int(info_split['numBytes'])}
     problems = [f'{metadata.SUMMARY}: {split} has {shown(noted.get(key))} {key}, the dataset '
                 f'has {value}' for key, value in facts.items() if noted.get(key) != value]
     sizes = noted.get('shard_bytes', [r.bytes for r in shards])
@@ -139,6 +137,27 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
         elif not content and first and report.first != first:
             problems.append(f'{where}: its first record is not the one the run wrote there '
                             f'({metadata.SUMMARY}: shards swapped or replaced?)')
+    for name, key, action in ((metadata.error_report_name(split), 'skipped', None),
+                              (metadata.damaged_report_name(split), 'damaged', damaged_images)):
+        lines = _report_lines(output_dir, name, split,
+                              noted[key] if isinstance(noted.get(key), int) else None, action)
+        if lines == 'missing' and key not in noted:   # Written before this report existed.
+            continue
+        if isinstance(lines, str):
+            problems.append(f'{name}: {lines}')
+        elif key in noted and lines != noted[key]:
+            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says '
+                            f'{shown(noted[key])} {key} inputs')
+    return problems
+
+
+def _count_problems(split: str, noted: dict, shards: list) -> list[str]:
+    """summary.json's counts of one split that its records give (records, per class, passed
+    through, inputs accounted for) against those of its shards (verify's reports)."""
+    records_total = sum(r.records for r in shards)
+    problems = [] if noted.get('records') == records_total else [
+        f'{metadata.SUMMARY}: {split} has {shown(noted.get("records"))} records, the dataset '
+        f'has {records_total}']
     classes = collections.Counter()
     for report in shards:
         classes.update(report.classes)
@@ -158,25 +177,27 @@ def _split_problems(output_dir: str, split: str, noted: dict, info_split: dict,
     if noted.get('inputs') != accounted:
         problems.append(f'{metadata.SUMMARY}: {split} has {shown(noted.get("inputs"))} inputs, '
                         f'but {accounted} records, skipped inputs and dropped copies')
-    for name, key, action in ((metadata.error_report_name(split), 'skipped', None),
-                              (metadata.damaged_report_name(split), 'damaged', damaged_images)):
-        lines = _report_lines(output_dir, name, split,
-                              noted[key] if isinstance(noted.get(key), int) else None, action)
-        if lines == 'missing' and key not in noted:   # Written before this report existed.
-            continue
-        if isinstance(lines, str):
-            problems.append(f'{name}: {lines}')
-        elif key in noted and lines != noted[key]:
-            problems.append(f'{name}: {lines} entries, {metadata.SUMMARY} says '
-                            f'{shown(noted[key])} {key} inputs')
     return problems
 
 
-def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list[str]:
-    """Each metadata file whose SHA-256 is not the one the run noted (unless already reported)."""
-    problems = []
+def digest_problems(output_dir: str, summary: dict, present: list[str],
+                    reported: set[str]) -> list[str]:
+    """summary.json's own digest, and each of the `present` files (files of the dataset that
+    verify cannot rebuild from the records) whose SHA-256 summary.json does not note or is not
+    the one it notes; a file already `reported` (named by a problem) is left out, as are
+    shard files (verify's shard readers hash them)."""
+    digests = summary.get('digests')
+    digests = digests if isinstance(digests, dict) else {}
+    problems = _summary_digest_problems(output_dir, summary, reported)
+    missing = [name for name in present if name not in digests and name != metadata.SUMMARY]
+    if missing:
+        more = f' and {len(missing) - 1} more files' if len(missing) > 1 else ''
+        problems.append(f'{metadata.SUMMARY}: notes no SHA-256 of {missing[0]}{more} '
+                        '(digests), so their bytes are not checked: written by a version '
+                        'before it noted them, or edited')
     for name, digest in sorted(digests.items()):
-        if not output_folder.is_dataset_file(name) or name in reported:
+        if (not output_folder.is_dataset_file(name) or output_folder.is_shard_name(name)
+                or name in reported):
             continue
         found = bounded_reads.file_sha256(fileio.join(output_dir, name))
         if found is None:
@@ -185,6 +206,23 @@ def _digest_problems(output_dir: str, digests: dict, reported: set[str]) -> list
             problems.append(f'{name}: not the file the run wrote (its SHA-256 is not the one '
                             f'{metadata.SUMMARY} notes)')
     return problems
+
+
+def _summary_digest_problems(output_dir: str, summary: dict, reported: set[str]) -> list[str]:
+    """summary.json against the digest of itself it notes (metadata.summary_digest, over its
+    text as this tool writes it: a byte changed anywhere in it is found)."""
+    noted = summary.get(metadata.SUMMARY_DIGEST)
+    if noted is None:
+        return [f'{metadata.SUMMARY}: notes no SHA-256 of itself ({metadata.SUMMARY_DIGEST}), so '
+                'what verify cannot recompute from the records (the run id, the options, the '
+                'listings) is not checked: written by a version before it noted one, or edited']
+    if metadata.SUMMARY in reported:
+        return []
+    data = bounded_reads.read_file(fileio.join(output_dir, metadata.SUMMARY), bounded=True)
+    if data != metadata.dumps(summary) or noted != metadata.summary_digest(summary):
+        return [f'{metadata.SUMMARY}: not the file the run wrote (its SHA-256 is not the one '
+                f'its {metadata.SUMMARY_DIGEST} notes)']
+    return []
 
 
 def _not_own(info: dict, summary) -> str:
@@ -215,9 +253,12 @@ def _formats_problems(info: dict, summary: dict) -> list[str]:
         f'{declared!r}']
 
 
-def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list) -> list[str]:
-    """Every problem of the files beside the shards (see the module docstring); `reports` are
-    verify's reports of the shards of the dataset's first format."""
+def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list,
+                      follows: collections.Counter) -> list[str]:
+    """Every problem of the files beside the shards but their digests (see the module
+    docstring); `reports` are verify's reports of the shards of the dataset's first format.
+    The counts of a split with a shard verify could not read to its end are not known: those
+    that disagree are counted in `follows['count']`, not returned."""
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
     if not output_folder.is_own_dataset(info, summary):
         return [f'{metadata.SUMMARY}: {_not_own(info, summary)}']
@@ -234,11 +275,15 @@ def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list)
         for entry in info['splits']:
             split = entry['name']
             shards = sorted((r for r in reports if r.split == split), key=lambda r: r.index)
-            problems += _split_problems(output_dir, split, summary['splits'][split], entry,
-                                        shards, summary.get('damaged_images'))
-        reported = {problem.split(':', 1)[0] for problem in problems}
-        return problems + _digest_problems(output_dir, dict(summary.get('digests', {})),
-                                           reported)
+            noted = summary['splits'][split]
+            problems += _split_problems(output_dir, split, noted, entry, shards,
+                                        summary.get('damaged_images'))
+            counts = _count_problems(split, noted, shards)
+            if all(r.complete for r in shards):
+                problems += counts
+            else:
+                follows['count'] += len(counts)
+        return problems
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         return [f'{metadata.SUMMARY}: not a summary this tool wrote ({type(exc).__name__}: '
                 f'{str(exc)[:100]})']

@@ -1,6 +1,7 @@
 """One shard read and checked, in a worker process of `verify`: each record's integrity, its
 Example's keys and types, its label against the label names, its SHA-256 key against its bytes,
-(for a sample) its image decoded against the stored size, and the shard's DALI index."""
+(for a sample) its image decoded against the stored size, and the shard's DALI index; in a
+format that rewrites the records (not TFRecord), the SHA-256 of the whole file."""
 import collections
 import dataclasses
 import hashlib
@@ -56,6 +57,7 @@ class ShardReport:
     damaged_examples: list = dataclasses.field(default_factory=list)  # (number, source, reason)
     classes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     kinds: dict = dataclasses.field(default_factory=dict)      # Record key -> type of values.
+    sha256: str | None = None     # Of the file's bytes, for a format that rewrites the records.
 
 
 def _check_record(data: bytes, number: int, task: ShardTask,
@@ -154,12 +156,21 @@ def check_shard(task: ShardTask) -> ShardReport:
     except records.RecordError as exc:
         report.problems.append(str(exc))
     except Exception as exc:  # A missing or unreadable file.
-        reason = (str(exc) or type(exc).__name__).splitlines()[0][:200]
-        report.problems.append(f'cannot read: {reason}')
+        report.problems.append(f'cannot read: {_reason(exc)}')
+    if not task.shard_format.joins_parts:   # Its bytes besides its records (index, footer).
+        try:
+            report.sha256 = bounded_reads.file_sha256(path)
+        except Exception as exc:
+            if report.complete:   # Else already reported: it could not be read.
+                report.problems.append(f'cannot read: {_reason(exc)}')
     if task.indexed and report.complete:
         report.index_problems = _index_problems(path, sizes)
     report.rows = np.array(rows, dtype=quality_checks.RECORD)
     return report
+
+
+def _reason(exc: Exception) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0][:200]
 
 
 def _index_problems(path: str, sizes: list[int]) -> list[str]:

@@ -112,19 +112,50 @@ def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
     return problems
 
 
-def _shard_problems(info: dict, reports: list[ShardReport], first: str) -> list[str]:
+def _digest_differs(report: ShardReport, digests: dict) -> bool:
+    """Whether the shard's bytes (a format that rewrites the records) are not those whose
+    SHA-256 summary.json's `digests` notes."""
+    noted = digests.get(report.name)
+    return report.sha256 is not None and noted is not None and report.sha256 != noted
+
+
+def _shard_digest_problems(reports: list[ShardReport], digests: dict,
+                           problems: list[str]) -> list[str]:
+    """A line for each shard read to its end whose bytes are not those the run wrote, unless
+    one of `problems` names it already."""
+    named = {problem.split(') ', 1)[0].split('): ', 1)[0] for problem in problems}
+    lines = []
+    for report in (r for r in reports if r.complete and _digest_differs(r, digests)):
+        where = f'{report.split} shard {report.index} ({report.name}'
+        if where not in named:
+            lines.append(f'{where}): its bytes are not those the run wrote (its SHA-256 is not '
+                         f'the one {metadata.SUMMARY} notes)')
+    return lines
+
+
+def _shard_problems(info: dict, reports: list[ShardReport], first: str, digests: dict,
+                    follows: dict) -> list[str]:
     """Each shard's own problems, its records against dataset_info.json, a second format's
-    shard against its twin in the `first` format, and each split's bytes."""
+    shard against its twin in the `first` format, and each split's bytes. What disagrees of a
+    shard verify could not read to its end (its count, its bytes against the SHA-256
+    summary.json's `digests` notes) is counted in follows[report], not returned."""
     twins = {(r.split, r.index): r for r in reports if r.file_format == first}
     problems = []
     for split in info['splits']:
         lengths = [int(n) for n in split['shardLengths']]
         for report in (r for r in reports if r.split == split['name']):
             where = f"{split['name']} shard {report.index} ({report.name})"
+            own = None if report.complete else follows.setdefault(_key(report),
+                                                                  collections.Counter())
             problems += [f'{where} {p}' for p in report.problems + report.index_problems]
             if report.records != lengths[report.index]:
-                problems.append(f'{where}: {report.records} records, dataset_info.json says '
-                                f'{lengths[report.index]}')
+                if own is None:
+                    problems.append(f'{where}: {report.records} records, dataset_info.json says '
+                                    f'{lengths[report.index]}')
+                else:
+                    own['count'] += 1
+            if own is not None and _digest_differs(report, digests):
+                own['digest'] += 1
             twin = twins[(report.split, report.index)]
             if (report is not twin and report.complete and twin.complete
                     and report.content != twin.content):
@@ -159,10 +190,16 @@ def sources_at(output_dir: str, info: dict, places: set[Place]) -> dict[Place, s
     return names
 
 
+def _key(report: ShardReport) -> tuple[str, str, int]:
+    return report.file_format, report.split, report.index
+
+
 def _quality_problems(output_dir: str, info: dict, summary: dict, primary: list[ShardReport],
-                      sample: float) -> list[str]:
+                      sample: float, follows: collections.Counter) -> list[str]:
     """Prints the data-quality findings the records give (exact copies, damaged JPEGs kept,
-    leakage); returns their problems: where summary.json or leakage.jsonl say otherwise."""
+    leakage); returns their problems: where summary.json or leakage.jsonl say otherwise. Those
+    that follow from shards verify could not read to their end (the copies and damage of
+    their splits, all of leakage) are counted in `follows`, not returned."""
     table = np.concatenate([quality_checks.placed(r.split, r.index, r.rows) for r in primary]
                            or [np.zeros(0, quality_checks.PLACED)])
     copies = quality_checks.exact_copies(table)
@@ -174,8 +211,17 @@ def _quality_problems(output_dir: str, info: dict, summary: dict, primary: list[
                 for r in primary for number, source, reason in r.damaged_examples]
     lines = (quality_checks.copies_lines(copies, names)
              + quality_checks.damaged_lines(damaged, examples[:quality_checks.EXAMPLES]))
-    problems = (quality_checks.copies_problems(summary.get('splits', {}), copies)
-                + quality_checks.damaged_problems(summary, damaged, sample))
+    partial = {r.split for r in primary if not r.complete}
+    problems = []
+    for known in (False, True):
+        splits = {s: n for s, n in summary.get('splits', {}).items() if (s in partial) != known}
+        found = (quality_checks.copies_problems(splits, copies)
+                 + quality_checks.damaged_problems({**summary, 'splits': splits}, damaged,
+                                                   sample))
+        if known:
+            problems += found
+        else:
+            follows['count'] += len(found)
     hashed = any(records.PHASH in r.kinds for r in primary)
     if leakage_checks.leakage_action(summary) == 'off':
         lines.append('leakage: not checked by the conversion (--leakage=off)')
@@ -183,8 +229,12 @@ def _quality_problems(output_dir: str, info: dict, summary: dict, primary: list[
     else:
         found = leakage_checks.find_leakage(table)
         lines += leakage_checks.leakage_lines(found)
-    problems += leakage_checks.leakage_problems(output_dir, summary, found,
-                                                leakage_checks.Places(table), hashed)
+    leaked = leakage_checks.leakage_problems(output_dir, summary, found,
+                                             leakage_checks.Places(table), hashed)
+    if partial:
+        follows.update('leakage' if p.startswith(metadata.LEAKAGE) else 'count' for p in leaked)
+    else:
+        problems += leaked
     for line in lines:
         print(printable(line))
     return problems
@@ -295,7 +345,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     if info is None or labels is None:
         raise DatasetError(_no_dataset(output_dir))
     names = labels.decode(errors='replace').splitlines()
-    output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
+    named = output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
     mismatched = _shard_count_problems(output_dir, info)
     if mismatched:   # No shard is read nor named one by one: the counts already disagree.
         print(f'{len(mismatched)} problem(s)')
@@ -309,12 +359,77 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     problems = _layout_problems(expected, files) + index_problems
     reports = _read_shards(_tasks(output_dir, info, own, names, sample, indexed), formats,
                            processes)
-    problems += _shard_problems(info, reports, formats[0].name)
+    digests = own.get('digests') if isinstance(own.get('digests'), dict) else {}
+    follows: dict = {}   # What disagrees because shards could not be read to their end.
+    problems += _shard_problems(info, reports, formats[0].name, digests, follows)
     primary = [r for r in reports if r.file_format == formats[0].name]
-    problems += metadata_checks.metadata_problems(output_dir, info, labels, primary)
-    problems += _quality_problems(output_dir, info, own, primary, sample)
+    common = collections.Counter()
+    problems += metadata_checks.metadata_problems(output_dir, info, labels, primary, common)
+    problems += _quality_problems(output_dir, info, own, primary, sample, common)
+    problems += _shard_digest_problems(reports, digests, problems)
+    if own:
+        rebuilt = {n for n, f in expected.items() if f.joins_parts} | {
+            n for n in files if output_folder.is_index_name(n)}
+        present = [n for n in _listed(named, own) if n in files and n not in rebuilt]
+        problems += metadata_checks.digest_problems(
+            output_dir, own, present, {p.split(':', 1)[0] for p in problems})
+    problems = _followed(problems, reports, follows, common)
     _print_summary(info, reports, problems)
     return problems
+
+
+def _listed(named: list[str], summary: dict) -> list[str]:
+    """The files of the dataset, of those its dataset_info.json names (`named`): the class
+    names under an earlier version's name only where summary.json notes no digests, or that
+    file's."""
+    digests = summary.get('digests')
+    return [n for n in named if n != metadata.OLD_CLASS_NAMES
+            or not isinstance(digests, dict) or n in digests]
+
+
+def _followed(problems: list[str], reports: list[ShardReport], follows: dict,
+              common: collections.Counter) -> list[str]:
+    """`problems` with the line of each shard verify could not read to its end saying what
+    disagrees because of it (`follows` of it; the first also `common`, what all such shards
+    make unknown: counts of their splits, leakage)."""
+    lines = {}
+    for report in (r for r in reports if not r.complete):
+        counts = follows.get(_key(report), collections.Counter())
+        if not lines:
+            counts = counts + common
+        where = f'{report.split} shard {report.index} ({report.name}) {report.problems[-1]}'
+        lines[where] = where + _consequences(counts)
+    return [lines.get(problem, problem) for problem in problems]
+
+
+def _consequences(counts: collections.Counter) -> str:
+    """' (and so: its digest, 2 counts and the leakage file disagree)', or '' for none."""
+    parts = ((['its digest'] if counts['digest'] else [])
+             + ([f'{counts["count"]} count' + 's' * (counts['count'] > 1)] if counts['count']
+                else [])
+             + (['the leakage file'] if counts['leakage'] else []))
+    if not parts:
+        return ''
+    named = ', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]
+    verb = 'disagree' if len(parts) > 1 or counts['count'] > 1 else 'disagrees'
+    return f' (and so: {named} {verb})'
+
+
+def unlisted(output_dir: str) -> list[str]:
+    """The files in `output_dir` that are not files of its dataset, nor of the output folder's
+    protocol, nor shards or indexes (verify names those as problems)."""
+    info = bounded_reads.load_metadata(output_dir, metadata.DATASET_INFO)
+    summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
+    named = set(_listed(output_folder.named_files(
+        info, fileio.join(output_dir, metadata.DATASET_INFO)),
+        summary if isinstance(summary, dict) else {}))
+    protocol = {fileio.basename(output_lock.lock_path(output_dir)),
+                fileio.basename(commit_journal.journal_path(output_dir))}
+    return [f'{name}: not a file of this dataset ({metadata.DATASET_INFO} does not list it); '
+            'verify did not read it'
+            for name in sorted(e.name for e in fileio.list_dir(output_dir) if not e.is_dir)
+            if name not in named and name not in protocol
+            and not output_folder.is_shard_name(name.removesuffix(f'.{dali_index.SUFFIX}'))]
 
 
 def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
@@ -338,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         problems = verify(args.output_dir, args.sample, args.processes)
-        for warning in warnings(args.output_dir.rstrip('/')):
+        output_dir = args.output_dir.rstrip('/')
+        for warning in warnings(output_dir) + unlisted(output_dir):
             print(f'warning: {printable(warning)}', file=sys.stderr)
     except DatasetError as exc:
         print(f'error: {exc}', file=sys.stderr)
