@@ -9,7 +9,7 @@ verify's main runs on it in this process. Each run must end as verify promises: 
 (never an exception), every line of stderr one problem that names a file of the dataset (or the
 one line counting those not shown), printable and at most LINE_LIMIT characters, and this
 process's peak memory within MEMORY_LIMIT of its peak before the runs. The suite runs it for a
-few seconds (tests/test_verify_fuzz.py).
+few seconds (tests/test_verify_consistency.py).
 """
 import argparse
 import json

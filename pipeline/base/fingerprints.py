@@ -2,7 +2,7 @@
 says how they are used)."""
 import hashlib
 
-LAYOUT_VERSION = 7   # Raise when the bytes a run writes for the same options change.
+LAYOUT_VERSION = 8   # Raise when the bytes a run writes for the same options change.
 
 
 def fingerprint(*parts) -> str:

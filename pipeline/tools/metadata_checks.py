@@ -6,11 +6,13 @@ before shard_content), records per class, inputs accounted for, passed-through r
 its records) and with the error and damage reports (a line per input it counts, read a line at a
 time; each damaged entry's action is summary.json's damaged_images); that TFDS's class-names
 file holds labels.txt's names in their order; that features.json describes each record key as
-this tool does, with the type the records hold; and that every metadata file has the SHA-256
-the run noted (datasets written before summary.json carried `shard_bytes` and `digests` get
-every other check). A shard verify could not read to its end is left out of the checks of its
-bytes and content; any other problem of it is not. Copies, damaged JPEGs kept and leakage.jsonl
-are checked apart (quality_checks.py, leakage_checks.py).
+this tool does, with the type the records hold; and (digest_problems) that summary.json has the
+SHA-256 it notes of itself and every file verify cannot rebuild from the records the SHA-256
+it notes in `digests`, a missing digest being a problem too. A shard verify could not read to
+its end is left out of the checks of its bytes and content, and the counts of its split that
+disagree are counted, not named (verify sums them in that shard's line); any other problem of
+it is not. Copies, damaged JPEGs kept and leakage.jsonl are checked apart (quality_checks.py,
+leakage_checks.py).
 """
 import collections
 

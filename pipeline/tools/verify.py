@@ -14,8 +14,12 @@ and no other file may be named as the index of a shard. The files beside the sha
 checked against the records and against what the run noted in summary.json
 (pipeline/tools/metadata_checks.py), and the data-quality findings are recomputed from the
 records: exact copies within and across splits (pipeline/tools/quality_checks.py), and the
-clusters of near-duplicates across splits against leakage.jsonl (leakage_checks.py). Every check runs on its own:
-a shard with a bad record is still checked against summary.json, its twin and its index.
+clusters of near-duplicates across splits against leakage.jsonl (leakage_checks.py). What it
+cannot recompute is covered by the SHA-256s summary.json notes of itself, of the metadata files,
+leakage.jsonl and each ArrayRecord shard (a TFRecord shard's bytes are its records framed). Every
+check runs on its own: a shard with a bad record is still checked against summary.json, its twin
+and its index, and what disagrees because its later records are unknown is summed in its line.
+A file the dataset does not list is a warning.
 
 Prints the findings (exact copies, damaged JPEGs kept by --damaged_images=keep, leakage) and
 every problem with shard and record index (or the file's name), and exits non-zero if there is
