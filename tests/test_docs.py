@@ -7,6 +7,7 @@ OUTPUT_DIR) for the sample dataset converted in both formats, its TFRecord shard
 DALI; a loader block runs where the libraries of the other extras cannot be imported (the DALI
 loader where nvidia.dali can be imported), a Dataflow dry run where there are no Google Cloud
 credentials. A block's output block (tests/doc_blocks.py) is compared with what it prints."""
+import ast
 import contextlib
 import csv
 import glob
@@ -245,3 +246,18 @@ def test_every_link_between_the_pages_leads_somewhere():
             assert os.path.exists(target), f'{page}: {link}'
             if anchor:
                 assert anchor in _anchors(target), f'{page}: {link}'
+
+
+def test_the_benchmarks_import_nothing_from_the_tests():
+    """docs/design/layout.md: what tests and benchmarks share is in pipeline/testing/."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = []
+    for path in sorted(glob.glob(os.path.join(root, 'benchmarks', '**', '*.py'), recursive=True)):
+        with open(path) as stream:
+            tree = ast.parse(stream.read())
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ''] if isinstance(node, ast.ImportFrom) else [])
+            found += [f'{os.path.relpath(path, root)}: {name}' for name in names
+                      if name == 'tests' or name.startswith('tests.')]
+    assert found == []
