@@ -191,7 +191,9 @@ def digest_problems(output_dir: str, summary: dict, present: list[str],
     digests = summary.get('digests')
     digests = digests if isinstance(digests, dict) else {}
     problems = _summary_digest_problems(output_dir, summary, reported)
-    missing = [name for name in present if name not in digests and name != metadata.SUMMARY]
+    rewritten = bool(problems) and metadata.SUMMARY_DIGEST in summary   # Its notes are moot.
+    missing = [] if rewritten else [name for name in present
+                                    if name not in digests and name != metadata.SUMMARY]
     if missing:
         more = f' and {len(missing) - 1} more files' if len(missing) > 1 else ''
         problems.append(f'{metadata.SUMMARY}: notes no SHA-256 of {missing[0]}{more} '
