@@ -144,3 +144,17 @@ def finish_interrupted(output_dir: str, run_id: str) -> tuple[list[str], set[str
             os.rmdir(own)   # Only if empty.
     return lines, finished
 
+
+def finish_stopped(output_dir: str, run_id: str) -> bool:
+    """Completes the commit of run `run_id` that a stop cut short (call with the lock held once
+    no worker of the run is left): a commit begins when its journal is written, and from then
+    on it is the run's outcome, whatever stops it. Returns whether there was one; a journal
+    that cannot be read is left to the next run (which says why)."""
+    try:
+        journal = read_journal(output_dir)
+    except DatasetError:
+        return False
+    if journal is None or journal.run_id != run_id:
+        return False
+    roll_forward(output_dir, journal, recovering=True)
+    return True
