@@ -742,6 +742,16 @@ def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, 
     assert _tree(out) == {f'.tmp-{run_id}/mine.txt': b'm'}
 
 
+def test_file_in_place_of_this_runs_temp_folder_is_refused(tmp_path, inputs):
+    out = tmp_path / 'out'
+    run_id = _run_id(inputs, str(out))
+    write_tree(out, {f'.tmp-{run_id}': b'm'})
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
+    assert line == (f'error: {out}/.tmp-{run_id} is a file; this tool keeps its temporary files '
+                    'only in a folder of that name. Move it away and rerun')
+    assert _tree(out) == {f'.tmp-{run_id}': b'm'}
+
+
 @pytest.mark.slow
 def test_wrong_kinds_in_a_killed_runs_temp_folder_are_removed_by_the_rerun(tmp_path,
                                                                           checked_reference):

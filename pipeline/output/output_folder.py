@@ -245,12 +245,15 @@ def _scan(folder: str) -> list[os.DirEntry]:
 
 
 def refuse_wrong_kinds(folder: str) -> None:
-    """Raises a DatasetError if a temporary folder is a symbolic link, or holds an entry not of
-    the kind this tool makes there (wrong_kinds): what a run writes into, or a commit moves
-    from, is then only ever this tool's."""
+    """Raises a DatasetError if a temporary folder is a symbolic link or a file, or holds an
+    entry not of the kind this tool makes there (wrong_kinds): what a run writes into, or a
+    commit moves from, is then only ever this tool's."""
     if _is_link(folder):
         raise DatasetError(f'{folder} is a symbolic link; this tool keeps its temporary files '
                            'only in a real folder. Remove the link and rerun')
+    if not fileio.is_gcs(folder) and os.path.lexists(folder) and not os.path.isdir(folder):
+        raise DatasetError(f'{folder} is a file; this tool keeps its temporary files only in a '
+                           'folder of that name. Move it away and rerun')
     wrong = wrong_kinds(folder)
     if wrong:
         path, what = wrong[0]
