@@ -194,6 +194,7 @@ def test_the_first_stop_wins_at_every_instant_of_a_background_job(tmp_path, few)
     while not workers:
         assert process.poll() is None, process.communicate()
         workers = worker_watch.worker_processes(process.pid)
+        time.sleep(0.005)
     assert _interrupted(process) == (130, [INTERRUPTED])
     assert not alive_after(workers)
     assert not os.path.exists(out / '.lock') and not os.path.exists(out / 'dataset_info.json')
