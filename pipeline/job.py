@@ -28,8 +28,8 @@ from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.io import fileio, gcs
 from pipeline.launch import Launch, RunnerKind, resolve
 from pipeline.local_runner import LocalRunner
-from pipeline.output import (bounded_reads, metadata, output_folder, output_lock,
-                             shard_formats)
+from pipeline.output import (bounded_reads, commit_journal, metadata, output_folder,
+                             output_lock, shard_formats)
 from pipeline.plan import Here, estimate
 from pipeline.progress import Progress
 from pipeline.inputs.kinds import Source
@@ -208,6 +208,8 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
             counters = _counters(result)
         lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
     except KeyboardInterrupt as stop:
+        if job.pipeline is not None and job.launch.runner is RunnerKind.LOCAL:
+            commit_journal.finish_stopped(settings.output_dir, settings.run_id)   # Begun: ends.
         if _committed(settings):   # The stop came once the dataset was in place.
             stop.committed = settings.output_dir
         raise

@@ -120,7 +120,11 @@ def clear_temp_folders(settings: ConversionSettings, clean_temp: bool) -> bool:
                     'removes them', settings.output_dir, _sizes(kept_others))
     if not ours or ours[0] in removed:
         return False
-    output_folder.drop_passing_runs(settings.temp_dir)
+    repaired = output_folder.repair_temp(settings.temp_dir)
+    if repaired:
+        LOG.warning('removed from %s what this tool does not make there: %s',
+                    settings.temp_dir, ', '.join(repaired[:5]) + (
+                        f' and {len(repaired) - 5} more' if len(repaired) > 5 else ''))
     chunks, shards = resume.finished_work(settings.temp_dir)
     LOG.warning('resuming run %s: an earlier attempt finished %d chunks and %d shards; each is '
                 'reused if its inputs are unchanged, else converted again', settings.run_id,

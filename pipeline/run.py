@@ -6,7 +6,7 @@ Without any input or output flag it generates a small sample dataset and convert
 it forks the local worker processes as soon as its imports are done, gives the run a folder of
 its own for temporary files and its log (pipeline/run_folder.py), sends everything the runner
 and its workers write to that log (the console keeps our lines), and turns SIGTERM into the
-same clean stop as Ctrl-C.
+same clean stop as Ctrl-C (the first stop only; Ctrl-C also where it was started ignoring it).
 """
 import atexit
 import gc
@@ -43,17 +43,26 @@ def _stopped(stop: KeyboardInterrupt) -> int:
 
 
 def stop_on_signals() -> None:
-    """The stopping signals end the command as Ctrl-C does (workers stopped, the output lock
-    released, one line); only the main thread can take them."""
+    """Ctrl-C (SIGINT) and the stopping signals end the command (workers stopped, the output lock
+    released, one line), also where it was started with SIGINT ignored (a shell starts a
+    background job so, but its worker processes still stop on it); only the main thread can
+    take them."""
     if threading.current_thread() is threading.main_thread():
-        for number in STOPPING_SIGNALS:
-            signal.signal(number, _terminate)
+        for number in (signal.SIGINT, *STOPPING_SIGNALS):
+            signal.signal(number, _stop)
 
 
-def _terminate(signum, frame) -> None:
-    for number in STOPPING_SIGNALS:   # The cleanup runs once.
-        signal.signal(number, signal.SIG_IGN)
-    raise Terminated(signum)
+_stopping = False
+
+
+def _stop(signum, frame) -> None:
+    """The first stop raises (KeyboardInterrupt, or Terminated for a stopping signal); a later
+    one is ignored, so that it neither cuts the first one's cleanup short nor changes its line."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
 
 if COMMAND:

@@ -7,13 +7,16 @@ processes it starts) at it and removes it when it exits. Its log is locked (floc
 command's life, and its worker processes share the lock through their stderr (the log), so the
 kernel drops the lock only when they are all gone. A command that can take the lock of another
 folder's log removes that folder: a killed command left it. A run that fails with an unexpected
-error keeps its log in image-tfrecords-logs/ (`keep_log`).
+error keeps its log in image-tfrecords-logs/ (`keep_log`; in image-tfrecords-logs-XXXXXXXX/
+where that name is not this user's folder).
 """
 import atexit
+import contextlib
 import dataclasses
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 import time
 
@@ -31,11 +34,22 @@ class RunFolder:
 
     def keep_log(self) -> str:
         """Moves the log out of the folder, to stay after the command; returns where to."""
-        folder = os.path.join(os.path.dirname(self.path), KEPT_LOGS)
-        os.makedirs(folder, exist_ok=True)
+        folder = _logs_folder(os.path.dirname(self.path))
         kept = os.path.join(folder, f'run-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}.log')
         os.replace(self.log, kept)
         return kept
+
+
+def _logs_folder(base: str) -> str:
+    """KEPT_LOGS in the shared folder `base`, made for this user alone if absent; where something
+    else has that name (a file, a link, another user's folder), a new folder beside it."""
+    folder = os.path.join(base, KEPT_LOGS)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    found = os.lstat(folder)
+    if stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid():
+        return folder
+    return tempfile.mkdtemp(prefix=f'{KEPT_LOGS}-', dir=base)
 
 
 def start() -> RunFolder:

@@ -214,9 +214,9 @@ def _chained(watch: _Watch, previous):
 def _stopper(watch: _Watch, previous):
     """A stop signal's handler: the workers are killed at once, and any started later until the
     job ends (from a thread, so the handler returns), and the previous handler raises
-    (KeyboardInterrupt by default)."""
+    (KeyboardInterrupt by default); a later stop changes nothing."""
     def handler(signum, frame):
-        if previous is signal.SIG_IGN:
+        if previous is signal.SIG_IGN or watch.interrupted is not None:
             return
         console.end_status()
         threading.Thread(target=watch.keep_killing, name='stop-workers', daemon=True).start()

@@ -31,12 +31,17 @@ def stage_pipeline() -> TestPipeline:
     return TestPipeline(runner=LocalRunner())
 
 
-def start_cli(*argv, env: dict | None = None, cwd=None) -> subprocess.Popen:
+def start_cli(*argv, env: dict | None = None, cwd=None,
+              ignoring: tuple[int, ...] = ()) -> subprocess.Popen:
     """`python -m pipeline.run ARGV` in its own process group, as a shell starts a job; `env` is
-    the whole environment (default: this process's)."""
+    the whole environment (default: this process's); `ignoring`: signals it starts with ignored
+    (a shell starts a background job with SIGINT ignored)."""
+    def ignore():
+        for number in ignoring:
+            signal.signal(number, signal.SIG_IGN)
     return subprocess.Popen([sys.executable, '-m', 'pipeline.run', *argv], env=env, cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=ignore if ignoring else None)
 
 
 def start_until_converting(output_dir: str, *argv, poll: float = 0.02) -> subprocess.Popen:

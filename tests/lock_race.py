@@ -31,7 +31,8 @@ def race(folders: list[str], contenders: int, run_id: str, break_lock: bool = Fa
 
 def _contend(folders: list[str], run_id: str, break_lock: bool, emulator: str | None, barrier,
              results) -> None:
-    """One contender: at each barrier release, tries to take the lock of the next folder."""
+    """One contender: at each barrier release, tries to take the lock of the next folder; it
+    ends once every contender tried the last one."""
     if emulator:
         os.environ['STORAGE_EMULATOR_HOST'] = emulator
     for folder in folders:
@@ -41,3 +42,4 @@ def _contend(folders: list[str], run_id: str, break_lock: bool, emulator: str | 
             results.put((folder, 'won'))
         except DatasetError as exc:
             results.put((folder, str(exc)))
+    barrier.wait()   # None exits (so leaves a lock a slower one would take over) before all tried.

@@ -742,6 +742,48 @@ def test_unmarked_folder_in_place_of_this_runs_temp_folder_is_refused(tmp_path, 
     assert _tree(out) == {f'.tmp-{run_id}/mine.txt': b'm'}
 
 
+def test_file_in_place_of_this_runs_temp_folder_is_refused(tmp_path, inputs):
+    out = tmp_path / 'out'
+    run_id = _run_id(inputs, str(out))
+    write_tree(out, {f'.tmp-{run_id}': b'm'})
+    line = _one_error_line(cli(*_flags(inputs, str(out))))
+    assert line == (f'error: {out}/.tmp-{run_id} is a file; this tool keeps its temporary files '
+                    'only in a folder of that name. Move it away and rerun')
+    assert _tree(out) == {f'.tmp-{run_id}': b'm'}
+
+
+@pytest.mark.slow
+def test_wrong_kinds_in_a_killed_runs_temp_folder_are_removed_by_the_rerun(tmp_path,
+                                                                          checked_reference):
+    """A file where a subfolder belongs, a folder where a file belongs, links in and to places
+    outside: the rerun removes each (a link as a link), says so in one line, resumes and writes
+    the same dataset."""
+    inputs, reference = checked_reference
+    out = tmp_path / 'out'
+    flags = _flags(inputs, str(out), check=True)
+    assert killed_at('chunk:1', *flags).returncode == -signal.SIGKILL
+    [temp] = out.glob('.tmp-*')
+    elsewhere = write_tree(tmp_path / 'elsewhere', {'keep.txt': b'k', 'a.tfrecord': b'x'})
+    part = sorted((temp / 'parts').glob('*.tfrecord.json'))[0]
+    part.unlink()
+    write_tree(part, {'inside.txt': b'i'})                        # A folder for a file.
+    os.symlink(f'{elsewhere}/a.tfrecord', temp / 'parts' / 'train-00000-000009-x.tfrecord')
+    for name in ('filed', 'listed', 'shards'):                    # Files for folders.
+        shutil.rmtree(temp / name, ignore_errors=True)
+        (temp / name).write_bytes(b'not a folder')
+    os.symlink(elsewhere, temp / 'groups')                        # A link for a folder.
+    result = cli(*flags)
+    assert result.returncode == 0, result.stderr
+    [line] = [n for n in result.stderr.splitlines() if 'does not make there' in n]
+    assert line == (
+        f'removed from {temp} what this tool does not make there: filed (a file where a folder '
+        'belongs), groups (a symbolic link where a folder belongs), listed (a file where a folder '
+        f'belongs), parts/{part.name} (a folder where a file belongs), parts/train-00000-000009-'
+        'x.tfrecord (a symbolic link where a file belongs) and 1 more')
+    assert _tree(out) == reference and not temp.exists()
+    assert _tree(elsewhere) == {'keep.txt': b'k', 'a.tfrecord': b'x'}
+
+
 # --- 6. Class names that cannot be one line of labels.txt ----------------------------------------
 
 @pytest.mark.slow

@@ -265,8 +265,12 @@ def test_runs_leave_nothing_in_the_system_temp_folder_even_when_killed(tmp_path,
 
 
 @pytest.mark.slow
-def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
-    """The log the process keeps: a process of its own."""
+@pytest.mark.parametrize('planted', [None, 'file', 'link'])
+def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path, planted):
+    """The log the process keeps: a process of its own. The folder of kept logs is in the shared
+    temp folder, where a file or a link of that name (anyone's) is left alone: the log is kept in
+    a folder of its own beside it (a file there failed with a traceback, and a link had the log
+    moved where it led)."""
     (tmp_path / 'failing_config.py').write_text(
         'from pipeline.config import ImageClassificationConfig\n'
         'class Failing(ImageClassificationConfig):\n'
@@ -275,15 +279,24 @@ def test_an_unexpected_failure_keeps_only_its_log_and_names_it(tmp_path):
         '        raise RuntimeError("boom")\n')
     temp = tmp_path / 'temp'
     temp.mkdir()
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    if planted == 'file':
+        (temp / 'image-tfrecords-logs').write_bytes(b'mine')
+    elif planted == 'link':
+        os.symlink(elsewhere, temp / 'image-tfrecords-logs')
     env = dict(os.environ, TMPDIR=str(temp),
                PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get('PYTHONPATH', '')]))
     result = run_cli('--config=failing_config:Failing', f'--output_dir={tmp_path}/out',
                      *IN_PROCESS, env=env, timeout=TIMEOUT)
     assert result.returncode == 2
-    [log] = glob.glob(f'{temp}/image-tfrecords-logs/run-*.log')
+    [log] = glob.glob(f'{temp}/image-tfrecords-logs{"-*" if planted else ""}/run-*.log')
     assert result.stderr.strip().endswith(f'(the full trace is in {log}; --verbose prints it)')
     assert 'RuntimeError: boom' in open(log).read()
-    assert os.listdir(temp) == ['image-tfrecords-logs']
+    assert len(os.listdir(temp)) == (2 if planted else 1)
+    assert os.listdir(elsewhere) == []
+    if planted == 'file':
+        assert (temp / 'image-tfrecords-logs').read_bytes() == b'mine'
 
 
 @pytest.mark.slow

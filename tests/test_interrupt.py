@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from pipeline import worker_watch
+from pipeline import faults, worker_watch
 from pipeline.testing import imagemaker
-from tests.helpers import (IN_PROCESS, alive_after, cli, read_split, start_cli,
+from tests.helpers import (IN_PROCESS, alive_after, cli, plain_split, read_split, start_cli,
                            start_until_converting, write_tree)
 
 pytestmark = pytest.mark.slow
@@ -140,3 +140,70 @@ def test_a_stop_signal_while_the_command_imports_is_one_line(tmp_path, few, numb
     _, stderr = process.communicate(timeout=60)
     assert (process.returncode, stderr.splitlines()) == (code, [line])
     assert not os.path.exists(tmp_path / 'out')
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter in /proc (T: stopped), None once it is gone."""
+    try:
+        with open(f'/proc/{pid}/stat') as stat:
+            return stat.read().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _until_paused(process: subprocess.Popen) -> dict[int, str]:
+    """The workers of `process` once one of them stopped itself at its pause point."""
+    while True:
+        assert process.poll() is None, process.communicate()
+        workers = worker_watch.worker_processes(process.pid)
+        if any(_state(pid) == 'T' for pid in workers):
+            return workers
+        time.sleep(0.02)
+
+
+def _interrupted(process: subprocess.Popen) -> tuple[int, list[str]]:
+    """SIGINT to the process group, as Ctrl-C sends it: (exit code, lines but progress)."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return process.returncode, [x for x in stderr.splitlines() if not x.startswith('converting: ')]
+
+
+def test_the_first_stop_wins_at_every_instant_of_a_background_job(tmp_path, few):
+    """Started as a shell starts a background job (SIGINT ignored), the command took a SIGINT to
+    its process group as its workers did: a worker that died of it was reported as a dead worker
+    (exit 2), and one that had not started yet ignored it, so the run committed (exit 0)."""
+    out = tmp_path / 'out'
+    flags = [f'--input_dir={few}', f'--output_dir={out}', '--num_shards=2', '--leakage=off']
+
+    def started(pause: str | None = None) -> subprocess.Popen:
+        env = dict(os.environ, **({faults.PAUSE_ENV: pause} if pause else {}))
+        return start_cli(*flags, env=env, ignoring=(signal.SIGINT,))
+
+    process = started('chunk:1')   # While the workers convert: one stopped after a chunk.
+    workers = _until_paused(process)
+    assert _interrupted(process) == (130, [INTERRUPTED])
+    assert not alive_after(workers)
+    assert sorted(os.listdir(out)) == [os.path.basename(glob.glob(f'{out}/.tmp-*')[0])]
+
+    process = started()   # The resumed run, in its first second: its workers just forked.
+    workers = {}
+    while not workers:
+        assert process.poll() is None, process.communicate()
+        workers = worker_watch.worker_processes(process.pid)
+        time.sleep(0.005)
+    assert _interrupted(process) == (130, [INTERRUPTED])
+    assert not alive_after(workers)
+    assert not os.path.exists(out / '.lock') and not os.path.exists(out / 'dataset_info.json')
+
+    process = started('commit:journal')   # Once the commit began (its journal written).
+    workers = _until_paused(process)
+    code, lines = _interrupted(process)
+    assert (code, lines[-1]) == (130, f'interrupted after the dataset was committed to {out}')
+    assert not [x for x in lines if x.startswith(('error', 'Traceback'))], lines
+    assert not alive_after(workers)
+    assert not glob.glob(f'{out}/.*')   # No journal, lock or temporary folder left.
+    assert len(plain_split(str(out), 'train')) == 200

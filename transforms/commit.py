@@ -78,7 +78,7 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
     _check_shard_files(results, settings)
     output_folder.start_temp(out, settings.run_id)
     installs, summary = _stage(by_split, errors, label_map, facts, settings,
-                               fileio.join(temp, 'final'), copies, leakage)
+                               fileio.join(temp, output_folder.FINAL), copies, leakage)
     output_folder.refuse_foreign(out, output_folder.foreign_files(
         out, [target for _, target in installs], old))
     old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)

@@ -11,9 +11,10 @@ from pipeline.io import fileio
 from pipeline.output import metadata
 from pipeline.output.bounded_reads import parse_json, read_file
 from pipeline.output.output_folder import (COMMITTED, METADATA_NAMES, REPLACED, _is_temp_shard,
-                                           _marker_state, _refuse_links, _remove_partials,
+                                           _marker_state, _remove_partials,
                                            _write_marker, check_run_id, is_dataset_file,
-                                           remove_temp, temp_dir, temp_folders)
+                                           refuse_wrong_kinds, remove_temp, temp_dir,
+                                           temp_folders)
 
 JOURNAL = '.commit.json'
 MOVE_BATCH = 100
@@ -68,7 +69,7 @@ def read_journal(output_dir: str) -> Journal | None:
                            f'({printable(str(exc))[:200]}); nothing was done. If no run of this '
                            'tool is committing there, delete it and rerun') from None
     folder = temp_dir(output_dir, journal.run_id)
-    _refuse_links(folder)
+    refuse_wrong_kinds(folder)
     if _marker_state(folder, journal.run_id) is None:
         raise DatasetError(f'{path} is not a commit journal this tool wrote (its temporary '
                            f'folder {folder} has no marker); nothing was done. If no run of this '
@@ -142,3 +143,18 @@ def finish_interrupted(output_dir: str, run_id: str) -> tuple[list[str], set[str
         with contextlib.suppress(OSError):
             os.rmdir(own)   # Only if empty.
     return lines, finished
+
+
+def finish_stopped(output_dir: str, run_id: str) -> bool:
+    """Completes the commit of run `run_id` that a stop cut short (call with the lock held once
+    no worker of the run is left): a commit begins when its journal is written, and from then
+    on it is the run's outcome, whatever stops it. Returns whether there was one; a journal
+    that cannot be read is left to the next run (which says why)."""
+    try:
+        journal = read_journal(output_dir)
+    except DatasetError:
+        return False
+    if journal is None or journal.run_id != run_id:
+        return False
+    roll_forward(output_dir, journal, recovering=True)
+    return True

@@ -20,7 +20,8 @@ a path, so no file in the folder, whoever wrote it, can make a run move or delet
 outside OUTPUT. A journal or lock that breaks these rules is refused in one line and touches
 nothing. Temporary folders are recognised by their marker, never by their name alone, and a
 symbolic link in their place is refused, so `--overwrite` and `--clean_temp` delete only what
-this tool wrote.
+this tool wrote. Inside one, an entry of a kind this tool does not make there (wrong_kinds) is
+removed before a rerun reuses the folder (repair_temp) and refused before a commit moves from it.
 
 **The lock.** Taking it is exclusive whether the lock is absent or stale. Locally every change
 of `.lock` (create, take over, release) happens under an advisory lock (flock) of the output
@@ -51,6 +52,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from typing import Iterable
 
 from pipeline import faults
@@ -73,7 +75,8 @@ REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's
 # inputs read together (transforms/grouped_reads.py), and the sorted runs that pass the listed
 # inputs and the converted records' hashes between stages (pipeline/io/sorted_runs.py).
 PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS = 'parts', 'shards', 'pairs', 'links', 'merge', 'groups'
-LISTED, FILED = 'listed', 'filed'
+LISTED, FILED, FINAL = 'listed', 'filed', 'final'   # FINAL: the commit's staged metadata.
+WORK_FOLDERS = (PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS, LISTED, FILED, FINAL)
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(SPLITS) + ')'
 
@@ -209,21 +212,86 @@ def _is_link(path: str) -> bool:
     return not fileio.is_gcs(path) and os.path.islink(path)
 
 
-def _refuse_links(folder: str) -> None:
-    """Raises a DatasetError if a temporary folder is, or holds, a symbolic link (local disk).
-    The old dataset's own files moved aside into `replaced/` may be links (they are moved and
-    deleted as links, never followed)."""
-    if fileio.is_gcs(folder):
-        return
-    if os.path.islink(folder):
+def _kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        return 'a symbolic link'
+    if entry.is_dir(follow_symlinks=False):
+        return 'a folder'
+    return 'a file' if entry.is_file(follow_symlinks=False) else 'a special file'
+
+
+def wrong_kinds(folder: str) -> list[tuple[str, str]]:
+    """The entries of a temporary folder (local disk) that are not of the kind this tool makes
+    there, as (path, what it is and what belongs there): its subfolders (WORK_FOLDERS, and
+    REPLACED) are real folders, what WORK_FOLDERS hold and everything else in it are regular
+    files, and nothing is a symbolic link. REPLACED's contents are the old dataset's own
+    files, moved aside as they were (links too), and are not looked at."""
+    if fileio.is_gcs(folder) or not os.path.isdir(folder) or os.path.islink(folder):
+        return []
+    found = []
+    for entry in _scan(folder):
+        belongs = 'a folder' if entry.name in (*WORK_FOLDERS, REPLACED) else 'a file'
+        if _kind(entry) != belongs:
+            found.append((entry.path, f'{_kind(entry)} where {belongs} belongs'))
+        elif entry.name in WORK_FOLDERS:
+            found += [(inner.path, f'{_kind(inner)} where a file belongs')
+                      for inner in _scan(entry.path) if _kind(inner) != 'a file']
+    return sorted(found)
+
+
+def _scan(folder: str) -> list[os.DirEntry]:
+    with os.scandir(folder) as entries:
+        return list(entries)
+
+
+def refuse_wrong_kinds(folder: str) -> None:
+    """Raises a DatasetError if a temporary folder is a symbolic link or a file, or holds an
+    entry not of the kind this tool makes there (wrong_kinds): what a run writes into, or a
+    commit moves from, is then only ever this tool's."""
+    if _is_link(folder):
         raise DatasetError(f'{folder} is a symbolic link; this tool keeps its temporary files '
                            'only in a real folder. Remove the link and rerun')
-    replaced = os.path.join(folder, REPLACED)
-    for parent, dirs, files in os.walk(folder):
-        links = [name for name in dirs + files if os.path.islink(os.path.join(parent, name))]
-        if links and parent != replaced:
-            raise DatasetError(f'{os.path.join(parent, links[0])} is a symbolic link; a '
-                               'temporary folder of this tool holds none. Remove it and rerun')
+    if not fileio.is_gcs(folder) and os.path.lexists(folder) and not os.path.isdir(folder):
+        raise DatasetError(f'{folder} is a file; this tool keeps its temporary files only in a '
+                           'folder of that name. Move it away and rerun')
+    wrong = wrong_kinds(folder)
+    if wrong:
+        path, what = wrong[0]
+        holds = ('is a symbolic link; a temporary folder of this tool holds none'
+                 if what.startswith('a symbolic link') else f'is {what}')
+        raise DatasetError(f'{path} {holds}. Remove it and rerun')
+
+
+def repair_temp(folder: str) -> list[str]:
+    """Readies an earlier attempt's temporary folder (local disk) for this one: removes what
+    passed data between its stages (LISTED, FILED: no attempt reuses it) and every entry not of
+    the kind this tool makes there (wrong_kinds), a link as a link (never followed), so that
+    nothing outside the folder is touched. Returns a description per entry of a wrong kind
+    removed (its path in the folder, what it was)."""
+    wrong = wrong_kinds(folder)
+    for path, _ in wrong:
+        _remove_entry(path)
+    _drop_passing_runs(folder)
+    return [f'{printable(os.path.relpath(path, folder))} ({what})' for path, what in wrong]
+
+
+def _drop_passing_runs(folder: str) -> None:
+    """Removes the sorted runs that passed data between a run's stages (LISTED, FILED)."""
+    for passing in (listed_folder(folder), filed_folder(folder)):
+        if fileio.is_gcs(passing):
+            fileio.delete_tree(passing)
+        elif not os.path.islink(folder):
+            _remove_entry(passing)
+
+
+def _remove_entry(path: str) -> None:
+    """Deletes a file, link or folder tree at `path` (local disk; links are not followed)."""
+    with fileio.output_errors(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
 
 _PARTIAL = re.compile(r'\.(?:commit\.json|lock|image-tfrecords-run\.json)\.partial-'
@@ -284,7 +352,7 @@ def start_temp(output_dir: str, run_id: str) -> None:
     """Makes sure run `run_id` has its marked temporary folder; refuses a link or a folder of
     that name that this tool did not make (nothing in it is touched)."""
     folder = temp_dir(output_dir, run_id)
-    _refuse_links(folder)
+    refuse_wrong_kinds(folder)
     state = _marker_state(folder, run_id)
     if state is None:
         _remove_partials(folder, MARKER)   # A kill while the first marker was written.
@@ -295,19 +363,11 @@ def start_temp(output_dir: str, run_id: str) -> None:
         _write_marker(folder, run_id, RUNNING)
 
 
-def drop_passing_runs(folder: str) -> None:
-    """Removes what passed data between a run's stages in its temporary folder `folder` (the
-    sorted runs of listed/ and filed/): no later attempt reuses it."""
-    for passing in (listed_folder(folder), filed_folder(folder)):
-        if not _is_link(passing):
-            fileio.delete_tree(passing)
-
-
 def drop_if_unused(output_dir: str, run_id: str) -> None:
     """Removes a run's temporary folder that holds its marker alone (a run that failed before
     it wrote anything but what passed between its stages leaves nothing behind)."""
     folder = temp_dir(output_dir, run_id)
-    drop_passing_runs(folder)
+    _drop_passing_runs(folder)
     marker = fileio.join(folder, MARKER)
     if fileio.is_gcs(folder):
         if list_prefix(folder) == [marker]:
@@ -336,10 +396,7 @@ def remove_temp(folder: str) -> None:
     for entry in os.scandir(folder):
         if entry.name == MARKER:
             continue
-        if entry.is_dir(follow_symlinks=False):
-            fileio.delete_tree(entry.path)
-        else:
-            os.remove(entry.path)
+        _remove_entry(entry.path)
     faults.crash_point('cleanup:contents')
     with contextlib.suppress(FileNotFoundError):
         os.remove(marker)
