@@ -40,7 +40,7 @@ def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: floa
         line, code = stop_line(stop, getattr(stop, 'committed', None))
         print(line, file=err)
         return code
-    except remote_job.JobFailed as failed:   # Its lock released, nothing committed.
+    except (remote_job.JobFailed, remote_job.JobLost) as failed:   # A failed job freed the output.
         print(f'error: {failed}', file=err)
         return 1
     except Exception as exc:   # One line, not a traceback.

@@ -219,6 +219,9 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
         if _committed(settings):   # The stop came once the dataset was in place.
             stop.committed = settings.output_dir
         raise
+    except remote_job.JobLost:
+        going_on = True
+        raise
     finally:
         if not going_on:
             if job.pipeline is not None and summary is None:   # A commit removed its temp folder.

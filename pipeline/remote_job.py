@@ -31,6 +31,10 @@ class JobFailed(Exception):
         super().__init__(f'{what}: {printable(error)}' if error else f'{what}; nothing was committed')
 
 
+class JobLost(Exception):
+    """The service stopped answering about a job, which may still run (and hold the lock)."""
+
+
 def job_of(launch: Launch, result) -> dict:
     """The job `result` is a handle of, as the lock names it."""
     return {'id': beam_internals.job_id(result), 'runner': launch.runner_name,
@@ -62,7 +66,13 @@ def wait(job: dict, result) -> None:
     threading.Thread(target=waiting, name='job-waiter', daemon=True).start()
     while not ended.wait(POLL_SECONDS):
         pass
-    state = str(result.state).rsplit('.', 1)[-1]
+    try:
+        state = str(result.state).rsplit('.', 1)[-1]
+    except Exception:   # Not DONE as far as is known, and not ended either.
+        raise JobLost(f'the service at {printable(job["where"])} stopped answering about job '
+                      f'{printable(job["id"])}; it may still run and '
+                      'hold the output\'s lock: --attach follows it once the service answers') \
+            from None
     if failure or state != PipelineState.DONE:
         raise JobFailed(job, state if state != PipelineState.DONE else 'FAILED',
                         error_line(failure[0]) if failure else None)

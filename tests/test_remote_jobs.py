@@ -166,3 +166,23 @@ def test_detach_is_refused_where_this_command_runs_the_job(tmp_path, inputs):
     assert (result.returncode, result.stderr) == (
         2, 'error: --detach hands a job to a service that runs it alone (Dataflow, or a job server '
            'at host:port with workers of its own); this runner runs it in this command\n')
+
+
+def test_a_service_that_stops_answering_leaves_the_output_to_its_job(tmp_path, service, inputs):
+    """Whether the job still runs cannot be known: its lock stays, and the line says so."""
+    folder = tmp_path / 'service'
+    os.makedirs(folder)
+    lost = JobService(str(folder), service.worker)
+    try:
+        process = start_cli(*inputs, f'--output_dir={tmp_path}/out', *lost.flags())
+        while 'submitted as job' not in process.stderr.readline():
+            assert process.poll() is None
+    finally:
+        lost.stop()
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1, stderr
+    job = _lock(tmp_path / 'out')['job']
+    assert stderr.splitlines()[-1] == (
+        f'error: the service at {lost.endpoint} stopped answering about job {job["id"]}'
+        "; it may still run and hold the output's lock: --attach "
+        'follows it once the service answers')
