@@ -3,8 +3,8 @@
 It resolves the flags (pipeline/launch.py), then describes a Dataflow job (--dry_run), plans
 (--plan_only), or converts and prints the end-of-run table: also a job a service runs, which it
 follows to its end (pipeline/remote_job.py), unless --detach only submits it (--attach=JOB_ID
-follows it later). Every line goes to the streams it is given, and it changes no process-wide state (no signal handler,
-file descriptor, temporary folder or logging root setting outlives the call). What only a
+follows it later). Every line goes to the streams it is given, and it changes no process-wide
+state (no signal handler, file descriptor, temporary folder or logging root setting outlives the call). What only a
 process may do is pipeline/run.py's, which calls this. A problem of the input or the flags ends
 it with one `error: ...` line and exit code 2; Ctrl-C (or a stopping signal, which the process
 shell turns into `Terminated`) with one line and 130 (128 + the signal's number), which leaves
@@ -17,7 +17,7 @@ from typing import Callable, Sequence, TextIO
 from pipeline import console, dry_run, job, plan, remote_job
 from pipeline.credentials import check_credentials, missing_credentials
 from pipeline.errors import DatasetError, stop_line
-from pipeline.launch import Launch, RunnerKind, resolve
+from pipeline.launch import Launch, resolve
 from pipeline.options import help_text
 from pipeline.run_summary import format_summary, load_hint
 from pipeline.sources import input_paths
@@ -95,12 +95,8 @@ def _submit(launch: Launch) -> str:
         return f'Job submitted as a template ({launch.template_location})'
     if submitted is None:
         return f'Nothing to submit: {settings.output_dir} holds the dataset of this run.'
-    where = submitted['where']
-    if launch.runner is RunnerKind.DATAFLOW:
-        project, region = where.split('/')[1], where.split('/')[3]
-        where = (f'Dataflow (https://console.cloud.google.com/dataflow/jobs/{region}/'
-                 f'{submitted["id"]}?project={project})')
-    return (f'Job {submitted["id"]} submitted to {where}; it runs without this command.\n'
+    return (f'Job {submitted["id"]} submitted to {remote_job.watched_at(launch, submitted)}; it '
+            'runs without this command.\n'
             f'Follow it to its end (exit 0 once its dataset is committed) with:\n'
             f'  {remote_job.follow_command(launch, submitted)}\n'
             f'The dataset appears in {settings.output_dir} when the job ends; cancel it with '

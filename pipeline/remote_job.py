@@ -49,6 +49,15 @@ def where(launch: Launch) -> str:
     return str(launch.beam.view_as(PortableOptions).job_endpoint)
 
 
+def watched_at(launch: Launch, job: dict) -> str:
+    """Where a person watches the job: Dataflow's console page of it, or its job service."""
+    if launch.runner is RunnerKind.DATAFLOW:
+        cloud = launch.beam.view_as(GoogleCloudOptions)
+        return (f'Dataflow (https://console.cloud.google.com/dataflow/jobs/{cloud.region}/'
+                f'{job["id"]}?project={cloud.project})')
+    return f'the job service at {where(launch)}'
+
+
 def wait(job: dict, result) -> None:
     """Returns once the job has ended DONE; raises JobFailed when it ended otherwise. A stop
     (Ctrl-C, a stopping signal) comes through at once, and leaves the job running."""

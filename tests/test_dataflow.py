@@ -228,6 +228,9 @@ def test_a_followed_dataflow_job_says_how_to_cancel_it_follow_it_and_why_it_fail
     job = {'id': '2026-12-07_14_03_11-123', 'runner': 'DataflowRunner',
            'where': remote_job.where(launch)}
     assert job['where'] == 'projects/my-project/regions/us-central1'
+    assert remote_job.watched_at(launch, job) == (
+        'Dataflow (https://console.cloud.google.com/dataflow/jobs/us-central1/'
+        '2026-12-07_14_03_11-123?project=my-project)')
     assert remote_job.cancel_hint(launch, job) == \
         'gcloud dataflow jobs cancel 2026-12-07_14_03_11-123 --region=us-central1'
     assert remote_job.follow_command(launch, job) == (

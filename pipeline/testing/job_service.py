@@ -11,7 +11,6 @@ subprocess each, `beam:env:harness_subprocess_python:v1`), outside the checkout 
 PYTHONPATH.
 """
 import os
-import shutil
 import site
 import socket
 import subprocess
