@@ -23,7 +23,7 @@ POLL_SECONDS = 1.0   # How often a stop is looked for while the waiting thread w
 
 
 class JobFailed(Exception):
-    """A job that ended otherwise than DONE: `line` is its own error, in one line."""
+    """A job that ended otherwise than DONE; its text, one line, holds the job's own error."""
 
     def __init__(self, job: dict, state: str, error: str | None):
         self.job, self.state = job, state
@@ -82,9 +82,9 @@ def wait(job: dict, result) -> None:
                       f'{printable(job["id"])}; it may still run and '
                       'hold the output\'s lock: --attach follows it once the service answers') \
             from None
-    if failure or state != PipelineState.DONE:
+    if failure or state != PipelineState.DONE:   # A cancelled job's error says no more.
         raise JobFailed(job, state if state != PipelineState.DONE else 'FAILED',
-                        error_line(failure[0]) if failure else None)
+                        error_line(failure[0]) if failure and state != 'CANCELLED' else None)
 
 
 def error_line(exc: BaseException) -> str:
