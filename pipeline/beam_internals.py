@@ -16,6 +16,10 @@ Beam's public path instead, with one log line: slower to start, never a crash or
 - What the launcher learns of its workers: their log records, which Beam's job service logs as
   protobuf text (`worker_line`), and their exit, which Beam reports as a RuntimeError
   (`worker_exit_code`).
+- A job a service runs (pipeline/remote_job.py): the id of a portable runner's job (its
+  result keeps it as `_job_id`), and a handle of a job submitted earlier, made as the runners
+  make theirs (the portable runner's PipelineResult over the job service's streams, Dataflow's
+  DataflowPipelineResult over its client). No fallback: a command that follows a job needs them.
 - Beam's argument parser, the one its options classes add their flags to (`argument_parser`).
   Fallback: argparse's, with Beam's extra method.
 - Not a name but a habit, which nothing here calls: the FnApiRunner hands the elements of a
@@ -225,3 +229,30 @@ def _run_prestarted(handler, claim: Callable[[], Any], lock) -> None:
     finally:
         worker.kill()
         logs.stop(0)
+
+
+def job_id(result) -> str:
+    """The id of the job `result` is a handle of (Dataflow's result has a method for it)."""
+    return str(result.job_id() if callable(getattr(result, 'job_id', None)) else result._job_id)
+
+
+def portable_result(endpoint: str, job: str):
+    """A handle of the job `job` of the job service at `endpoint`, as the portable runner makes
+    the handle of a job it submits."""
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+    from apache_beam.runners.portability.portable_runner import PipelineResult
+    service = beam_job_api_pb2_grpc.JobServiceStub(grpc.insecure_channel(endpoint))
+    service.GetState(beam_job_api_pb2.GetJobStateRequest(job_id=job), timeout=30)   # It exists.
+    return PipelineResult(
+        service, job, service.GetMessageStream(beam_job_api_pb2.JobMessagesRequest(job_id=job)),
+        service.GetStateStream(beam_job_api_pb2.GetJobStateRequest(job_id=job)))
+
+
+def dataflow_result(options, job: str):
+    """A handle of the Dataflow job `job` (project and region from `options`)."""
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult, DataflowRunner
+    from apache_beam.runners.dataflow.internal import apiclient
+    runner = DataflowRunner()
+    runner.dataflow_client = apiclient.DataflowApplicationClient(options)
+    return DataflowPipelineResult(runner.dataflow_client.get_job(job), runner, options)

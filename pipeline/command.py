@@ -1,23 +1,24 @@
 """The command line as a function: `main(argv, out, err) -> exit code`.
 
 It resolves the flags (pipeline/launch.py), then describes a Dataflow job (--dry_run), plans
-(--plan_only), submits a job to a service, or converts and prints the end-of-run table; every
-line goes to the streams it is given, and it changes no process-wide state (no signal handler,
-file descriptor, temporary folder or logging root setting outlives the call). What only a
+(--plan_only), or converts and prints the end-of-run table: also a job a service runs, which it
+follows to its end (pipeline/remote_job.py), unless --detach only submits it (--attach=JOB_ID
+follows it later). Every line goes to the streams it is given, and it changes no process-wide
+state (no signal handler, file descriptor, temporary folder or logging root setting outlives the call). What only a
 process may do is pipeline/run.py's, which calls this. A problem of the input or the flags ends
 it with one `error: ...` line and exit code 2; Ctrl-C (or a stopping signal, which the process
-shell turns into `Terminated`) with one line and 130 (128 + the signal's number).
+shell turns into `Terminated`) with one line and 130 (128 + the signal's number), which leaves
+a job a service runs running; a job that failed with one line holding its own error and 1.
 """
 import logging
 import time
 from typing import Callable, Sequence, TextIO
 
-from pipeline import console, dataflow, dry_run, job, plan
+from pipeline import console, dry_run, job, plan, remote_job
 from pipeline.credentials import check_credentials, missing_credentials
 from pipeline.errors import DatasetError, stop_line
-from pipeline.launch import Launch, RunnerKind, resolve
+from pipeline.launch import Launch, resolve
 from pipeline.options import help_text
-from pipeline.output import output_lock
 from pipeline.run_summary import format_summary, load_hint
 from pipeline.sources import input_paths
 
@@ -39,6 +40,9 @@ def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: floa
         line, code = stop_line(stop, getattr(stop, 'committed', None))
         print(line, file=err)
         return code
+    except (remote_job.JobFailed, remote_job.JobLost) as failed:   # A failed job freed the output.
+        print(f'error: {failed}', file=err)
+        return 1
     except Exception as exc:   # One line, not a traceback.
         message = DatasetError.find_in(exc)
         if message is not None:   # The user's to fix; the line says all there is.
@@ -63,11 +67,16 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
         print(plan.dumps(document) if flags.plan_format == 'json' else plan.format_plan(document),
               file=out)
         return 0
-    if launch.remote:
+    if launch.remote and (flags.detach or launch.template_location) and not flags.attach:
         print(_submit(launch), file=out)
         return 0
-    summary = job.convert(launch)   # A stop in it once committed says so (stop.committed).
-    summary['seconds'] = time.monotonic() - started   # The command's, not only the job's.
+    # A stop in it once committed says so (stop.committed); a followed job goes on (job_goes_on).
+    if flags.attach:
+        summary = job.follow(launch)
+        summary['seconds'] = 0   # Not the job's: no rate is shown.
+    else:
+        summary = job.convert(launch)
+        summary['seconds'] = time.monotonic() - started   # The command's, not only the job's.
     try:
         print(format_summary(summary), file=out)
         print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
@@ -80,33 +89,15 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
 
 def _submit(launch: Launch) -> str:
     """Hands the job to a service that runs it without this process (its commit step releases
-    the output lock); returns where to follow it."""
-    prepared = job.prepare(launch)
-    settings = prepared.settings
-    if prepared.pipeline is None:
-        output_lock.release(settings.output_dir, settings.lock_token)
-        return f'Nothing to submit: {settings.output_dir} holds the dataset of this run.'
-    try:
-        with dataflow.one_build_at_a_time(launch.beam):
-            result = prepared.pipeline.run()
-    except BaseException:
-        output_lock.release(settings.output_dir, settings.lock_token)
-        raise
-    return (f'{_follow_hint(launch, result)}\n'
-            f'The dataset appears in {settings.output_dir} when the job ends.')
-
-
-def _follow_hint(launch: Launch, result) -> str:
-    """Where to follow a job handed to a service."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, PortableOptions
-    cloud = launch.beam.view_as(GoogleCloudOptions)
+    the output lock) and returns where to follow it."""
+    settings, submitted = job.submit(launch)
     if launch.template_location:   # The Flex Template launcher: the service starts the job.
         return f'Job submitted as a template ({launch.template_location})'
-    if launch.runner is RunnerKind.DATAFLOW:
-        job_id = result.job_id()
-        return (f'Dataflow job {job_id} submitted; follow it at https://console.cloud.google.com/'
-                f'dataflow/jobs/{cloud.region}/{job_id}?project={cloud.project} or with '
-                f'`gcloud dataflow jobs describe {job_id} --region={cloud.region}`')
-    endpoint = launch.beam.view_as(PortableOptions).job_endpoint
-    return (f'Job submitted to the job service at {endpoint}; follow it in the UI of the runner '
-            'behind it (Flink, Spark) or through its job API')
+    if submitted is None:
+        return f'Nothing to submit: {settings.output_dir} holds the dataset of this run.'
+    return (f'Job {submitted["id"]} submitted to {remote_job.watched_at(launch, submitted)}; it '
+            'runs without this command.\n'
+            f'Follow it to its end (exit 0 once its dataset is committed) with:\n'
+            f'  {remote_job.follow_command(launch, submitted)}\n'
+            f'The dataset appears in {settings.output_dir} when the job ends; cancel it with '
+            f'{remote_job.cancel_hint(launch, submitted)}.')

@@ -21,6 +21,7 @@ TRACE = 'image_tfrecords.trace'   # Tracebacks and details, for the log file; --
 # Where our modules are, sub-packages included: a worker record logged from there is ours.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OURS = tuple(os.path.join(_ROOT, package) + os.sep for package in ('pipeline', 'transforms'))
+_BEAM_RUNNERS = os.path.join(os.sep, 'apache_beam', 'runners', '')   # Logged from root too.
 _output_lock = threading.RLock()   # Without a console: orders what is written.
 _console: '_ConsoleHandler | None' = None
 
@@ -33,7 +34,8 @@ class _ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == OURS or self._verbose:
             return True
-        if record.name.startswith('apache_beam.runners') or record.name == TRACE:
+        if (record.name.startswith('apache_beam.runners') or record.name == TRACE
+                or _BEAM_RUNNERS in record.pathname):   # A job's messages, relayed by Beam.
             return False
         return record.levelno >= logging.WARNING
 

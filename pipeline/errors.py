@@ -76,11 +76,14 @@ STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR
 
 def stop_line(stop: KeyboardInterrupt, committed: str | None = None) -> tuple[str, int]:
     """The line and exit code of a command ended by Ctrl-C or a stopping signal; `committed`:
-    the output folder, when the stop came once its dataset was committed."""
+    the output folder, when the stop came once its dataset was committed. A command that
+    followed a job a service runs says that the job goes on (`stop.job_goes_on`)."""
     what, code = ((stop.line, 128 + stop.signum) if isinstance(stop, Terminated)
                   else ('interrupted', 130))
     if committed is not None:
         return f'{what} after the dataset was committed to {printable(committed)}', code
+    if getattr(stop, 'job_goes_on', None):
+        return f'{what}: stopped following; {stop.job_goes_on}', code
     return f'{what}; rerun the same command to resume', code
 
 

@@ -47,7 +47,7 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
         groups_in=settings.temp_dir, resuming=settings.resuming,
         sample_size=SAMPLE_SIZE if sized else 0)
     facts, label_map, plans, _ = _plan(listed, settings, sample=sized)
-    if settings.lock_token and not settings.release_lock:   # For the waiting launcher's progress.
+    if settings.lock_token:   # For the progress of the launcher that waits (or --attach).
         plans = _note_plan(facts, label_map, plans,
                            output_folder.plan_note(settings.temp_dir, settings.lock_token))
     written = listed | 'Write Shards' >> WriteShards(settings, plans, label_map)

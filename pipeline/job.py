@@ -1,6 +1,8 @@
 """The job API: `prepare` turns a launch (pipeline/launch.py) into ConversionSettings, takes the
-output lock and builds the pipeline; `convert` runs it to the end and returns the run's summary;
-`plan` lists and plans without converting. The command line (pipeline/command.py), the Flex
+output lock and builds the pipeline; `convert` runs it to the end and returns the run's summary
+(a job a service runs too: it follows it, pipeline/remote_job.py); `submit` hands a job to its
+service and returns; `follow` waits for a job submitted earlier; `plan` lists and plans without
+converting. The command line (pipeline/command.py), the Flex
 Template launcher through it, and the classic builder (pipeline/classic/builder.py) all call it.
 Each takes a Launch, or flags and option values by name, resolved once here.
 """
@@ -19,7 +21,8 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline import console, output_state, sample_data, worker_watch
+from pipeline import (console, dataflow, output_state, remote_job, sample_data,
+                      worker_watch)
 from pipeline.base.choices import LeakageAction
 from pipeline.base.settings import FEW_ERRORS, ConversionSettings
 from pipeline.inputs.classic_config import ImageClassificationConfig
@@ -121,7 +124,8 @@ def _prepare(launch: Launch, config, sample_dir: str | None, check_buckets: bool
         return Job(build_pipeline(runner, launch.beam, source.partitions, settings), settings,
                    launch, sample_dir)
     token = output_lock.acquire(output_dir, settings.run_id, launch.runner_name,
-                                not launch.remote, opts.break_lock)
+                                not launch.remote, opts.break_lock,
+                                lambda job: remote_job.ended(launch, job))
     try:
         settings = dataclasses.replace(settings, lock_token=token)
         listed_now = ((lambda: _list_again(runner, launch, source, settings))
@@ -200,27 +204,41 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
     started = time.monotonic()
     job = prepare(flags, config, **values)
     settings = job.settings
-    counters, summary, lock = {}, None, None
+    counters, summary, lock, going_on = {}, None, None, False
     try:
         if job.pipeline is not None:
             with Progress(settings), console.relay_worker_lines():
-                result = _run_to_end(job.pipeline, job.launch)
+                result = _run_to_end(job.pipeline, job.launch, settings)
             counters = _counters(result)
-        lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
+        if job.launch.remote and job.pipeline is not None:   # Its commit released the lock.
+            summary = _own_summary(settings.output_dir, settings.run_id)
+        else:
+            lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
     except KeyboardInterrupt as stop:
+        going_on = hasattr(stop, 'job_goes_on')   # Its job still holds the lock.
         if job.pipeline is not None and job.launch.runner is RunnerKind.LOCAL:
             commit_journal.finish_stopped(settings.output_dir, settings.run_id)   # Begun: ends.
         if _committed(settings):   # The stop came once the dataset was in place.
             stop.committed = settings.output_dir
         raise
+    except remote_job.JobLost:
+        going_on = True
+        raise
     finally:
-        if job.pipeline is not None and summary is None:   # A commit removed its temp folder.
-            output_folder.drop_if_unused(settings.output_dir, settings.run_id)
-        output_lock.release(settings.output_dir, settings.lock_token, seen=lock)
+        if not going_on:
+            if job.pipeline is not None and summary is None:   # A commit removed its temp folder.
+                output_folder.drop_if_unused(settings.output_dir, settings.run_id)
+            output_lock.release(settings.output_dir, settings.lock_token, seen=lock)
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
-    summary.update(seconds=time.monotonic() - started, output_dir=settings.output_dir,
-                   converted_now=job.pipeline is not None,
+    return _with_counters(summary, counters, started, settings.output_dir, job.pipeline is not None)
+
+
+def _with_counters(summary: dict, counters: dict, started: float, output_dir: str,
+                   converted_now: bool) -> dict:
+    """`summary` with the run's seconds and what its counters say of its chunks."""
+    summary.update(seconds=time.monotonic() - started, output_dir=output_dir,
+                   converted_now=converted_now,
                    chunks={'converted': counters.get('chunks_converted', 0),
                            'reused': counters.get('chunks_reused', 0),
                            'link_groups_reused': counters.get('link_groups_reused', 0),
@@ -238,15 +256,113 @@ def _committed(settings: ConversionSettings) -> bool:
         return False
 
 
-def _run_to_end(pipeline, launch: Launch):
+def _run_to_end(pipeline, launch: Launch, settings: ConversionSettings | None = None):
     """Runs `pipeline` to its end and returns its result; a local one under watch
     (pipeline/worker_watch.py): its workers, and a stop signal that the runner would otherwise
-    report as an error of the step it stopped."""
+    report as an error of the step it stopped; a job a service runs followed until it ends (a
+    stop leaves it running, `stop.job_goes_on` naming it; a failure is a JobFailed)."""
+    if launch.remote:
+        result, job = _submitted(pipeline, launch)
+        with _going_on(launch, job):
+            _name(settings, job)
+            remote_job.wait(job, result)
+        return result
     local = launch.runner is RunnerKind.LOCAL
     with worker_watch.watching() if local else contextlib.nullcontext():
         result = pipeline.run()
         result.wait_until_finish()
     return result
+
+
+def _submitted(pipeline, launch: Launch) -> tuple[object, dict]:
+    """Hands `pipeline` to its service: its result and the job, as the lock names it."""
+    with dataflow.one_build_at_a_time(launch.beam):
+        result = pipeline.run()
+    return result, remote_job.job_of(launch, result)
+
+
+def _name(settings: ConversionSettings, job: dict) -> None:
+    """Names the job in the output's lock, and says it was submitted."""
+    output_lock.name_job(settings.output_dir, settings.lock_token, job)
+    LOG.info('submitted as job %s to %s', job['id'], job['where'])
+
+
+@contextlib.contextmanager
+def _going_on(launch: Launch, job: dict):
+    """A stop in the block (once the job is submitted) says that the job goes on."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        stop.job_goes_on = (f'the job {job["id"]} goes on without this command (cancel it with '
+                            f'{remote_job.cancel_hint(launch, job)}); follow it again with '
+                            f'{remote_job.follow_command(launch, job)}')
+        raise
+
+
+def submit(flags: 'Sequence[str] | Launch' = (), **values) -> tuple[ConversionSettings, dict | None]:
+    """Hands the job to its service and returns at once: its settings and the job as the lock
+    names it (None: the output already held this command's dataset, or a template was written;
+    no job holds the lock then)."""
+    prepared = prepare(flags, **values)
+    settings, launch = prepared.settings, prepared.launch
+    if launch.template_location:   # A job description, written for a launcher: no lock.
+        with dataflow.one_build_at_a_time(launch.beam):
+            prepared.pipeline.run()
+        return settings, None
+    if prepared.pipeline is None:
+        output_lock.release(settings.output_dir, settings.lock_token)
+        return settings, None
+    try:
+        job = _submitted(prepared.pipeline, launch)[1]
+        _name(settings, job)
+        return settings, job
+    except BaseException:
+        output_lock.release(settings.output_dir, settings.lock_token)
+        raise
+
+
+def follow(flags: 'Sequence[str] | Launch' = (), **values) -> dict:
+    """Waits for the job --attach names, submitted earlier into --output_dir, and returns the
+    summary of the dataset it committed; a job that failed frees the output (its lock and an
+    unused temporary folder) and raises a JobFailed."""
+    started = time.monotonic()
+    launch = launch_of(flags, **values)
+    job_id, output_dir = launch.converter.attach, (launch.converter.output_dir or '').rstrip('/')
+    if not (launch.remote and output_dir):
+        raise DatasetError('--attach=JOB_ID follows a job a service runs: give the --output_dir '
+                           'and the service (--runner=DataflowRunner --project --region, or '
+                           '--runner=PortableRunner --job_endpoint) it was submitted with')
+    try:
+        result = remote_job.attach(launch, job_id)
+    except Exception as exc:
+        raise DatasetError(f'job {job_id} not found at {remote_job.where(launch)} '
+                           f'({type(exc).__name__}); give the service it was submitted to') from None
+    job = {'id': job_id, 'runner': launch.runner_name, 'where': remote_job.where(launch)}
+    lock = output_lock.read_lock(output_dir)
+    holder = lock.holder if lock and lock.holder and \
+        (lock.holder.get('job') or {}).get('id') == job_id else None
+    run = (output_folder.temp_dir(output_dir, holder['run_id']), holder['token']) if holder \
+        else None
+    try:
+        with Progress(run) if run else contextlib.nullcontext(), console.relay_worker_lines(), \
+                _going_on(launch, job):
+            remote_job.wait(job, result)
+    except remote_job.JobFailed:
+        if holder:   # The job is over: its lock and what it left unused go.
+            output_folder.drop_if_unused(output_dir, holder['run_id'])
+            output_lock.release(output_dir, holder['token'])
+        raise
+    summary = _own_summary(output_dir, holder['run_id'] if holder else None)
+    return _with_counters(summary, _counters(result), started, output_dir, True)
+
+
+def _own_summary(output_dir: str, run_id: str | None) -> dict:
+    """summary.json of `output_dir`, which a job that ended DONE committed (of run `run_id`)."""
+    summary = metadata.load_json(output_dir, metadata.SUMMARY)
+    if run_id is not None and summary.get('run_id') != run_id:
+        raise DatasetError(f'the job ended, and {output_dir} holds the dataset of another run '
+                           f'({summary.get("run_id")}); run verify on it')
+    return summary
 
 
 def _summary_under_lock(output_dir: str, token: str) -> tuple[output_lock.LockState, dict]:

@@ -156,6 +156,10 @@ def validate(launch: Launch) -> None:
     if opts.plan_only and launch.runner is not RunnerKind.LOCAL and not launch.temp_location:
         raise DatasetError('--plan_only on this runner needs --temp_location (a gs:// folder the '
                            'job writes its plan to)')
+    if opts.detach and not launch.remote:
+        raise DatasetError('--detach hands a job to a service that runs it alone (Dataflow, or a '
+                           'job server at host:port with workers of its own); this runner runs '
+                           'it in this command')
     if opts.output_dir:
         _check_output_name(opts.output_dir)
     _check_path_names(launch)

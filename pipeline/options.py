@@ -18,6 +18,8 @@ DEFAULT_TARGET_SHARD_MB = 128
 DEFAULT_MAX_ERROR_RATIO = 0.01
 DEFAULT_READS_IN_FLIGHT = ConversionSettings.reads_in_flight
 DEFAULT_MAX_INPUT_MB = ConversionSettings.max_input_bytes >> 20
+# How the command follows a job (not a Flex Template's parameters: its launcher returns at once).
+COMMAND_LINE_ONLY = frozenset({'detach', 'attach'})
 
 
 def parse_bool(text: str) -> bool:
@@ -135,6 +137,12 @@ class ConverterOptions(PipelineOptions):
                'Dataflow workers), converting nothing')
         flag('plan_format', choices=('text', 'json'), default='text',
              help='How --plan_only prints the plan: text or json (default text).')
+        switch('detach', False, 'Hand a job to its service (Dataflow, a job server) and return '
+               'at once, printing its id and how to follow it, instead of following it to its '
+               'end')
+        flag('attach', default=None, metavar='JOB_ID', help='Follow the job JOB_ID that a '
+             'detached run submitted to --output_dir, to its end (exit 0 once its dataset is '
+             'committed); give the --output_dir and the service flags it was submitted with.')
         switch('verbose', False, 'Print the runner\'s full log and tracebacks (they go to a log '
                'file otherwise)')
 

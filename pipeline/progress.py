@@ -34,15 +34,21 @@ _OWN = {'progress': True}   # Marks the display's own records.
 
 
 class Progress:
-    """Shows the progress of a conversion while it runs: `with Progress(settings): run()`."""
+    """Shows the progress of a conversion while it runs: `with Progress(settings): run()`.
+    `settings`: the run's, or (temp_dir, lock_token) of a job a service runs that this command
+    follows without having started it."""
 
-    def __init__(self, settings: ConversionSettings):
-        self._plan = output_folder.plan_note(settings.temp_dir, settings.lock_token)
-        self._reuse = resume.reuse_note(settings.temp_dir, settings.lock_token)
-        self._parts = fileio.join(settings.temp_dir, output_folder.PARTS)
-        self._shards = fileio.join(settings.temp_dir, output_folder.SHARDS)
-        self._poll = 2.0 if fileio.is_gcs(settings.temp_dir) else 0.2
-        self._resuming = settings.resuming
+    def __init__(self, settings: 'ConversionSettings | tuple[str, str]'):
+        temp_dir, token = ((settings.temp_dir, settings.lock_token)
+                           if isinstance(settings, ConversionSettings) else settings)
+        self._plan = output_folder.plan_note(temp_dir, token)
+        self._reuse = resume.reuse_note(temp_dir, token)
+        self._parts = fileio.join(temp_dir, output_folder.PARTS)
+        self._shards = fileio.join(temp_dir, output_folder.SHARDS)
+        self._poll = 2.0 if fileio.is_gcs(temp_dir) else 0.2
+        self._resuming = getattr(settings, 'resuming', False)
+        # A local run's notes are its launcher's; a job a service runs goes on without it.
+        self._own_notes = not getattr(settings, 'release_lock', True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name='progress', daemon=True)
         self._lock = threading.RLock()   # One reader of the folder at a time.
@@ -76,7 +82,7 @@ class Progress:
             self._converting = False
         with console.output_lock():
             console.show_status('')
-        if exc[0] is None:   # Committed: the temporary folder is gone.
+        if exc[0] is None or not self._own_notes:   # Committed: the temporary folder is gone.
             return
         try:   # The notes are for this attempt's launcher only.
             notes = [path for path in (self._plan, self._reuse) if fileio.exists(path)]

@@ -15,7 +15,7 @@ from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 
 from pipeline import job as jobs
 from pipeline.dataflow import WORKER_DEFAULTS, one_build_at_a_time
-from pipeline.options import converter_flag_names, converter_parser
+from pipeline.options import COMMAND_LINE_ONLY, converter_flag_names, converter_parser
 from pipeline.tools.template_metadata import template_metadata
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
@@ -141,9 +141,9 @@ def test_metadata_json_is_generated_from_the_flags_and_valid():
     assert committed == template_metadata(), 'regenerate: python -m pipeline.tools.template_metadata'
     json_format.ParseDict(committed, TemplateMetadata.pb(TemplateMetadata()))
     by_name = {p['name']: p for p in committed['parameters']}
-    assert set(by_name) == converter_flag_names()
+    assert set(by_name) == converter_flag_names() - COMMAND_LINE_ONLY
     for action in converter_parser()._actions:
-        if action.dest == 'help':
+        if action.dest in ('help', *COMMAND_LINE_ONLY):
             continue
         parameter = by_name[action.dest]
         assert parameter['label'] and parameter['helpText'] == action.help
@@ -199,7 +199,7 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
               'dali_index': 'true'}
     other_inputs = {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config', 'config_arg',
                     'webdataset', 'label_field', 'image_column', 'label_column'}
-    assert set(values) | other_inputs == converter_flag_names()
+    assert set(values) | other_inputs | COMMAND_LINE_ONLY == converter_flag_names()
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
             f'--template_location={tmp_path}/job.json', '--no_auth',
             '--dataflow_endpoint=http://localhost:1', *(f'--{k}={v}' for k, v in values.items())]
@@ -214,3 +214,36 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
     assert options['output_format'] == 'tfrecord,array_record' and options['reads_in_flight'] == 16
     assert options['damaged_images'] == 'keep' and options['leakage'] == 'drop'
     assert options['max_input_mb'] == 64 and options['dali_index'] is True
+
+
+def test_a_followed_dataflow_job_says_how_to_cancel_it_follow_it_and_why_it_failed():
+    """What a followed Dataflow job prints, offline: the commands that cancel and follow it, and
+    a failure as Dataflow's result raises it (Beam's own exception), as one line."""
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRuntimeException
+
+    from pipeline import remote_job
+    from pipeline.launch import resolve
+    launch = resolve([*CLOUD, f'--temp_location=gs://{BUCKET}/tmp', f'--input_dir=gs://{BUCKET}/raw',
+                      f'--output_dir=gs://{BUCKET}/out'])
+    job = {'id': '2026-12-07_14_03_11-123', 'runner': 'DataflowRunner',
+           'where': remote_job.where(launch)}
+    assert job['where'] == 'projects/my-project/regions/us-central1'
+    assert remote_job.watched_at(launch, job) == (
+        'Dataflow (https://console.cloud.google.com/dataflow/jobs/us-central1/'
+        '2026-12-07_14_03_11-123?project=my-project)')
+    assert remote_job.cancel_hint(launch, job) == \
+        'gcloud dataflow jobs cancel 2026-12-07_14_03_11-123 --region=us-central1'
+    assert remote_job.follow_command(launch, job) == (
+        f'python -m pipeline.run --attach=2026-12-07_14_03_11-123 --output_dir=gs://{BUCKET}/out '
+        '--runner=DataflowRunner --project=my-project --region=us-central1')
+    trace = ('Traceback (most recent call last):\n  File "sdk_worker.py", line 300, in _execute\n'
+             '    response = task()\nOSError: [Errno 28] No space left on device\n')
+    failed = DataflowRuntimeException(f'Dataflow pipeline failed. State: FAILED, Error:\n{trace}', None)
+    assert remote_job.error_line(failed) == 'OSError: [Errno 28] No space left on device'
+    ours = DataflowRuntimeException(
+        'Dataflow pipeline failed. State: FAILED, Error:\nTraceback (most recent call last):\n'
+        '  File "commit.py", line 9\npipeline.errors.DatasetError: 5 of 40 inputs of split '
+        "'train' could not be converted [while running 'Commit Dataset/Put In Place']\n", None)
+    assert remote_job.error_line(ours) == "5 of 40 inputs of split 'train' could not be converted"
+    assert str(remote_job.JobFailed(job, 'CANCELLED', None)) == \
+        'job 2026-12-07_14_03_11-123 ended CANCELLED; nothing was committed'

@@ -62,7 +62,7 @@ class WriteShards(beam.PTransform):
                  | 'Spread Tasks' >> Spread())
         fingerprints = tasks | 'Fingerprint Chunks' >> beam.ParDo(
             FingerprintChunks(settings.work_id), runs, label_map, plans)
-        if settings.resuming and settings.lock_token and not settings.release_lock:
+        if settings.resuming and settings.lock_token:   # For the progress of a launcher.
             fingerprints = _note_reuse(fingerprints, plans, settings)
         chunk_fps = beam.pvalue.AsDict(fingerprints)
         shard_fps = beam.pvalue.AsDict(

@@ -1,4 +1,8 @@
-"""The output folder's lock: one writer at a time (pipeline/output/output_folder.py says how)."""
+"""The output folder's lock: one writer at a time (pipeline/output/output_folder.py says how).
+
+A job that a service runs is named in its lock once submitted (`name_job`): a later run asks the
+service it is given about it (`acquire`'s `job_ended`) and takes the lock over once that service
+says the job ended, as it does for a local run whose process is gone."""
 import contextlib
 import dataclasses
 import datetime
@@ -6,7 +10,7 @@ import json
 import os
 import socket
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
@@ -72,6 +76,9 @@ def lock_advice(state: LockState) -> str:
                 f'{STALE_UNREADABLE_SECONDS} s old')
     if _checkable(holder):
         return 'its process is running'
+    if isinstance(holder.get('job'), dict):
+        return ('its job holds it: the next run given the same service takes it over once the '
+                'service says the job ended')
     return ('a run on another host or a Dataflow job holds it; once it is not running any more, '
             'pass --break_lock')
 
@@ -86,6 +93,9 @@ def describe(state: LockState) -> str:
     text = (f"run {holder.get('run_id', '?')} on host {holder.get('host', '?')}, pid "
             f"{holder.get('pid', '?')}, started {holder.get('started', '?')}"
             + (f" ({holder['runner']})" if holder.get('runner') else ''))
+    job = holder.get('job')
+    if isinstance(job, dict):
+        text += f", job {job.get('id', '?')} at {job.get('where', '?')}"
     return printable(text)
 
 
@@ -177,11 +187,13 @@ def _guard(output_dir: str) -> Iterator[None]:
 
 
 def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
-            break_lock: bool = False) -> str:
+            break_lock: bool = False,
+            job_ended: Callable[[dict], str | None] | None = None) -> str:
     """Takes the output lock; returns its token, or raises a DatasetError naming the holder.
 
-    `waits`: the process taking the lock lives as long as the run (false when a job is only
-    submitted), so its lock may be taken over once it is gone.
+    `waits`: the process taking the lock lives as long as the run (false when a service runs
+    the job), so its lock may be taken over once it is gone. `job_ended`: the state a job named
+    in a lock ended in, as the service of this run says (None: running, or not known).
     """
     path = lock_path(output_dir)
     token = uuid.uuid4().hex
@@ -206,13 +218,17 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
             if break_lock and to_break is None:
                 to_break = state.holder
             breaking = break_lock and state.holder == to_break and not _alive_here(state)
-            if not (breaking or is_stale(state)):
+            job = state.holder.get('job') if state.holder else None
+            job_end = (job_ended(job) if job_ended and isinstance(job, dict)
+                       and not (breaking or is_stale(state)) else None)
+            if not (breaking or is_stale(state) or job_end):
                 raise DatasetError(_held(output_dir, state))
             if gcs and not write_if_generation(path, data, state.generation):
                 continue   # Another run changed it first: look again.
             if not gcs:
                 fileio.write_bytes_atomic(path, data)
             LOG.warning('%s the lock %s of %s', 'breaking (--break_lock)' if breaking else
+                        f'taking over (its job ended {job_end})' if job_end else
                         'taking over (its process is gone)', path, describe(state))
             return token
     raise DatasetError(f'could not take the lock {path}: it keeps changing; is another run '
@@ -227,7 +243,26 @@ def _held(output_dir: str, state: LockState) -> str:
         return (f'{held} Its process is running on this machine: wait for it to end '
                 '(--break_lock never takes the lock of a running process; if that process is '
                 f'not a run of this tool, move {path} away and rerun)')
+    if state.holder and isinstance(state.holder.get('job'), dict):
+        return (f'{held} Its job is running as far as the service given to this run tells (or '
+                'it runs on another service): wait for it (--attach=JOB_ID follows it), or cancel '
+                'it and rerun')
     return f'{held} Wait for it, or if it is not running any more, pass --break_lock'
+
+
+def name_job(output_dir: str, token: str, job: dict) -> bool:
+    """Names in `token`'s lock the job that a service runs for it; False when the lock is not
+    `token`'s any more (the job ended and released it)."""
+    path = lock_path(output_dir)
+    with fileio.output_errors(path), _guard(output_dir):
+        state = read_lock(output_dir)
+        if not _is_held_by(state, token):
+            return False
+        data = json.dumps({**state.holder, 'job': job}, indent=1).encode()
+        if fileio.is_gcs(path):
+            return write_if_generation(path, data, state.generation)
+        fileio.write_bytes_atomic(path, data)
+        return True
 
 
 def check_lock(output_dir: str, token: str) -> LockState:

@@ -12,7 +12,7 @@ import sys
 
 from pipeline.inputs import registry
 from pipeline.output import shard_formats
-from pipeline.options import converter_parser
+from pipeline.options import COMMAND_LINE_ONLY, converter_parser
 from pipeline.output.metadata import DATASET_NAME
 
 _GCS = r'^gs:\/\/[^\n\r]+$'
@@ -72,10 +72,11 @@ def _described(name: str, help_text: str) -> tuple[str, str, list[str]]:
 
 
 def template_metadata() -> dict:
-    """The metadata document for every converter flag, in --help order."""
+    """The metadata document for every converter flag but the command line's own, in --help
+    order."""
     parameters = []
     for action in converter_parser()._actions:
-        if action.dest == 'help':
+        if action.dest == 'help' or action.dest in COMMAND_LINE_ONLY:
             continue
         label, param_type, regexes = _described(action.dest, action.help or action.dest)
         if action.choices:
