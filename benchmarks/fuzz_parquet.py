@@ -132,7 +132,8 @@ def check(data: bytes) -> None:
             out.write(data)
         try:
             # The whole disk as the root in half the cases: its devices and /proc are read.
-            _list_and_read(path, len(data), ImageRoot('/' if len(data) % 2 else os.path.realpath(folder)))
+            root = '/' if len(data) % 2 else os.path.realpath(folder)
+            _list_and_read(path, len(data), ImageRoot(root))
         except DatasetError as exc:
             assert path in str(exc) and '\n' not in str(exc), exc
 

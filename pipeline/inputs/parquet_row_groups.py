@@ -15,7 +15,8 @@ Page headers are walked before pyarrow reads a column chunk (parquet_pages.py): 
 or paths holds at most LISTING_PAGE_BYTES, one of images --max_input_mb (compressed bytes and
 dictionary included); the rows of a larger page and the rest of its row group are reported, each
 as `FILE:row N`. A row with no image bytes is read from its path under the image root
-(parquet_image_paths.py), and so is each row of an image column of text (`datasets.Value('string')`, named with --image_column).
+(parquet_image_paths.py), and so is each row of an image column of text
+(`datasets.Value('string')`, named with --image_column).
 """
 import contextlib
 import dataclasses
