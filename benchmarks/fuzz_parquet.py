@@ -1,6 +1,7 @@
 """Fuzzes Hugging Face parquet files (pipeline/inputs/parquet_files.py, parquet_row_groups.py,
 parquet_pages.py): the schema's huggingface metadata (its JSON, the Image and ClassLabel
-features), Image structs of other shapes, label columns of other types, row groups and pages
+features), Image structs of other shapes and paths (read under a root of the whole disk or of
+the case's own folder), label columns of other types, row groups and pages
 of other sizes, unknown thrift fields (lists, sets and maps of any element, nested deep or
 claiming more elements than there are bytes) in the footer and page headers, and the file's
 own bytes. Every file is refused in one line naming it (a
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from benchmarks import fuzz_thrift, fuzzing
 from pipeline.errors import DatasetError
 from pipeline.inputs.parquet_files import ParquetFile, read_columns
+from pipeline.inputs.parquet_image_paths import ImageRoot
 from pipeline.testing import imagemaker
 
 LIMIT = 1 << 20   # --max_input_mb of the cases: small, so that pages over it come cheap.
@@ -60,7 +62,7 @@ def _images(rng: random.Random, rows: int) -> pa.Array:
     path_type = [pa.string(), pa.int64(), pa.struct([('x', pa.string())]), None, pa.large_string()][
         rng.randrange(5)]
     paths = [rng.choice([None, 'a.jpg', '', '../x.jpg', '/dev/zero', '/proc/self/status',
-                         'x' * 5000, 'a\0b'])
+                         'x' * 5000, 'a\0b', 'gs://b/a.jpg', 'link/../../x.jpg'])
              if path_type in (pa.string(), pa.large_string()) else
              rng.choice([None, 7]) if path_type == pa.int64() else
              rng.choice([None, {'x': 'a'}]) for _ in range(rows)]
@@ -129,16 +131,18 @@ def check(data: bytes) -> None:
         with open(path, 'wb') as out:
             out.write(data)
         try:
-            _list_and_read(path, len(data))
+            # The whole disk as the root in half the cases: its devices and /proc are read.
+            root = '/' if len(data) % 2 else os.path.realpath(folder)
+            _list_and_read(path, len(data), ImageRoot(root))
         except DatasetError as exc:
             assert path in str(exc) and '\n' not in str(exc), exc
 
 
-def _list_and_read(path: str, size: int) -> None:
+def _list_and_read(path: str, size: int, root: ImageRoot) -> None:
     columns = read_columns(path, size)
     rows = pq.ParquetFile(path).metadata.num_rows   # Not a column chunk's: those may abort.
     refs = [ref for span in ParquetFile('train', path, 'x.parquet', size, None, columns,
-                                        LIMIT).split_further() for ref in span.examples()]
+                                        LIMIT, root).split_further() for ref in span.examples()]
     assert len(refs) == rows, (len(refs), rows)
     for ref in refs:
         assert (ref.problem is None) == (ref.group is not None), ref

@@ -198,7 +198,7 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
               'max_input_mb': '64', 'damaged_images': 'keep', 'leakage': 'drop',
               'dali_index': 'true'}
     other_inputs = {'csv_train', 'csv_validation', 'csv_test', 'labels_file', 'config', 'config_arg',
-                    'webdataset', 'label_field', 'image_column', 'label_column'}
+                    'webdataset', 'label_field', 'image_column', 'label_column', 'image_root'}
     assert set(values) | other_inputs | COMMAND_LINE_ONLY == converter_flag_names()
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
             f'--template_location={tmp_path}/job.json', '--no_auth',

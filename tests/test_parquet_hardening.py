@@ -232,23 +232,23 @@ def test_a_row_group_that_claims_a_million_rows_is_refused_before_they_are_liste
 @pytest.mark.slow
 def test_images_stored_by_their_paths_are_read_from_them(tmp_path, monkeypatch):
     """`datasets` writes {bytes: None, path} for an Image column made from paths, and reads such
-    a row from its path: absolute, or (here) relative to the parquet file's folder."""
+    a row from its path: absolute, or (here) relative to the folder the command is started in
+    (where datasets looks for it too)."""
     import datasets
     images = [imagemaker.jpeg(24, 16, seed=i) for i in range(3)]
     for i, data in enumerate(images):
         (tmp_path / f'photo{i}.jpg').write_bytes(data)
     (tmp_path / 'gone.jpg').write_bytes(images[0])   # Removed once the file is written.
-    os.makedirs(tmp_path / 'in/data/pictures')
-    os.replace(tmp_path / 'photo2.jpg', tmp_path / 'in/data/pictures/photo2.jpg')
+    os.makedirs(tmp_path / 'pictures')
+    os.replace(tmp_path / 'photo2.jpg', tmp_path / 'pictures/photo2.jpg')
     features = datasets.Features({'image': datasets.Image(),
                                   'label': datasets.ClassLabel(names=['a', 'b'])})
     paths = [str(tmp_path / 'photo0.jpg'), str(tmp_path / 'photo1.jpg'), 'pictures/photo2.jpg',
              str(tmp_path / 'gone.jpg')]
     path = f'{tmp_path}/in/data/train-00000-of-00001.parquet'
-    monkeypatch.chdir(tmp_path / 'in/data')   # Where datasets looks for a relative path.
+    monkeypatch.chdir(tmp_path)
     datasets.Dataset.from_dict({'image': paths, 'label': [0, 1, 0, 1]},
                                features=features).to_parquet(path)
-    monkeypatch.chdir(tmp_path)
     os.remove(tmp_path / 'gone.jpg')
     result = cli(f'--input_dir={tmp_path}/in', f'--output_dir={tmp_path}/out',
                  '--max_error_ratio=1', '--leakage=off')

@@ -60,8 +60,13 @@ def _stored(out: str, split='train') -> dict[str, bytes]:
     return {r[records.FILENAME]: r[records.ENCODED] for r in plain_split(out, split)}
 
 
+def _under(root: str, given=False) -> str:
+    return f'--image_root={os.path.realpath(root)}' + (
+        '' if given else ' (by default the folder the command was started in)')
+
+
 @pytest.mark.slow
-def test_relative_paths_are_read_beside_the_parquet_file_else_from_the_start_folder(tmp_path):
+def test_relative_paths_are_read_under_the_start_folder_not_beside_the_parquet_file(tmp_path):
     start = _start_folder(tmp_path)
     beside = imagemaker.jpeg(24, 16, seed=99)   # Another rose0.jpg, beside the parquet file.
     os.makedirs(f'{start}/pq/flowers/rose')
@@ -72,16 +77,58 @@ def test_relative_paths_are_read_beside_the_parquet_file_else_from_the_start_fol
     result = cli('--input_dir=pq', '--output_dir=out', '--label_column=label',
                  '--max_error_ratio=0.2', NO_LEAKAGE_CHECK, cwd=start)
     assert result.returncode == 0, result.stderr
-    # The parquet file's folder is looked in first: its rose0.jpg is the one read.
-    assert _stored(f'{start}/out') == {os.path.basename(p): IMAGES[p] for p in IMAGES} | {
-        'rose0.jpg': beside}
+    # One root: the start folder's rose0.jpg is read, not the one beside the parquet file.
+    assert _stored(f'{start}/out') == {os.path.basename(p): IMAGES[p] for p in IMAGES}
     assert _errors(f'{start}/out') == [(
         'pq/train.parquet:row 6',
-        "no image: column image holds no bytes, and its relative path names no file in the parquet "
-        "file's folder (pq/flowers/rose/gone.jpg) or in the folder the command was started in "
-        f'({start}/flowers/rose/gone.jpg); run the command from the folder the paths are '
-        'relative to, put the images beside the parquet file, or write the file with the images '
-        'in it (datasets embeds them in push_to_hub)')]
+        f'no image: column image holds no bytes, and its relative path names no file under '
+        f'{_under(start)} ({os.path.realpath(start)}/flowers/rose/gone.jpg); pass '
+        '--image_root=FOLDER the paths are relative to, or write the file with the images in '
+        'it (datasets embeds them in push_to_hub)')]
+
+
+@pytest.mark.slow
+def test_a_path_leading_outside_the_image_root_is_reported_and_not_read(tmp_path):
+    """Images elsewhere on the disk, named by an absolute path, a `..` climb or a link inside
+    the folder, stay out of the dataset unless --image_root holds them (a relative path is read
+    from the root and must stay in it); paths written absolute by datasets from the folder the
+    command is run in need no flag."""
+    start = _start_folder(tmp_path)
+    private = {f'{tmp_path}/private/{i}.jpg': imagemaker.jpeg(24, 16, seed=50 + i) for i in range(4)}
+    os.makedirs(tmp_path / 'private')
+    for path, data in private.items():
+        open(path, 'wb').write(data)
+    os.symlink(f'{tmp_path}/private/2.jpg', f'{start}/flowers/daisy/link.jpg')
+    crafted = [f'{tmp_path}/private/0.jpg', f'{start}/flowers/../../private/1.jpg',
+               f'{start}/flowers/daisy/link.jpg', '../private/3.jpg']
+    paths = [f'{start}/{p}' for p in sorted(IMAGES)] + crafted
+    _to_parquet(start, 'pq/train.parquet', paths, [p.split('/')[-2] for p in paths])
+    flags = ['--input_dir=pq', '--label_column=label', NO_LEAKAGE_CHECK]
+    result = cli(*flags, '--output_dir=out', '--max_error_ratio=0.5', cwd=start)
+    assert result.returncode == 0, result.stderr
+    assert _stored(f'{start}/out') == {os.path.basename(p): IMAGES[p] for p in IMAGES}
+    private_dir = os.path.realpath(tmp_path / 'private')
+    leads = ['lies', *(f'leads to {private_dir}/{i}.jpg,' for i in (1, 2, 3))]
+    assert sorted(_errors(f'{start}/out')) == [
+        (f'pq/train.parquet:row {6 + i}', f'no image: column image holds no bytes, and its path '
+         f'{path} {led} outside {_under(start)}; pass --image_root=FOLDER holding it, or write '
+         'the file with the images in it (datasets embeds them in push_to_hub)')
+        for i, (path, led) in enumerate(zip(crafted, leads))]
+    # Refused, then given a root that holds them: converted again, not reused (the root is
+    # part of what names the run); the relative climb is read from the root, and still leads
+    # out of it.
+    refused = cli(*flags, '--output_dir=out2', '--max_error_ratio=0.2', cwd=start)
+    assert refused.returncode == 2 and 'nothing was committed' in refused.stderr
+    admitted = cli(*flags, '--output_dir=out2', '--max_error_ratio=0.2',
+                   f'--image_root={tmp_path}', cwd=start)
+    assert admitted.returncode == 0, admitted.stderr
+    assert sorted(_stored(f'{start}/out2').values()) == sorted(
+        [*IMAGES.values(), *list(private.values())[:3]])
+    assert _errors(f'{start}/out2') == [(
+        'pq/train.parquet:row 9', 'no image: column image holds no bytes, and its path '
+        f'../private/3.jpg leads to {os.path.dirname(os.path.realpath(tmp_path))}/private/3.jpg, '
+        f'outside {_under(tmp_path, given=True)}; pass --image_root=FOLDER holding it, or write '
+        'the file with the images in it (datasets embeds them in push_to_hub)')]
 
 
 @pytest.mark.slow
@@ -107,11 +154,10 @@ def test_a_column_of_path_strings_is_read_as_paths_once_named(tmp_path):
     assert sorted(_stored(f'{start}/out').values()) == sorted(IMAGES.values())
     assert sorted(_errors(f'{start}/out')) == [
         ('pq/train.parquet:row 6',
-         "no image: the relative path in column image names no file in the parquet file's folder "
-         '(pq/flowers/daisy/gone.jpg) or in the folder the command was started in '
-         f'({start}/flowers/daisy/gone.jpg); run the command from the folder the paths are '
-         'relative to, put the images beside the parquet file, or write the file with the images '
-         'in it (datasets embeds them in push_to_hub)'),
+         'no image: the relative path in column image names no file under '
+         f'{_under(start)} ({os.path.realpath(start)}/flowers/daisy/gone.jpg); pass '
+         '--image_root=FOLDER the paths are relative to, or write the file with the images in '
+         'it (datasets embeds them in push_to_hub)'),
         ('pq/train.parquet:row 7', 'no image (column image holds no path)'),
         ('pq/train.parquet:row 8', 'no image: the path in column image is not valid UTF-8; '
          'write it again, or write the file with the images in it (datasets embeds them in '
@@ -133,6 +179,21 @@ def test_a_column_of_neither_images_nor_paths_is_refused_in_one_line(tmp_path):
         '{bytes, path} struct, or text: their paths); name the image column with --image_column')
 
 
+def test_an_image_root_that_is_no_folder_is_refused_in_one_line(tmp_path):
+    start = _start_folder(tmp_path)
+    _to_parquet(start, 'pq/train.parquet', sorted(IMAGES)[:2], ['a', 'b'])
+    flags = [f'--input_dir={start}/pq', f'--output_dir={tmp_path}/out', '--plan_only',
+             '--label_column=label']
+    for root, line in ((f'{tmp_path}/none', f'--image_root {tmp_path}/none is not a folder; give '
+                        'the folder the images of the parquet rows are in'),
+                       ('gs://bucket/images/../private', '--image_root gs://bucket/images/../'
+                        'private: a gs:// folder is named without . or .. (Cloud Storage does '
+                        'not resolve them); name it plainly')):
+        result = cli(*flags, f'--image_root={root}')
+        assert result.returncode == 2 and result.stderr.splitlines()[-1] == f'error: {line}'
+    assert not os.path.exists(tmp_path / 'out')
+
+
 def _rows(source) -> list:
     """The listed refs of every span of a source's files, each span pickled and read back as a
     worker gets it."""
@@ -143,9 +204,9 @@ def _rows(source) -> list:
     return refs
 
 
-def test_workers_get_the_start_folder_as_data_and_dataflow_workers_none(tmp_path, monkeypatch):
+def test_workers_get_the_image_root_as_data_and_dataflow_workers_none(tmp_path, monkeypatch):
     """What a forked or remote worker reads does not depend on its own current folder; on
-    Dataflow a path relative to the launcher's folder is not read, and the reason says so."""
+    Dataflow the launcher's folder is no root, and the reason says so."""
     start = _start_folder(tmp_path)
     paths = sorted(IMAGES)[:2]
     _to_parquet(start, 'pq/train.parquet', paths, ['a', 'b'])
@@ -161,25 +222,27 @@ def test_workers_get_the_start_folder_as_data_and_dataflow_workers_none(tmp_path
     assert [ref.data for ref in local[0].group.read(local)] == [IMAGES[p] for p in paths]
     found = list(remote[0].group.read(remote))
     assert [ref.problem for ref in found] == [
-        "no image: column image holds no bytes, and its relative path names no file in the "
-        f"parquet file's folder ({start}/pq/{path}); a path relative to the folder the command "
-        'was started in is not read on DataflowRunner, whose workers cannot see that folder: '
-        'write the paths absolute (gs://), or write the file with the images in it (datasets '
-        'embeds them in push_to_hub)' for path in paths]
+        f'no image: column image holds no bytes, and its path {path} is not read on '
+        'DataflowRunner, whose workers cannot see the folder the command was started in (the '
+        'default --image_root); pass --image_root=gs://BUCKET/FOLDER holding the images, or '
+        'write the file with the images in it (datasets embeds them in push_to_hub)'
+        for path in paths]
 
 
 @pytest.mark.slow
 def test_a_rewritten_file_is_converted_again_and_an_unchanged_one_reused(tmp_path):
-    """A run whose train rows all failed (their paths relative to another folder) left its
-    chunks; the train file written again with absolute paths is converted again, the
-    validation file, unchanged, is reused, and the progress counts only that as reused."""
+    """A run whose train rows all failed (their paths relative to another folder than
+    --image_root) left its chunks; the train file written again with absolute paths is
+    converted again, the validation file, unchanged, is reused, and the progress counts only
+    that as reused."""
     start = _start_folder(tmp_path)
     train, validation = sorted(IMAGES)[:4], sorted(IMAGES)[4:]
-    _to_parquet(start, 'pq/train.parquet', train, [p.split('/')[1] for p in train])
+    _to_parquet(f'{start}/flowers', f'{start}/pq/train.parquet',
+                [p.removeprefix('flowers/') for p in train], [p.split('/')[1] for p in train])
     _to_parquet(start, 'pq/validation.parquet', [f'{start}/{p}' for p in validation],
                 [p.split('/')[1] for p in validation])
     flags = [f'--input_dir={start}/pq', '--output_dir=out', '--label_column=label',
-             NO_LEAKAGE_CHECK]
+             f'--image_root={start}', NO_LEAKAGE_CHECK]
     os.makedirs(tmp_path / 'elsewhere')
     failed = cli(*flags, cwd=tmp_path / 'elsewhere')
     assert failed.returncode == 2 and 'nothing was committed' in failed.stderr
@@ -203,3 +266,32 @@ def test_a_rewritten_file_is_converted_again_and_an_unchanged_one_reused(tmp_pat
                for line in lines)
     assert sorted(_stored(out).values()) == sorted(IMAGES[p] for p in train)
     assert sorted(_stored(out, 'validation').values()) == sorted(IMAGES[p] for p in validation)
+
+
+def test_a_gs_image_root_confines_the_gs_paths_of_rows(gcs, tmp_path):
+    """Under --image_root=gs://..., a relative path is read from it and a gs:// path only below
+    it, with no `..` segment; another object of the bucket and a local file are reported."""
+    import datasets
+    from pipeline.testing.gcs_servers import upload
+    inside, private = imagemaker.jpeg(24, 16, seed=70), imagemaker.jpeg(24, 16, seed=71)
+    bucket = upload({'images/a.jpg': inside, 'images/b.jpg': IMAGES['flowers/rose/rose0.jpg'],
+                     'private/c.jpg': private}, 'data')
+    (tmp_path / 'local.jpg').write_bytes(private)
+    paths = [f'{bucket}/images/a.jpg', 'b.jpg', f'{bucket}/private/c.jpg',
+             f'{bucket}/images/../private/c.jpg', f'{tmp_path}/local.jpg']
+    features = datasets.Features({'image': datasets.Image(),
+                                  'label': datasets.ClassLabel(names=['a', 'b'])})
+    os.makedirs(tmp_path / 'pq')   # As datasets writes it (which would look the paths up).
+    pq.write_table(pa.table({'image': [{'bytes': None, 'path': p} for p in paths],
+                             'label': [0, 1, 0, 1, 0]}, schema=features.arrow_schema),
+                   tmp_path / 'pq/train.parquet')
+    result = cli(f'--input_dir={tmp_path}/pq', f'--output_dir={tmp_path}/out',
+                 f'--image_root={bucket}/images/', '--max_error_ratio=0.7', NO_LEAKAGE_CHECK)
+    assert result.returncode == 0, result.stderr
+    assert sorted(_stored(f'{tmp_path}/out').values()) == sorted(
+        [inside, IMAGES['flowers/rose/rose0.jpg']])
+    assert sorted(_errors(f'{tmp_path}/out')) == [
+        (f'{tmp_path}/pq/train.parquet:row {row}', 'no image: column image holds no bytes, and '
+         f'its path {paths[row]} lies outside --image_root={bucket}/images; pass '
+         '--image_root=FOLDER holding it, or write the file with the images in it (datasets '
+         'embeds them in push_to_hub)') for row in (2, 3, 4)]

@@ -31,7 +31,9 @@ NO_LEAKAGE_CHECK = '--leakage=off'
 PATTERNS = ['train-{000000..000012}.tar', '{07..10}', '{-05..3}', '{0..3}', '{4..1}', '{2..-1}',
             '{a..g..2}', '{e..a..2}', '{Z..a}', 'a{1..3}b{x,y}', 'python{2.{5..7},3.{2,3}}',
             'index.html{,.backup}', r'{1\{2,3}', 'x{}y', '{x}', '{{x,y}}', '{a,{b,c}d}',
-            'gs://b/p/{00..10..5}-{a,b}.tar.gz', '{1..10..0}', 'plain.tar']
+            'gs://b/p/{00..10..5}-{a,b}.tar.gz', '{1..10..0}', 'plain.tar',
+            # An escaped backslash inside braces escapes the character after them.
+            r'-1A\{/{9\\}', r'{a,b\\}c', r'x\\{1,2}\\']
 
 
 @pytest.mark.parametrize('pattern', PATTERNS)

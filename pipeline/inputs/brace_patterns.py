@@ -1,8 +1,11 @@
-"""Brace patterns of shard lists (`train-{000000..001281}.tar`), expanded by the rules webdataset
+r"""Brace patterns of shard lists (`train-{000000..001281}.tar`), expanded by the rules webdataset
 expands them by (the braceexpand package, bash's rules): `{a,b}` alternatives, `{7..10}` integer
 ranges, zero-padded to the wider bound when a bound starts with 0 (`{07..10}`), `{1..9..2}`
 steps, either direction, `{a..e}` letter ranges, nesting, and a backslash escaping the next
-character. Braces that hold neither a range nor a comma stay as they are (`{x}`).
+character. Braces that hold neither a range nor a comma stay as they are (`{x}`). Escapes are
+undone as braceexpand undoes them: in each name once per level of braces it passed through, so
+an escaped backslash inside braces escapes the character after them (`{a,b\\}c` is `ac`, `bc`;
+`{9\\}` is `{9}`).
 
 A pattern is parsed into a tree first (at most MAX_DEPTH braces deep), whose count of names and
 longest name are computed from the tree without expanding it, so a pattern that stands for more
@@ -100,14 +103,18 @@ def _longest(parts: tuple) -> int:
 
 
 def _expanded(parts: tuple) -> list[str]:
+    """The names of `parts`, each with its escapes undone (those of the braces inside it were
+    undone there already)."""
     pieces = [[part] if isinstance(part, str) else part.expand() for part in parts]
-    return [''.join(names) for names in itertools.product(*pieces)]
+    names = [''.join(combination) for combination in itertools.product(*pieces)]
+    if not any('\\' in text for piece in pieces for text in piece):   # As a rule: nothing to undo.
+        return names
+    return [_ESCAPED.sub(r'\1', name) for name in names]
 
 
 def _parse(text: str, pattern: str, depth: int) -> tuple:
-    """The parts of `text` (a part of `pattern`, `depth` braces deep): literal strings and the
-    braces between them. A literal's backslash escapes are undone here: an escape never spans
-    two parts (before an unescaped brace or comma the backslashes pair up)."""
+    """The parts of `text` (a part of `pattern`, `depth` braces deep): literal strings, their
+    escapes kept (`_expanded` undoes them), and the braces between them."""
     if depth > MAX_DEPTH:
         raise ValueError(f'braces nest more than {MAX_DEPTH} deep; a shard list needs a few '
                          'at most')
@@ -119,7 +126,7 @@ def _parse(text: str, pattern: str, depth: int) -> tuple:
             continue
         if character == '{':
             if level == 0:
-                parts.append(_ESCAPED.sub(r'\1', text[start:position]))
+                parts.append(text[start:position])
                 start = position
             level += 1
         elif character == '}':
@@ -132,7 +139,7 @@ def _parse(text: str, pattern: str, depth: int) -> tuple:
         position += 1
     if level != 0:
         raise ValueError(f'unbalanced braces in {pattern!r}')
-    parts.append(_ESCAPED.sub(r'\1', text[start:]))
+    parts.append(text[start:])
     return tuple(part for part in parts if part != '')
 
 

@@ -8,7 +8,9 @@ partitions.
 
 The image column is the one whose feature is an `Image` in the schema's `huggingface` metadata
 (values `{bytes, path}`), the label column the `ClassLabel` one; `--image_column` and
-`--label_column` choose others (an image column of plain bytes, or of text: the images' paths). Label ids are the ClassLabel's ids and names its names (through
+`--label_column` choose others (an image column of plain bytes, or of text: the images' paths). An
+image a row names by path is read only from under --image_root (parquet_image_paths.py). Label
+ids are the ClassLabel's ids and names its names (through
 LabelSettings.label_names, as --labels_file fixes them); an integer label column without a
 ClassLabel gives ids as stored, a text column sorted names, as any other input.
 
@@ -27,7 +29,7 @@ from pipeline.base.runners import runner_kind, runner_name
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
 from pipeline.inputs.kinds import InputKind, Partition, Source
-from pipeline.inputs.parquet_image_paths import NO_START_FOLDER, StartFolder
+from pipeline.inputs.parquet_image_paths import NO_IMAGE_ROOT, ImageRoot
 from pipeline.inputs.parquet_row_groups import ClassNames, Columns, RowGroups, footer, readable, spans
 from pipeline.base.splits import SPLITS, split_of
 from pipeline.io import fileio
@@ -195,8 +197,7 @@ class ParquetFile(Partition):
     mtime: float | None
     columns: Columns
     limit: int         # --max_input_mb, in bytes.
-    # Where a relative image path is looked for after the file's folder (the launcher's).
-    start: StartFolder = NO_START_FOLDER
+    image_root: ImageRoot = NO_IMAGE_ROOT   # Where the images its rows name by path are read.
 
     def split_further(self) -> list[Partition]:
         found_footer = footer(self.path, self.size, self.mtime)
@@ -209,7 +210,7 @@ class ParquetFile(Partition):
                                f'the first file: {_difference(found, self.columns)}; convert the '
                                'files of one dataset together')
         return [RowGroups(self.split, self.path, self.name, self.size, self.mtime, self.columns,
-                          self.limit, *span, start=self.start)
+                          self.limit, *span, image_root=self.image_root)
                 for span in spans(self.path, found_footer, self.columns.image)]
 
 
@@ -248,26 +249,39 @@ def _parquet_source(root: str, opts, labels: LabelSettings) -> Source:
     if columns.classes is not None and labels.label_names is None and labels.text_label_map is None:
         labels = dataclasses.replace(labels, label_names=tuple(columns.classes), names_origin=(
             f'the ClassLabel of column {columns.label} in {first.path}'))
-    start = _start_folder(opts) if columns.path else NO_START_FOLDER
+    image_root = _image_root(opts) if columns.path else NO_IMAGE_ROOT
     partitions = [ParquetFile(split, e.path, e.path[len(root) + 1:], e.size, e.mtime, columns,
-                              opts.max_input_mb << 20, start)
+                              opts.max_input_mb << 20, image_root)
                   for split in splits for e in by_split[split][1]]
+    # The root decides which images are read: another is another input.
+    images = f' images under {image_root.path}' if columns.path else ''
     return Source(partitions, splits, labels,
-                  identity=f'parquet {root} {columns.image} {columns.label}')
+                  identity=f'parquet {root} {columns.image} {columns.label}{images}')
 
 
-def _start_folder(opts) -> StartFolder:
-    """The folder this command was started in, for images whose paths are relative to it, where
-    the workers can read it: not on a runner whose workers run elsewhere (Dataflow, a job
-    service)."""
+def _image_root(opts) -> ImageRoot:
+    """The folder the images that rows name by path are read under: --image_root, else the
+    folder this command was started in where the workers can read it (not on a runner whose
+    workers run elsewhere: Dataflow, a job service). A local one is made absolute with its links
+    followed, as every path checked against it is."""
+    if opts.image_root:
+        given = opts.image_root.rstrip('/') or '/'
+        if fileio.is_gcs(given):
+            return ImageRoot(given, given=True)
+        if not os.path.isdir(given):
+            raise DatasetError(f'--image_root {printable(given)} is not a folder; give the folder '
+                               'the images of the parquet rows are in')
+        return ImageRoot(os.path.realpath(given), given=True)
+    default = 'the folder the command was started in (the default --image_root)'
     if runner_kind(opts).remote:
-        return StartFolder(None, f'is not read on {runner_name(opts)}, whose workers cannot '
-                           'see that folder: write the paths absolute (gs://)')
+        return ImageRoot(None, why_not=f'is not read on {runner_name(opts)}, whose workers '
+                         f'cannot see {default}; pass --image_root=gs://BUCKET/FOLDER holding '
+                         'the images')
     try:
-        return StartFolder(os.getcwd())
+        return ImageRoot(os.path.realpath(os.getcwd()))
     except OSError:   # The folder was removed while the command ran in it.
-        return StartFolder(None, 'is not read: that folder was removed; write the paths '
-                           'absolute')
+        return ImageRoot(None, why_not=f'is not read: {default} was removed; pass '
+                         '--image_root=FOLDER holding the images')
 
 
 class ParquetKind(InputKind):
@@ -276,15 +290,30 @@ class ParquetKind(InputKind):
 
     given_as = '--input_dir'
     combines = True
+    template = {'image_root': ('Parquet input: the folder of the images rows name by path',
+                               'GCS_READ_FOLDER', [r'^gs:\/\/[^\n\r]+$'])}
 
     def add_flags(self, flag: Callable[..., None]) -> None:
         flag('image_column', help='Parquet input: the column of images (default: the one whose '
              'Hugging Face feature is an Image).')
         flag('label_column', help='Parquet input: the column of labels (default: the one whose '
              'Hugging Face feature is a ClassLabel).')
+        flag('image_root', help='Parquet input: the folder, local or gs://, that images stored '
+             'by their paths are read under; a relative path is relative to it, and a row whose '
+             'path leads outside it (absolute, through .. or a link) is reported, not read '
+             '(default: the folder the command was started in).')
 
     def given(self, opts, config) -> bool:
         return bool(opts.input_dir) and find_layout(opts.input_dir.rstrip('/')) is not None
+
+    def check(self, opts) -> None:
+        root = opts.image_root
+        if root and fileio.is_gcs(root) and {'.', '..'} & set(root[len('gs://'):].split('/')):
+            raise DatasetError(f'--image_root {printable(root)}: a gs:// folder is named without '
+                               '. or .. (Cloud Storage does not resolve them); name it plainly')
+
+    def paths(self, opts) -> list[str]:
+        return [opts.image_root] if opts.image_root else []
 
     def split_flag(self, split: str) -> str:
         return '--input_dir'

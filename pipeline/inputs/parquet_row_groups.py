@@ -14,8 +14,9 @@ gs://), which the worker writes into one blob that each chunk reads its rows fro
 Page headers are walked before pyarrow reads a column chunk (parquet_pages.py): a page of labels
 or paths holds at most LISTING_PAGE_BYTES, one of images --max_input_mb (compressed bytes and
 dictionary included); the rows of a larger page and the rest of its row group are reported, each
-as `FILE:row N`. A row with no image bytes is read from its path (parquet_image_paths.py), and
-so is each row of an image column of text (`datasets.Value('string')`, named with --image_column).
+as `FILE:row N`. A row with no image bytes is read from its path under the image root
+(parquet_image_paths.py), and so is each row of an image column of text
+(`datasets.Value('string')`, named with --image_column).
 """
 import contextlib
 import dataclasses
@@ -32,7 +33,7 @@ import pyarrow.parquet as pq
 from pipeline.base import pickling
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import label_values, parquet_footer, parquet_image_paths, parquet_pages
-from pipeline.inputs.parquet_image_paths import BadPath, StartFolder
+from pipeline.inputs.parquet_image_paths import BadPath, ImageRoot
 from pipeline.inputs.kinds import Partition
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
@@ -217,13 +218,13 @@ class RowGroups(Partition):
     end_group: int
     first_row: int
     row_bytes: int
-    start: StartFolder   # Where a relative image path is looked for after the file's folder.
+    image_root: ImageRoot   # Where the images its rows name by path are read.
     sizes_known = True
 
     def examples(self) -> Iterator[ExampleRef]:
         read = RowGroupRead(self.path, self.size, self.mtime, self.first_group, self.end_group,
                             self.first_row, self.columns.image_bytes, self.columns.path,
-                            self.limit, self.start)
+                            self.limit, self.image_root)
         listed = [self.columns.label] + ([self.columns.path] if self.columns.path else [])
         files = _Opened(self.path, self.size, self.mtime)
         row = self.first_row
@@ -376,7 +377,7 @@ class RowGroupRead:
     column: str | None  # `image.bytes` of a struct column, the column of plain bytes, or None
     path_column: str | None   # for a column of paths (this one).
     limit: int          # --max_input_mb, in bytes: a page's, and an image read from its path.
-    start: StartFolder
+    image_root: ImageRoot
 
     @property
     def key(self) -> str:
@@ -436,8 +437,8 @@ class RowGroupRead:
 
     @functools.cached_property
     def _image_paths(self) -> parquet_image_paths.ImagePaths:
-        return parquet_image_paths.ImagePaths(self.path, self.column, self.path_column,
-                                              self.limit, self.start)
+        return parquet_image_paths.ImagePaths(self.column, self.path_column, self.limit,
+                                              self.image_root)
 
     def _why_not(self, row: int) -> str:
         """Why row `row` has no image: its page, its path, or a null image without a path."""
