@@ -4,8 +4,9 @@
 
 For each Python asked for (default: the newest of PYTHONS), found on this machine by find_python,
 it makes a virtual environment, installs this checkout into it from the package registry (a
-minute or more: hence outside the suite), converts the generated sample there, and compares
-every output byte with the same conversion by this interpreter. One line a Python; exits 1 if
+minute or more: hence outside the suite), runs the first command a user runs there (the
+generated sample, no flags), converts one generated sample folder, and compares every output
+byte with this interpreter's conversion of the same folder. One line a Python; exits 1 if
 any fails or cannot be found. tests/test_python_range.py checks the cheap half in the suite:
 the declared range, the Flex image's Python, and pip refusing the Python below the range.
 """
@@ -43,10 +44,11 @@ def find_python(version: str) -> str | None:
     return None
 
 
-def _convert(python: str, folder: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m pipeline.run` in `folder`: the generated sample into folder/sample_tfrecords."""
-    return subprocess.run([python, '-m', 'pipeline.run'], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=900)
+def _convert(python: str, folder: str, env: dict, *flags: str) -> subprocess.CompletedProcess:
+    """`python -m pipeline.run FLAGS` in `folder` (no flags: the generated sample into
+    folder/sample_tfrecords)."""
+    return subprocess.run([python, '-m', 'pipeline.run', *flags], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=900)
 
 
 def _files(folder: str) -> dict[str, bytes]:
@@ -59,9 +61,9 @@ def _files(folder: str) -> dict[str, bytes]:
     return found
 
 
-def prove(version: str, scratch: str, reference: dict[str, bytes]) -> str:
-    """Installs this checkout with Python `version` and converts the sample; a line saying how
-    it went (starting 'ok' or 'FAILED')."""
+def prove(version: str, scratch: str, inputs: str, reference: dict[str, bytes]) -> str:
+    """Installs this checkout with Python `version`, runs the sample and converts `inputs`; a
+    line saying how it went (starting 'ok' or 'FAILED')."""
     python = find_python(version)
     if python is None:
         return f'FAILED {version}: no python{version} on this machine'
@@ -77,15 +79,19 @@ def prove(version: str, scratch: str, reference: dict[str, bytes]) -> str:
     os.makedirs(folder)
     # The installed package, not this checkout: a run from another folder, no PYTHONPATH.
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-    result = _convert(os.path.join(venv, 'bin', 'python'), folder, env)
+    python = os.path.join(venv, 'bin', 'python')
+    sample = _convert(python, folder, env)
+    if sample.returncode or 'Wrote dataset to sample_tfrecords' not in sample.stdout:
+        return f'FAILED {version}: the sample: {sample.stderr.strip()[-500:]}'
+    result = _convert(python, folder, env, f'--input_dir={inputs}', '--output_dir=out')
     if result.returncode:
         return f'FAILED {version}: conversion: {result.stderr.strip()[-500:]}'
-    written = _files(os.path.join(folder, 'sample_tfrecords'))
+    written = _files(os.path.join(folder, 'out'))
     if written != reference:
         differ = sorted(k for k in set(written) | set(reference) if written.get(k) != reference.get(k))
         return f'FAILED {version}: output differs from Python {sys.version.split()[0]}: {differ}'
-    return (f'ok {version} ({python}): installed in {installed:.0f} s, the sample converted, '
-            f'its {len(written)} files equal to Python {sys.version.split()[0]}\'s')
+    return (f'ok {version}: installed in {installed:.0f} s, the sample converted, and a '
+            f'conversion\'s {len(written)} files equal to Python {sys.version.split()[0]}\'s')
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,16 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--python', action='append', help='X.Y (repeat; default: the newest of '
                         "setup.py's PYTHONS)")
     args = parser.parse_args(argv)
+    from pipeline.sample_data import write_sample_dataset
     with tempfile.TemporaryDirectory() as scratch:
-        here = os.path.join(scratch, 'here')
-        os.makedirs(here)
-        env = dict(os.environ, PYTHONPATH=REPO)
-        result = _convert(sys.executable, here, env)
+        inputs = os.path.join(scratch, 'inputs')
+        write_sample_dataset(inputs)
+        result = _convert(sys.executable, scratch, dict(os.environ, PYTHONPATH=REPO),
+                          f'--input_dir={inputs}', '--output_dir=reference')
         if result.returncode:
             print(f'FAILED: the reference conversion: {result.stderr.strip()[-500:]}')
             return 1
-        reference = _files(os.path.join(here, 'sample_tfrecords'))
-        lines = [prove(version, scratch, reference) for version in args.python or [declared('PYTHONS')[-1]]]
+        reference = _files(os.path.join(scratch, 'reference'))
+        lines = [prove(version, scratch, inputs, reference)
+                 for version in args.python or [declared('PYTHONS')[-1]]]
     print('\n'.join(lines))
     return 0 if all(line.startswith('ok') for line in lines) else 1
 
