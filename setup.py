@@ -6,13 +6,19 @@ import setuptools
 # its launcher and its workers must run the same release (dataflow_templates/Dockerfile).
 BEAM_OLDEST = '2.73.0'
 FLEX_BEAM_VERSION = '2.78.0'
+# Python: the versions the suite runs on (PYTHONS[0], what pip refuses below: array-record and
+# Beam have no release for older ones) up to the newest one benchmarks/python_versions.py
+# installs and converts with; the Flex Template image pins FLEX_PYTHON, one of them.
+PYTHONS = ('3.11', '3.12', '3.13')
+FLEX_PYTHON = '3.11'
 TENSORFLOW = ['tensorflow>=2.16', 'tensorflow-datasets>=4.9']
 
 setuptools.setup(
     name='image-tfrecords',
     version='0.1.0',
     description='Image-classification datasets to sharded TFRecords for Cloud TPU, on Apache Beam.',
-    python_requires='>=3.10',
+    python_requires=f'>={PYTHONS[0]}',
+    classifiers=[f'Programming Language :: Python :: {version}' for version in PYTHONS],
     packages=setuptools.find_packages(include=['pipeline', 'pipeline.*', 'transforms']),
     # What the workers need: conversion itself imports no TensorFlow.
     install_requires=[

@@ -1,5 +1,6 @@
 """The image build commands the Dockerfile, the build script and docs/flex-template.md give use only what
 `gcloud builds submit` accepts, and the Cloud Build config builds the Dockerfile there is."""
+import json
 import os
 import re
 import shlex
@@ -42,14 +43,32 @@ def _submit_commands() -> list[list[str]]:
 
 @pytest.mark.slow   # It runs the build script.
 def test_the_build_script_prints_its_gcloud_commands_without_gcloud():
-    image = 'us-central1-docker.pkg.dev/p/dataflow/image-tfrecords:latest'
     assert [words[:3] for words in _printed_commands()] == [
-        ['gcloud', 'artifacts', 'repositories'], ['gcloud', 'builds', 'submit'],
-        ['gcloud', 'dataflow', 'flex-template']]
+        ['gcloud', 'services', 'enable'], ['gcloud', 'artifacts', 'repositories'],
+        ['gcloud', 'builds', 'submit'], ['gcloud', 'dataflow', 'flex-template']]
+    enable = _printed_commands()[0]
+    assert {'dataflow.googleapis.com', 'cloudbuild.googleapis.com', 'artifactregistry.googleapis.com',
+            'storage.googleapis.com'} <= set(enable)
+    build = _printed_commands(SERVICE_ACCOUNT='sa@p.iam.gserviceaccount.com')[-1]
+    # The spec's defaults, which a launch from the console takes where its form is left empty.
+    assert {'--temp-location=gs://b/tmp', '--staging-location=gs://b/staging',
+            '--service-account-email=sa@p.iam.gserviceaccount.com'} <= set(build)
+
+
+@pytest.mark.slow   # It runs the build script.
+def test_the_launch_passes_only_template_parameters_and_values_their_regexes_take():
+    """Dataflow checks a Flex Template launch's parameters against metadata.json: every one the
+    script passes is declared there (the worker image is not a parameter: the image names
+    itself, dataflow_templates/launcher.py), and its value matches the parameter's regexes."""
     run, = _printed_commands(RUN='1', INPUT='gs://b/raw', OUTPUT='gs://b/out')
     assert run[:4] == ['gcloud', 'dataflow', 'flex-template', 'run']
-    assert (f'--parameters=input_dir=gs://b/raw,output_dir=gs://b/out,sdk_container_image={image}'
-            in run)
+    assert '--temp-location=gs://b/tmp' in run
+    parameters = dict(pair.split('=', 1) for word in run if word.startswith('--parameters=')
+                      for pair in word.removeprefix('--parameters=').split(','))
+    assert parameters == {'input_dir': 'gs://b/raw', 'output_dir': 'gs://b/out'}
+    metadata = {p['name']: p for p in json.loads(_text('dataflow_templates/metadata.json'))['parameters']}
+    for name, value in parameters.items():
+        assert all(re.fullmatch(regex, value) for regex in metadata[name]['regexes']), name
 
 
 @pytest.mark.slow   # It runs the build script.
@@ -68,4 +87,6 @@ def test_cloud_build_config_builds_the_dockerfile_from_the_repository_root():
     assert args[:3] == ['build', '-t', '${_IMAGE}'] and args[-1] == '.'
     dockerfile = args[args.index('-f') + 1]
     assert os.path.isfile(os.path.join(REPO, dockerfile))
+    # The image is told its own name, which the launcher gives the workers.
+    assert args[args.index('--build-arg') + 1] == 'SDK_CONTAINER_IMAGE=${_IMAGE}'
     assert config['images'] == ['${_IMAGE}']

@@ -1,6 +1,7 @@
 """Dataflow and the Flex Template, offline: job graphs, job JSON, the staged package, metadata,
 the Dockerfile and the launcher. Submission itself needs a Google Cloud project."""
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 
+from benchmarks.python_versions import declared
 from pipeline import job as jobs
 from pipeline.dataflow import WORKER_DEFAULTS, one_build_at_a_time
 from pipeline.options import COMMAND_LINE_ONLY, converter_flag_names, converter_parser
@@ -156,6 +158,45 @@ def test_metadata_json_is_generated_from_the_flags_and_valid():
     assert by_name['reencode']['paramType'] == 'BOOLEAN' and by_name['num_shards']['paramType'] == 'NUMBER'
 
 
+# Values the docs and labels give as examples; each parameter's default is tried too.
+EXAMPLES = {
+    'input_dir': 'gs://my-bucket/raw', 'csv_train': 'gs://my-bucket/train.csv',
+    'csv_validation': 'gs://my-bucket/splits/validation.csv', 'csv_test': 'gs://b/test.csv',
+    'labels_file': 'gs://my-bucket/labels.txt', 'config': 'my_datasets.flowers:Flowers',
+    'config_arg': 'image_size=224', 'webdataset': 'train=gs://b/train-{000..146}.tar',
+    'output_dir': 'gs://my-bucket/tfrecords/imagenet', 'dataset_name': 'imagenet2012',
+    'output_format': 'tfrecord,array_record', 'num_shards': '16', 'target_shard_mb': '64.5',
+    'max_error_ratio': '1e-3', 'jpeg_quality': '90', 'max_side': '512', 'reads_in_flight': '8',
+    'max_input_mb': '1024', 'label_offset': '1', 'num_labels': '1000', 'reencode': 'true',
+    'damaged_images': 'reencode', 'leakage': 'drop', 'plan_format': 'json',
+}
+
+
+def test_each_template_parameter_regex_takes_the_documented_values_and_refuses_a_bad_one():
+    """Dataflow refuses a launch whose value fails a parameter's regexes (a whole match, as
+    Java's matches()): they let through the examples and defaults, which the flags parse, and
+    refuse a path off Cloud Storage or a word where a number, switch or choice belongs."""
+    parser = converter_parser()
+    parameters = template_metadata()['parameters']
+    free_text = {p['name'] for p in parameters if 'regexes' not in p}
+    assert free_text == {'image_column', 'label_column', 'label_field', 'description'}
+    for parameter in parameters:
+        if parameter['name'] in free_text:
+            continue
+        name, regexes = parameter['name'], parameter['regexes']
+        good = [v for v in (EXAMPLES.get(name), parameter.get('defaultValue')) if v is not None]
+        assert good, name
+        for value in good:
+            assert all(re.fullmatch(regex, value) for regex in regexes), (name, value)
+            parser.parse_args([f'--{name}={value}'])   # The flag takes it too.
+        bad = 'my-bucket/raw' if 'gs:' in regexes[0] else 'not one'
+        assert not any(re.fullmatch(regex, bad) for regex in regexes), (name, bad)
+    by_name = {p['name']: p['regexes'] for p in parameters if p['name'] not in free_text}
+    assert not re.fullmatch(by_name['num_shards'][0], '-1')
+    assert not re.fullmatch(by_name['reads_in_flight'][0], '0')
+    assert not re.fullmatch(by_name['reencode'][0], 'maybe')
+
+
 def test_dockerfile_paths_and_versions_match_the_repo():
     text = open(os.path.join(REPO, 'dataflow_templates', 'Dockerfile')).read()
     workdir = re.search(r'ARG WORKDIR=(\S+)', text)[1]
@@ -165,13 +206,17 @@ def test_dockerfile_paths_and_versions_match_the_repo():
     for name in ('FLEX_TEMPLATE_PYTHON_PY_FILE', 'FLEX_TEMPLATE_PYTHON_SETUP_FILE'):
         path = re.search(rf'{name}="\$\{{WORKDIR\}}/([^"]+)"', text)[1]
         assert os.path.exists(os.path.join(REPO, path)), path
-    setup = open(os.path.join(REPO, 'setup.py')).read()
-    beam = re.search(r"FLEX_BEAM_VERSION = '([^']+)'", setup)[1]
-    assert re.search(r'apache/beam_python(\d\.\d+)_sdk:(\S+) ', text).groups() == (
-        f'{sys.version_info.major}.{sys.version_info.minor}', beam)
+    # The image's Python and Beam are what setup.py pins for it, whatever Python runs the suite.
+    python, beam = declared('FLEX_PYTHON'), declared('FLEX_BEAM_VERSION')
+    assert python in declared('PYTHONS')
+    assert re.search(r'apache/beam_python(\d\.\d+)_sdk:(\S+) ', text).groups() == (python, beam)
     assert f"pip install --no-cache-dir . 'apache-beam[gcp]=={beam}'" in text   # Launcher = workers.
-    assert 'FROM python:3.11-slim' in text and 'python311-template-launcher-base' in text
+    assert f'FROM python:{python}-slim' in text
+    assert f'python{python.replace(".", "")}-template-launcher-base' in text
     assert workdir == '/template'
+    # The build's --build-arg (cloudbuild.yaml) reaches the launcher as SDK_CONTAINER_IMAGE.
+    assert 'ARG SDK_CONTAINER_IMAGE=""' in text
+    assert 'ENV SDK_CONTAINER_IMAGE="${SDK_CONTAINER_IMAGE}"' in text
 
 
 @pytest.mark.slow
@@ -203,11 +248,17 @@ def test_launcher_takes_every_template_parameter_and_returns(tmp_path, raw):
     argv = [*CLOUD, f'--temp_location={tmp_path}/tmp', f'--staging_location={tmp_path}/staging',
             f'--template_location={tmp_path}/job.json', '--no_auth',
             '--dataflow_endpoint=http://localhost:1', *(f'--{k}={v}' for k, v in values.items())]
+    # The image names itself (its build's SDK_CONTAINER_IMAGE): the workers run it, no parameter
+    # of the launch needed.
+    image = 'us-central1-docker.pkg.dev/my-project/dataflow/image-tfrecords:latest'
     result = subprocess.run([sys.executable, os.path.join(REPO, 'dataflow_templates', 'launcher.py'), *argv],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, SDK_CONTAINER_IMAGE=image))
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'Job submitted' in result.stdout
-    options = json.load(open(tmp_path / 'job.json'))['environment']['sdkPipelineOptions']['options']
+    environment = json.load(open(tmp_path / 'job.json'))['environment']
+    assert environment['workerPools'][0]['sdkHarnessContainerImages'][0]['containerImage'] == image
+    options = environment['sdkPipelineOptions']['options']
     assert options['num_shards'] == 4 and options['reencode'] is True
     assert options['apply_exif_orientation'] is False and options['max_side'] == 512
     assert options['dataset_name'] == 'launched' and options['description'] == 'from the console'
@@ -247,3 +298,19 @@ def test_a_followed_dataflow_job_says_how_to_cancel_it_follow_it_and_why_it_fail
     assert remote_job.error_line(ours) == "5 of 40 inputs of split 'train' could not be converted"
     assert str(remote_job.JobFailed(job, 'CANCELLED', None)) == \
         'job 2026-12-07_14_03_11-123 ended CANCELLED; nothing was committed'
+
+
+def test_the_launcher_names_the_image_it_runs_in_unless_the_launch_names_one():
+    spec = importlib.util.spec_from_file_location(
+        'launcher', os.path.join(REPO, 'dataflow_templates', 'launcher.py'))
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    argv = ['--input_dir=gs://b/raw', '--output_dir=gs://b/out']
+    own = {'SDK_CONTAINER_IMAGE': 'example.com/image-tfrecords:1'}
+    assert launcher.with_worker_image(argv, own) == [
+        *argv, '--sdk_container_image=example.com/image-tfrecords:1']
+    for named in ('--sdk_container_image=example.com/other:2',
+                  '--worker_harness_container_image=example.com/other:2'):
+        assert launcher.with_worker_image([*argv, named], own) == [*argv, named]
+    assert launcher.with_worker_image(argv, {}) == argv   # Built without it: the setup file.
+    assert launcher.with_worker_image(argv, {'SDK_CONTAINER_IMAGE': ''}) == argv

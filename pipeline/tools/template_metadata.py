@@ -5,18 +5,27 @@
 Names, help texts, defaults and optionality come from pipeline/options.py, so the console form
 always shows the flags the pipeline really has; labels and parameter types are added here (an
 input kind's own flags may bring theirs, InputKind.template; else the help's first sentence and
-TEXT). A flag with argparse `choices` gets a regex of them.
+TEXT). Dataflow checks each value a launch passes against the parameter's regexes: a flag with
+argparse `choices` gets a regex of them, a number or switch one of its type (whole numbers are
+never negative here); free text (a description, a column or field name) gets none.
 """
 import json
 import sys
 
 from pipeline.inputs import registry
 from pipeline.output import shard_formats
-from pipeline.options import COMMAND_LINE_ONLY, converter_parser
+from pipeline.options import COMMAND_LINE_ONLY, converter_parser, parse_bool, positive_int
 from pipeline.output.metadata import DATASET_NAME
 
 _GCS = r'^gs:\/\/[^\n\r]+$'
 _FORMATS = '|'.join(shard_formats.names())
+# argparse type: the regex of the values Dataflow lets through (a subset of what the type reads).
+TYPE_REGEXES = {
+    parse_bool: r'^(true|false)$',
+    int: r'^[0-9]+$',
+    positive_int: r'^[1-9][0-9]*$',
+    float: r'^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$',
+}
 # flag: (label, paramType, regexes)
 PARAMETERS = {
     'input_dir': ('Input folder (folder per split and class)', 'GCS_READ_FOLDER', [_GCS]),
@@ -81,6 +90,8 @@ def template_metadata() -> dict:
         label, param_type, regexes = _described(action.dest, action.help or action.dest)
         if action.choices:
             regexes = [rf'^({"|".join(action.choices)})$']
+        elif not regexes and action.type in TYPE_REGEXES:
+            regexes = [TYPE_REGEXES[action.type]]
         parameter = {'name': action.dest, 'label': label, 'helpText': action.help,
                      'isOptional': action.dest not in REQUIRED, 'paramType': param_type}
         if regexes:
