@@ -169,6 +169,7 @@ EXAMPLES = {
     'max_error_ratio': '1e-3', 'jpeg_quality': '90', 'max_side': '512', 'reads_in_flight': '8',
     'max_input_mb': '1024', 'label_offset': '1', 'num_labels': '1000', 'reencode': 'true',
     'damaged_images': 'reencode', 'leakage': 'drop', 'plan_format': 'json',
+    'image_root': 'gs://my-bucket/images',
 }
 
 
