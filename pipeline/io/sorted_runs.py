@@ -134,32 +134,37 @@ def _span(section: Section, lo: int, hi: int) -> tuple[int, int]:
     return start, end
 
 
-def _ranges(runs: Iterable[Run], section: Hashable, lo: int, hi: int) -> list[bytes]:
-    """The bytes of each run that may hold records of `section` with lo <= key < hi, read at
-    once (one ranged read per run)."""
+def _ranges(runs: Iterable[Run], section: Hashable, lo: int, hi: int
+            ) -> list[tuple[str, bytes]]:
+    """(path, bytes) of each run that may hold records of `section` with lo <= key < hi, read
+    at once (one ranged read per run)."""
     wanted = [(run.path, *_span(run.sections[section], lo, hi))
               for run in runs if section in run.sections]
-    return fileio.at_once(lambda where: fileio.read_range(where[0], where[1], where[2] - where[1]),
-                          [w for w in wanted if w[2] > w[1]])
+    return fileio.at_once(
+        lambda where: (where[0], fileio.read_range(where[0], where[1], where[2] - where[1])),
+        [w for w in wanted if w[2] > w[1]])
 
 
 def read_range(runs: Iterable[Run], section: Hashable, lo: int, hi: int
-               ) -> Iterator[tuple[int, bytes]]:
-    """(key, payload) of every record of `section` with lo <= key < hi, of all `runs`, in key
-    order (records of one run with equal keys in their order)."""
-    return heapq.merge(*(_records(data, lo, hi) for data in _ranges(runs, section, lo, hi)),
+               ) -> Iterator[tuple[int, bytes, str]]:
+    """(key, payload, the run's path) of every record of `section` with lo <= key < hi, of all
+    `runs`, in key order (records of one run with equal keys in their order). A run's bytes are
+    taken as they are: a length past its range ends it, and its payloads are the reader's to
+    check."""
+    return heapq.merge(*(_records(path, data, lo, hi)
+                         for path, data in _ranges(runs, section, lo, hi)),
                        key=lambda record: record[0])
 
 
-def _records(data: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
+def _records(path: str, data: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes, str]]:
     at = 0
-    while at < len(data):
+    while at + _HEAD.size <= len(data):
         key, length = _HEAD.unpack_from(data, at)
         at += _HEAD.size
         if key >= hi:
             return
         if key >= lo:
-            yield key, data[at:at + length]
+            yield key, data[at:at + length], path
         at += length
 
 
@@ -168,7 +173,7 @@ def read_rows(runs: Iterable[Run], section: Hashable, lo: int, hi: int,
     """The payloads (`payload` rows) of every record of `section` with lo <= key < hi, of all
     `runs` written with RunWriter.add_rows, in key order."""
     dtype = record_dtype(np.dtype((np.void, payload.itemsize)))
-    parts = [np.frombuffer(data, dtype=dtype) for data in _ranges(runs, section, lo, hi)]
+    parts = [np.frombuffer(data, dtype=dtype) for _, data in _ranges(runs, section, lo, hi)]
     if not parts:
         return np.zeros(0, dtype=payload)
     records = np.concatenate(parts)
