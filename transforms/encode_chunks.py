@@ -130,6 +130,7 @@ class EncodeChunks(beam.DoFn):
         self._entry_writes = ThreadPoolExecutor(len(entries.KINDS))
         self._finisher = ThreadPoolExecutor(1, thread_name_prefix='finish-parts')
         self._finishing: Future | None = None
+        self._shards_checked: dict[str, bool] = {}   # Shard file -> complete (resume.py).
 
     def start_bundle(self) -> None:
         self._filer = RunWriter(output_folder.filed_folder(self._settings.temp_dir))
@@ -207,11 +208,14 @@ class EncodeChunks(beam.DoFn):
             shard_file = output_folder.shard_path(
                 self._settings.temp_dir, split, shard, shard_fps[(split, shard)],
                 shard_formats.named(self._settings.output_formats)[0])
-            joined = resume.complete_shard(shard_file, split, shard, self._settings) is not None
+            if shard_file not in self._shards_checked:   # Each shard read back once.
+                self._shards_checked[shard_file] = resume.complete_shard(
+                    shard_file, split, shard, self._settings) is not None
+            joined = self._shards_checked[shard_file]
             # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
                 path, ShardResult, split=split, shard=shard, chunk=chunk)
-            if done is None or not (joined or entries.trusted(path)):
+            if done is None:
                 return None
             results.append(done)
         return results
@@ -278,8 +282,8 @@ class EncodeChunks(beam.DoFn):
                        for kind, listed in found.items()]
             with close:
                 pass
-            for write in written:
-                write.result()
+            for kind, write in zip(found, written):
+                result.digests[kind] = write.result()
         return finish
 
     def _record(self, ref: ExampleRef, read: Future | None,
