@@ -214,13 +214,13 @@ def chunk_of_part(path: str) -> tuple[str, str]:
     return split, chunk
 
 
-def complete_shard(path: str, split: str, shard: int,
-                   settings: ConversionSettings) -> ShardResult | None:
+def complete_shard(path: str, split: str, shard: int, settings: ConversionSettings,
+                   tell: bool = True) -> ShardResult | None:
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
     output format with the size and the records (`content`) the sidecar gives it, its DALI
     index (with --dali_index) and its entry files with their digests, none untrusted
-    (fileio.is_untrusted); else None (it is made again; a file that differs from its sidecar
-    is named in a line)."""
+    (fileio.is_untrusted); else None (it is made again; with `tell`, a file that differs from
+    its sidecar is named in a line)."""
     result = load_sidecar(path, ShardResult, split=split, shard=shard)
     if result is None:
         return None
@@ -229,8 +229,9 @@ def complete_shard(path: str, split: str, shard: int,
     except FileNotFoundError:
         return None
     if changed is not None:
-        LOG.warning('remaking %s shard %d: %s differs from its record (digest)', split,
-                    shard + 1, changed)
+        if tell:
+            LOG.warning('remaking %s shard %d: %s differs from its record (digest)', split,
+                        shard + 1, changed)
         return None
     return result
 

@@ -154,7 +154,9 @@ class WriteShard(beam.DoFn):
             shard_fp = fingerprint(shard_fp, drops)
         path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
                                         shard_formats.named(settings.output_formats)[0])
-        result = resume.complete_shard(path, split, shard, settings) if settings.resuming else None
+        # Its chunks checked it first (encode_chunks.py), saying so if it differs.
+        result = (resume.complete_shard(path, split, shard, settings, tell=False)
+                  if settings.resuming else None)
         reused = result is not None
         if result is None:
             parts = sorted(map(_part_result, parts), key=lambda r: r.chunk)
