@@ -4,6 +4,7 @@ unpickled: pipeline/inputs/ref_codec.py), and work an earlier attempt left is re
 its bytes match the digest its sidecar holds (transforms/resume.py); else it is done again,
 with a line saying so, and the dataset is the one an uninterrupted run writes."""
 import glob
+import json
 import os
 import pickle
 import signal
@@ -111,3 +112,21 @@ def test_a_parquet_image_blob_with_a_flipped_bit_is_read_again(tmp_path):
     reference = str(tmp_path / 'reference')
     assert cli(*flags, f'--output_dir={reference}').returncode == 0
     assert output_files(out) == output_files(reference)
+
+
+@pytest.mark.slow
+def test_a_sidecar_without_digests_an_older_layout_is_not_reused(tmp_path, inputs, reference):
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('chunk:3', *flags).returncode == -signal.SIGKILL
+    sidecars = glob.glob(f'{tmp_path}/out/.tmp-*/parts/*.tfrecord.json')
+    assert sidecars
+    for path in sidecars:
+        with open(path) as stream:
+            fields = json.load(stream)
+        fields.pop('digests', None)
+        with open(path, 'w') as stream:
+            json.dump(fields, stream)
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'chunks converted by an earlier attempt' not in rerun.stdout, rerun.stdout
+    assert output_files(str(tmp_path / 'out')) == reference

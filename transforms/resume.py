@@ -34,7 +34,6 @@ reused only under an identical fingerprint, so a changed input or option redoes 
 chunks and shards it affects, and a resumed run writes the same bytes as an uninterrupted one.
 """
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -244,13 +243,11 @@ def _changed_shard(path: str, result: ShardResult, settings: ConversionSettings)
         if (fileio.is_untrusted(file)
                 or fileio.size(file) != result.format_bytes.get(shard_format.name)):
             return file
-        content = hashlib.sha256()
         try:
-            for record in shard_format.read_records(file):
-                content.update(hashlib.sha256(record).digest())
+            marks = ''.join(records.content_mark(r) for r in shard_format.read_records(file))
         except records.RecordError:
             return file
-        if content.hexdigest() != result.content:
+        if records.content_digest(marks) != result.content:
             return file
     if settings.dali_index:
         index = output_folder.index_file(path)
