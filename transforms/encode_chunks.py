@@ -130,7 +130,6 @@ class EncodeChunks(beam.DoFn):
         self._entry_writes = ThreadPoolExecutor(len(entries.KINDS))
         self._finisher = ThreadPoolExecutor(1, thread_name_prefix='finish-parts')
         self._finishing: Future | None = None
-        self._shards_checked: dict[str, bool] = {}   # Shard file -> complete (resume.py).
 
     def start_bundle(self) -> None:
         self._filer = RunWriter(output_folder.filed_folder(self._settings.temp_dir))
@@ -155,6 +154,7 @@ class EncodeChunks(beam.DoFn):
 
     def process(self, task: Task, runs: list, label_map: LabelMap, plans: dict, chunk_fps: dict,
                 shard_fps: dict) -> Iterator[PartDone]:
+        self._shards_checked: dict[str, bool] = {}   # Of this task: shard file -> complete.
         for chunk, refs in task_chunks(task, runs, plans[task.split]):
             for result in self._encode_chunk(task.split, chunk, chunk_fps[(task.split, chunk)],
                                              refs, label_map, plans, shard_fps):
@@ -208,7 +208,7 @@ class EncodeChunks(beam.DoFn):
             shard_file = output_folder.shard_path(
                 self._settings.temp_dir, split, shard, shard_fps[(split, shard)],
                 shard_formats.named(self._settings.output_formats)[0])
-            if shard_file not in self._shards_checked:   # Each shard read back once.
+            if shard_file not in self._shards_checked:   # Each read back once a task.
                 self._shards_checked[shard_file] = resume.complete_shard(
                     shard_file, split, shard, self._settings) is not None
             joined = self._shards_checked[shard_file]

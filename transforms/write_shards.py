@@ -154,8 +154,9 @@ class WriteShard(beam.DoFn):
             shard_fp = fingerprint(shard_fp, drops)
         path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
                                         shard_formats.named(settings.output_formats)[0])
-        # Its chunks checked it first (encode_chunks.py), saying so if it differs.
-        result = (resume.complete_shard(path, split, shard, settings, tell=False)
+        # Its chunks checked it first (encode_chunks.py), saying so if it differs, unless
+        # drops name it otherwise.
+        result = (resume.complete_shard(path, split, shard, settings, tell=bool(drops))
                   if settings.resuming else None)
         reused = result is not None
         if result is None:
