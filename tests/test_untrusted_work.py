@@ -130,3 +130,20 @@ def test_a_sidecar_without_digests_an_older_layout_is_not_reused(tmp_path, input
     assert rerun.returncode == 0, rerun.stderr
     assert 'chunks converted by an earlier attempt' not in rerun.stdout, rerun.stdout
     assert output_files(str(tmp_path / 'out')) == reference
+
+
+def _cut_listed_runs(folder: str) -> None:
+    for path in glob.glob(f'{folder}/.tmp-*/listed/*.run'):
+        os.truncate(path, os.path.getsize(path) // 2)
+
+
+@pytest.mark.slow
+def test_a_listed_run_cut_short_under_the_run_ends_it_in_one_line(tmp_path, image_folders):
+    out = str(tmp_path / 'out')
+    answer = stopped_at('listed:1', lambda: _cut_listed_runs(out),
+                        f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
+    assert answer.returncode == 2, answer.stderr
+    assert 'Traceback' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
+    assert len(lines) == 1 and '/listed/' in lines[0], answer.stderr
+    assert 'it is shorter than it was written' in lines[0]

@@ -29,11 +29,10 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipeline import faults
 from pipeline.base.refs import ExampleRef
-from pipeline.errors import DatasetError
 from pipeline.inputs import ref_codec
 from pipeline.inputs.kinds import Partition
 from pipeline.io import fileio
-from pipeline.io.sorted_runs import Run, RunWriter, read_range
+from pipeline.io.sorted_runs import Run, RunWriter, changed, read_range
 from transforms import grouped_reads
 from transforms.labels import DatasetFacts
 from transforms.spread import Spread
@@ -193,21 +192,15 @@ class _Bundle:
 def refs_of(runs: list[Run], split: str, lo: int, hi: int) -> Iterator[ExampleRef]:
     """The refs of `split` whose key hash lies in [lo, hi), from the listing's runs, in key hash
     order. A run is data (ref_codec.py): one whose ref does not decode, or decodes under
-    another key, is a DatasetError naming it."""
+    another key, is a DatasetError naming it (sorted_runs.changed)."""
     for key, payload, path in read_range(runs, split, lo, hi):
         try:
             ref = ref_codec.decode(payload)
         except ref_codec.SpillError as exc:
-            raise _changed(path, str(exc)) from None
+            raise changed(path, f'a ref: {exc}') from None
         if ref.key_hash != key or ref.split != split:
-            raise _changed(path, 'a ref is filed under another key')
+            raise changed(path, 'a ref is filed under another key')
         yield ref
-
-
-def _changed(path: str, why: str) -> DatasetError:
-    return DatasetError(f'{path}, a file of listed inputs this run wrote, was changed under it '
-                        f'({why}); nothing of it was used. Keep others from writing the output '
-                        'folder while a run is on, and rerun')
 
 
 def _timeable(ref: ExampleRef) -> bool:
