@@ -6,31 +6,33 @@ reaches that point, so tests exercise the production code path up to an exact in
 batch of moves of the old and the new dataset), `commit:marked` (temporary folder marked
 committed), `commit:unjournaled` (journal deleted), `cleanup:contents` (a temporary folder
 emptied but for its marker), `cleanup:marker` (its marker deleted, the empty folder left),
+`listed:N` (after this process wrote the runs of its N-th bundle of listed inputs),
 `chunk:N` (after this process converted its N-th chunk), `group:N` (after this process wrote
 the blob of its N-th group of inputs read together), `shard:N` (after this process wrote
 its N-th shard), `links:N` (after this process linked its N-th shuffle group of the leakage
-check). IMAGE_TFRECORDS_PAUSE_AT=<point> instead stops the process there with SIGSTOP, for
-tests of what a signal does at that instant. Unset, they cost two dictionary lookups.
+check). IMAGE_TFRECORDS_STOP_AT=<point> stops the process there instead (SIGSTOP), for a test
+to change what it left in the folder and continue it (SIGCONT). Unset, they cost two
+dictionary lookups.
 """
 import collections
 import os
 import signal
 
 ENV = 'IMAGE_TFRECORDS_KILL_AT'
-PAUSE_ENV = 'IMAGE_TFRECORDS_PAUSE_AT'
+STOP_ENV = 'IMAGE_TFRECORDS_STOP_AT'
 _reached = collections.Counter()
 
 
 def crash_point(name: str, counted: bool = False) -> None:
     """Kills this process if ENV names this point (`name:N` for the N-th time when `counted`),
-    or stops it if PAUSE_ENV does."""
-    wanted, paused = os.environ.get(ENV), os.environ.get(PAUSE_ENV)
-    if not (wanted or paused):
+    or stops it if STOP_ENV does."""
+    wanted, stop = os.environ.get(ENV), os.environ.get(STOP_ENV)
+    if not (wanted or stop):
         return
     if counted:
         _reached[name] += 1
         name = f'{name}:{_reached[name]}'
     if wanted == name:
         os.kill(os.getpid(), signal.SIGKILL)
-    if paused == name:
+    if stop == name:
         os.kill(os.getpid(), signal.SIGSTOP)

@@ -223,7 +223,7 @@ def memory_here(document: dict, here: Here) -> dict | None:
     which the run repeats) and the peak of the worker that converted the sample (its imports,
     its share of the listing, one conversion's working set), with the bytes that worker shares
     with the launcher it was forked from. Modelled, per worker, for its share of the inputs, in
-    sizes the sample gives: listing holds each input's ref, pickled, in a sorted-run writer up
+    sizes the sample gives: listing holds each input's ref, encoded, in a sorted-run writer up
     to RUN_BUDGET_BYTES and then writes them out (as much again); the conversion files each
     record's digest and hashes up to that budget, and writing them takes WRITING_COPIES times
     what is held; a shard's join holds its parts' sidecars (JOIN_BYTES_PER_RECORD and the

@@ -85,6 +85,17 @@ def killed_at(point: str, *argv, timeout: float = 300) -> Answer:
     """The command line run in a process forked from this one, with the crash point `point`
     (pipeline/faults.py) where it kills itself: a real SIGKILL at an exact point, without a new
     Python's start-up. Its returncode is a subprocess's (-9: killed); stdout is not kept."""
+    return _forked({faults.ENV: point}, argv, timeout)
+
+
+def stopped_at(point: str, change, *argv, timeout: float = 300) -> Answer:
+    """The command line run in a process forked from this one, stopped at the crash point
+    `point` (faults.STOP_ENV), `change()` called while it is, then continued to its end (or to
+    the point's next stop, which is continued at once)."""
+    return _forked({faults.STOP_ENV: point}, argv, timeout, change)
+
+
+def _forked(environment: dict, argv, timeout: float, change=None) -> Answer:
     argv = [str(arg) for arg in argv]
     if not any(arg.startswith(_RUNNER_FLAGS) for arg in argv):
         argv += IN_PROCESS
@@ -93,22 +104,29 @@ def killed_at(point: str, *argv, timeout: float = 300) -> Answer:
         if pid == 0:   # The child never returns: it ends here or at the crash point.
             code = 70
             try:
-                os.environ[faults.ENV] = point
+                os.environ.update(environment)
                 with open(os.devnull, 'w') as out:
                     code = command.main(argv, out, err)
                 err.flush()
             finally:
                 os._exit(code)
-        code = _waited(pid, timeout)
+        code = _waited(pid, timeout, change)
         err.seek(0)
         return Answer(code, '', err.read())
 
 
-def _waited(pid: int, timeout: float) -> int:
-    """The exit status of the child `pid` as a returncode, killed if it runs past `timeout`."""
+def _waited(pid: int, timeout: float, change=None) -> int:
+    """The exit status of the child `pid` as a returncode, killed if it runs past `timeout`;
+    each time it stops, `change()` is called (the first time) and it is continued."""
     deadline = time.monotonic() + timeout
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if done and os.WIFSTOPPED(status):
+            if change is not None:
+                change()
+                change = None
+            os.kill(pid, signal.SIGCONT)
+            continue
         if done:
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() > deadline:

@@ -7,14 +7,15 @@ import sys
 
 import pytest
 
-from benchmarks import (fuzz_brace_patterns, fuzz_csv, fuzz_labels_file, fuzz_thrift,
-                        fuzz_webdataset)
+from benchmarks import (fuzz_brace_patterns, fuzz_csv, fuzz_labels_file, fuzz_ref_codec,
+                        fuzz_thrift, fuzz_webdataset)
 
 SECONDS = 1.0
 
 
 @pytest.mark.parametrize('fuzzer', [fuzz_brace_patterns, fuzz_webdataset, fuzz_csv,
-                                    fuzz_labels_file, fuzz_thrift], ids=lambda f: f.__name__.split('.')[-1])
+                                    fuzz_labels_file, fuzz_thrift, fuzz_ref_codec],
+                         ids=lambda f: f.__name__.split('.')[-1])
 def test_every_fuzzed_input_is_read_or_reported(fuzzer):
     assert fuzzer.fuzz(SECONDS, seed=0) > 0
 

@@ -180,7 +180,7 @@ def test_the_first_stop_wins_at_every_instant_of_a_background_job(tmp_path, few)
     flags = [f'--input_dir={few}', f'--output_dir={out}', '--num_shards=2', '--leakage=off']
 
     def started(pause: str | None = None) -> subprocess.Popen:
-        env = dict(os.environ, **({faults.PAUSE_ENV: pause} if pause else {}))
+        env = dict(os.environ, **({faults.STOP_ENV: pause} if pause else {}))
         return start_cli(*flags, env=env, ignoring=(signal.SIGINT,))
 
     process = started('chunk:1')   # While the workers convert: one stopped after a chunk.

@@ -154,6 +154,7 @@ class EncodeChunks(beam.DoFn):
 
     def process(self, task: Task, runs: list, label_map: LabelMap, plans: dict, chunk_fps: dict,
                 shard_fps: dict) -> Iterator[PartDone]:
+        self._shards_checked: dict[str, bool] = {}   # Of this task: shard file -> complete.
         for chunk, refs in task_chunks(task, runs, plans[task.split]):
             for result in self._encode_chunk(task.split, chunk, chunk_fps[(task.split, chunk)],
                                              refs, label_map, plans, shard_fps):
@@ -207,11 +208,14 @@ class EncodeChunks(beam.DoFn):
             shard_file = output_folder.shard_path(
                 self._settings.temp_dir, split, shard, shard_fps[(split, shard)],
                 shard_formats.named(self._settings.output_formats)[0])
-            joined = resume.complete_shard(shard_file, split, shard, self._settings) is not None
+            if shard_file not in self._shards_checked:   # Each read back once a task.
+                self._shards_checked[shard_file] = resume.complete_shard(
+                    shard_file, split, shard, self._settings) is not None
+            joined = self._shards_checked[shard_file]
             # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
                 path, ShardResult, split=split, shard=shard, chunk=chunk)
-            if done is None or not (joined or entries.trusted(path)):
+            if done is None:
                 return None
             results.append(done)
         return results
@@ -278,8 +282,8 @@ class EncodeChunks(beam.DoFn):
                        for kind, listed in found.items()]
             with close:
                 pass
-            for write in written:
-                write.result()
+            for kind, write in zip(found, written):
+                result.digests[kind] = write.result()
         return finish
 
     def _record(self, ref: ExampleRef, read: Future | None,

@@ -4,7 +4,9 @@ Each part (a chunk's records in a shard) writes its entries, sorted, beside its 
 the run's temporary folder: `PART.errors.jsonl` of (source, reason) and `PART.damaged.jsonl` of
 (source, reason, action), one JSON array a line. A shard's join merges its parts' entries into
 `SHARD.errors.jsonl` and `SHARD.damaged.jsonl`; the commit merges the shards' files of a split,
-line by line, into errors-SPLIT.jsonl and damaged-SPLIT.jsonl. Results carry only the counts.
+line by line, into errors-SPLIT.jsonl and damaged-SPLIT.jsonl. Results carry only the counts,
+and a part's or shard's sidecar the SHA-256 of each of its entry files, which a rerun checks
+before it reuses them (`match`).
 """
 import contextlib
 import hashlib
@@ -24,24 +26,41 @@ def entry_path(data_path: str, kind: str) -> str:
     return f'{data_path}.{kind}.jsonl'
 
 
-def write(data_path: str, kind: str, entries: Iterable[tuple]) -> None:
-    """Writes the entries of a part, sorted, created new beside `data_path`."""
-    _write_lines(entry_path(data_path, kind), (_line(e) for e in sorted(entries)))
+def write(data_path: str, kind: str, entries: Iterable[tuple]) -> str:
+    """Writes the entries of a part, sorted, created new beside `data_path`; returns the
+    file's SHA-256."""
+    return _write_lines(entry_path(data_path, kind), (_line(e) for e in sorted(entries)))
 
 
-def trusted(data_path: str) -> bool:
-    """Whether both entry files of `data_path` are there and may be taken as this run's own
-    (fileio.is_untrusted)."""
-    paths = [entry_path(data_path, kind) for kind in KINDS]
-    return all(fileio.exists(p) and not fileio.is_untrusted(p) for p in paths)
-
-
-def join(holding: dict[str, list[str]], shard: str) -> None:
-    """Merges the entries of the part files that hold entries of each kind (`holding`: kind ->
-    part files; a part with none is not read) into the shard file `shard`'s."""
+def match(data_path: str, digests: dict) -> str | None:
+    """None when both entry files of `data_path` are there, may be taken as this run's own
+    (fileio.is_untrusted) and hold the bytes of the SHA-256 `digests` gives each kind; else the
+    first that does not."""
     for kind in KINDS:
-        _write_lines(entry_path(shard, kind), (_line(e) for e in merged(
-            [entry_path(p, kind) for p in holding.get(kind, ())], shard)))
+        path = entry_path(data_path, kind)
+        try:
+            if fileio.is_untrusted(path) or digests.get(kind) != file_digest(path):
+                return path
+        except FileNotFoundError:
+            return path
+    return None
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file, read a block at a time."""
+    digest = hashlib.sha256()
+    with fileio.open_read(path) as stream:
+        while block := stream.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def join(holding: dict[str, list[str]], shard: str) -> dict[str, str]:
+    """Merges the entries of the part files that hold entries of each kind (`holding`: kind ->
+    part files; a part with none is not read) into the shard file `shard`'s; returns each
+    kind's file's SHA-256."""
+    return {kind: _write_lines(entry_path(shard, kind), (_line(e) for e in merged(
+        [entry_path(p, kind) for p in holding.get(kind, ())], shard))) for kind in KINDS}
 
 
 def merged(paths: list[str], scratch: str) -> Iterator[tuple]:
@@ -82,10 +101,13 @@ def _line(entry: tuple) -> bytes:
     return json.dumps(list(entry)).encode() + b'\n'
 
 
-def _write_lines(path: str, lines: Iterable[bytes]) -> None:
+def _write_lines(path: str, lines: Iterable[bytes]) -> str:
+    digest = hashlib.sha256()
     with fileio.writing(path) as out:
         for data in lines:
+            digest.update(data)
             out.write(data)
+    return digest.hexdigest()
 
 
 def _merge(paths: list[str]) -> Iterator[tuple]:

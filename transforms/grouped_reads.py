@@ -10,18 +10,21 @@ archive is the blob: its chunk reads its bytes by one ranged read, as it reads a
 tar's members. So no image crosses the runner, and a worker holds a few rows of a group at a time
 plus the group's refs. A blob is written under a temporary name and moved into place, and its
 name is a fingerprint of the rows it holds and their file, so a rerun after a kill reuses a
-complete one instead of reading the group again.
+complete one whose images match its digest instead of reading the group again.
 """
 import dataclasses
 import itertools
+import logging
 from typing import Iterable, Iterator
 
 from pipeline import faults
 from pipeline.inputs import archives
 from pipeline.base.refs import ExampleRef
-from pipeline.io import image_blobs
+from pipeline.io import fileio, image_blobs
 from pipeline.output import output_folder
 from pipeline.base.fingerprints import fingerprint
+
+LOG = logging.getLogger('image_tfrecords')
 
 
 def read_into_blobs(refs: Iterable[ExampleRef], temp_dir: str,
@@ -47,6 +50,9 @@ def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterat
                                                           [r.key for r in refs]))
     found = image_blobs.read_index(path, len(refs)) if resuming else None
     if found is None:
+        if resuming and fileio.exists(path):
+            LOG.warning('reading row groups %s again: its blob %s differs from its record '
+                        '(digest)', read.key, path)
         found = image_blobs.write(path, read.images(refs))
         faults.crash_point('group', counted=True)
     size, windows = found

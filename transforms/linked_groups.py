@@ -7,14 +7,17 @@ reuses them (as resume.py reuses chunks):
 The fingerprint covers the group's key and every record the group was given (its hashes and
 place; a record's source is found by its place), in their fixed order (leakage._members), so a
 group is reused only for the very same records. The file is written atomically and read without
-pickle: numpy arrays, and crowded buckets as JSON.
+pickle: numpy arrays, and crowded buckets as JSON, with the SHA-256 of both, which a rerun
+checks before it reuses them (a flipped bit would change the clusters).
 """
 import hashlib
 import io
 import json
+import zipfile
 
 import numpy as np
 
+from pipeline.errors import DatasetError
 from pipeline.io import fileio
 from pipeline.output import bounded_reads, output_folder
 from pipeline.quality.pairing import LINK, Table
@@ -35,27 +38,37 @@ def path(temp_dir: str, key: tuple, members: Table) -> str:
 
 def save(where: str, links: np.ndarray, crowded: list[tuple]) -> None:
     """Keeps a group's result at `where`."""
-    out = io.BytesIO()
-    np.savez(out, links=links, crowded=_text(crowded))
+    out, text = io.BytesIO(), _text(crowded)
+    np.savez(out, links=links, crowded=text, digest=_digest(links, text))
     fileio.write_bytes_atomic(where, out.getvalue())
 
 
 def load(where: str) -> tuple[np.ndarray, list[tuple]] | None:
     """(links, crowded buckets) kept at `where`; None when there is none or it cannot be read
-    (the group is then linked again)."""
-    data = bounded_reads.read_file(where)
+    or its content differs from its digest (the group is then linked again)."""
+    try:
+        data = bounded_reads.read_file(where, bounded=True)
+    except DatasetError:
+        return None
     if data is None:
         return None
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as saved:
-            links = saved['links']
-            if links.dtype != LINK:
+            links, text = saved['links'], saved['crowded']
+            if (links.dtype != LINK or text.dtype != np.uint8
+                    or not np.array_equal(saved['digest'], _digest(links, text))):
                 return None
             crowded = [(band, value, count, examples)
-                       for band, value, count, examples in json.loads(saved['crowded'].tobytes())]
-    except (ValueError, KeyError, OSError, TypeError):
+                       for band, value, count, examples in json.loads(text.tobytes())]
+    except (ValueError, KeyError, OSError, TypeError, RecursionError, zipfile.BadZipFile):
         return None
     return links, crowded
+
+
+def _digest(links: np.ndarray, text: np.ndarray) -> np.ndarray:
+    digest = hashlib.sha256(links.tobytes())
+    digest.update(text.tobytes())
+    return np.frombuffer(digest.digest(), dtype=np.uint8)
 
 
 def _text(value) -> np.ndarray:

@@ -20,7 +20,6 @@ import collections
 import dataclasses
 import heapq
 import itertools
-import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Iterator
 
@@ -28,10 +27,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
+from pipeline import faults
 from pipeline.base.refs import ExampleRef
+from pipeline.inputs import ref_codec
 from pipeline.inputs.kinds import Partition
 from pipeline.io import fileio
-from pipeline.io.sorted_runs import Run, RunWriter, read_range
+from pipeline.io.sorted_runs import Run, RunWriter, changed, read_range
 from transforms import grouped_reads
 from transforms.labels import DatasetFacts
 from transforms.spread import Spread
@@ -127,7 +128,10 @@ class _ListPartitions(beam.DoFn):
         running, self._running = self._running, []
         for future in running:
             self._bundle.add_all(future.result())
-        yield GlobalWindows.windowed_value(self._bundle.done())
+        listed = self._bundle.done()
+        if listed.runs:
+            faults.crash_point('listed', counted=True)
+        yield GlobalWindows.windowed_value(listed)
 
     def teardown(self) -> None:
         self._threads.shutdown(cancel_futures=True)
@@ -169,7 +173,7 @@ class _Bundle:
             sizes[2] += ref.size
         self._tops.setdefault(ref.split, []).append(key_hash >> (64 - TOP_BITS))
         if self._writer is not None:
-            self._writer.add(ref.split, key_hash, pickle.dumps(ref, pickle.HIGHEST_PROTOCOL))
+            self._writer.add(ref.split, key_hash, ref_codec.encode(ref))
         if self._sample_size and _timeable(ref):
             entry = ((-key_hash, ref.split, ref.key), next(self._order), ref)
             if len(self._sample) < self._sample_size:
@@ -187,8 +191,16 @@ class _Bundle:
 
 def refs_of(runs: list[Run], split: str, lo: int, hi: int) -> Iterator[ExampleRef]:
     """The refs of `split` whose key hash lies in [lo, hi), from the listing's runs, in key hash
-    order."""
-    return (pickle.loads(payload) for _, payload in read_range(runs, split, lo, hi))
+    order. A run is data (ref_codec.py): one whose ref does not decode, or decodes under
+    another key, is a DatasetError naming it (sorted_runs.changed)."""
+    for key, payload, path in read_range(runs, split, lo, hi):
+        try:
+            ref = ref_codec.decode(payload)
+        except ref_codec.SpillError as exc:
+            raise changed(path, f'a ref: {exc}') from None
+        if ref.key_hash != key or ref.split != split:
+            raise changed(path, 'a ref is filed under another key')
+        yield ref
 
 
 def _timeable(ref: ExampleRef) -> bool:

@@ -25,7 +25,6 @@ launcher, and the bytes a listed ref and a record's filed hashes take (`_memory`
 import contextlib
 import dataclasses
 import os
-import pickle
 import tempfile
 import time
 
@@ -33,6 +32,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics.metricbase import Counter
 
+from pipeline.inputs import ref_codec
 from pipeline.io.sorted_runs import record_dtype
 from pipeline.quality.pairing import BANDS, FILING, filings
 from transforms import entries
@@ -222,7 +222,8 @@ def _memory(now: dict, converter: _SampleConverter, listed: list[ExampleRef]) ->
     the sample: its peak so far (its imports, its share of the listing, the sample's
     conversion), the bytes of those it shares with other processes (the launcher it was forked
     from, the other workers), the bytes
-    a listed ref takes in a sorted run (its pickle as listing spills it, and the run's header),
+    a listed ref takes in a sorted run (its bytes as listing spills it, ref_codec.py, and the
+    run's header),
     those a record takes filed for the count of copies and the leakage check (a copies row, and
     a filing per band under each of its hashes that differs from the flat one), and the length
     of a record's source (which a shard's join holds)."""
@@ -230,7 +231,7 @@ def _memory(now: dict, converter: _SampleConverter, listed: list[ExampleRef]) ->
     head = row(np.dtype((np.void, 0)))
     filings_per_record = converter.filings / converter.records if converter.records else 0.0
     return {'peak_bytes': now.get('peak', 0), 'shared_bytes': now.get('shared', 0),
-            'ref_bytes': (sum(len(pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) for r in listed)
+            'ref_bytes': (sum(len(ref_codec.encode(r)) for r in listed)
                           / len(listed) + head) if listed else 0.0,
             'filed_bytes_per_record': row(COPY) + BANDS * filings_per_record * row(FILING),
             'source_chars': (sum(len(r.source or r.filename) for r in listed) / len(listed)

@@ -14,7 +14,16 @@ it describes (so a sidecar means the data is complete):
 (Parts are TFRecord files whatever the output format. A shard has a file per output format,
 named with the format's suffix, and with --dali_index an index; the sidecar, named after the
 first, is written after them all. A parquet row group's images, groups/<fingerprint>.images,
-have none: such a blob is moved into place whole and gives its own size, grouped_reads.py.)
+have none: such a blob is moved into place whole and ends in the SHA-256 of its images,
+pipeline/io/image_blobs.py.)
+
+Nothing is reused by its name or size alone: the folder is anyone's who can write it, and a
+disk can flip a bit. A sidecar is parsed with bounds (bounded_reads.py) into fields of exactly
+their types, and a finished piece is reused only when its bytes match the digests its sidecar
+holds: a part's records their SHA-256s (`marks`), read back and checked as TFRecord; a shard's
+records, in every output format, its `content` (records.content_digest); entry files and a DALI
+index their SHA-256 (`digests`). A sidecar without them (an older layout) is not reused. What
+does not match is done again, with a line saying so.
 
 A chunk's fingerprint covers the run id and --max_input_mb, the label map, its place in the
 shard plan (so the shards its examples fall in) and, for every input in it, the key, size and modification time
@@ -26,16 +35,21 @@ chunks and shards it affects, and a resumed run writes the same bytes as an unin
 """
 import dataclasses
 import json
+import logging
 import os
 from typing import Iterable
 
 from pipeline.base.fingerprints import fingerprint
+from pipeline.errors import DatasetError
 from pipeline.io import fileio
-from pipeline.output import bounded_reads, output_folder, shard_formats
+from pipeline.output import bounded_reads, output_folder, records, shard_formats
 from transforms import entries
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
 from pipeline.base.refs import ExampleRef
+
+LOG = logging.getLogger('image_tfrecords')
+
 
 def input_identity(ref: ExampleRef) -> tuple:
     """What identifies an input's content without reading it: key, size, modification time;
@@ -71,39 +85,93 @@ def save_done(path: str, result) -> None:
 
 
 def load_done(path: str, result_type, **expected):
-    """The result saved for `path` if it is complete: its sidecar there (with the `expected`
-    field values), and its data file there with the size the sidecar says (else None, and the
-    work is done again)."""
+    """The result saved for the part file `path` if it is complete: its sidecar there (with the
+    `expected` field values), its data file there with the size and the records (their
+    SHA-256s) the sidecar says, and its entry files with theirs; else None (the work is done
+    again; a file that differs from its sidecar is named in a line)."""
     result = load_sidecar(path, result_type, **expected)
-    if result is None or fileio.is_untrusted(path):
+    if result is None:
         return None
+    changed = _changed_part(path, result)
+    if changed is not None:
+        if changed:
+            LOG.warning('%s', changed)
+        return None
+    return result
+
+
+def _changed_part(path: str, result) -> str | None:
+    """None when the part file `path` and its entry files hold what `result` says; '' when it
+    is missing or untrusted (fileio.is_untrusted); else a line naming the file that differs."""
+    redoing = f'redoing chunk {result.chunk} of {result.split}:'
     try:
-        return result if fileio.size(path) == result.bytes else None
+        if fileio.is_untrusted(path):
+            return ''
+        if fileio.size(path) != result.bytes:
+            return f'{redoing} its part {path} is not the size its record gives'
+        marks = ''.join(records.content_mark(r) for r in shard_formats.TFRECORD.read_records(path))
     except FileNotFoundError:
-        return None
+        return ''
+    except records.RecordError:
+        marks = None
+    if marks != result.marks:
+        return f'{redoing} its part {path} differs from its record (digest)'
+    entry = entries.match(path, result.digests)
+    return None if entry is None else f'{redoing} {entry} differs from its record (digest)'
 
 
 def load_sidecar(path: str, result_type, **expected):
     """The result saved for `path`, also once its data is gone (a part joined into its shard);
-    None when there is none, it does not parse, or a field differs from `expected` (split,
-    shard, chunk: what the run knows the file holds), or it is untrusted (fileio.is_untrusted:
-    hard linked or no regular file; it is made again, under a new file). Its `temp_path` is `path`,
-    whatever the file says: no path is ever taken from a file's contents."""
-    if fileio.is_untrusted(f'{path}.json'):
-        return None
-    data = bounded_reads.read_file(f'{path}.json')
-    if data is None:
+    None when there is none, it is untrusted (fileio.is_untrusted: hard linked or no regular
+    file; it is made again, under a new file), larger than bounded_reads allows, not JSON of
+    exactly the fields and types it is written with (an older layout, without digests,
+    neither), or a field differs from `expected` (split, shard, chunk: what the run knows the
+    file holds). Its `temp_path` is `path`, whatever the file says: no path is ever taken from
+    a file's contents."""
+    sidecar = f'{path}.json'
+    if fileio.is_untrusted(sidecar):
         return None
     try:
-        fields = json.loads(data)
-        fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
-        fields['dropped'] = [tuple(e) for e in fields['dropped']]
-        result = dataclasses.replace(result_type(**fields), temp_path=path)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        data = bounded_reads.read_file(sidecar, bounded=True)
+        fields = None if data is None else bounded_reads.parse_json(sidecar, data)
+    except DatasetError:
         return None
-    if not all(type(getattr(result, name)) is int for name in ('errors', 'damaged')):
+    if not _well_formed(fields, result_type):
         return None
+    fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
+    fields['dropped'] = [tuple(e) for e in fields['dropped']]
+    fields['hashes'] = [tuple(e) for e in fields['hashes']]
+    result = dataclasses.replace(result_type(**fields), temp_path=path)
     return result if all(getattr(result, k) == v for k, v in expected.items()) else None
+
+
+def _well_formed(fields, result_type) -> bool:
+    """Whether `fields` are a sidecar's: every field of `result_type`, each of its type."""
+    names = [field.name for field in dataclasses.fields(result_type)]
+    if type(fields) is not dict or sorted(fields) != sorted(names):
+        return False
+    ints = ('shard', 'records', 'bytes', 'errors', 'passed_through', 'damaged', 'index_bytes')
+    texts = ('split', 'temp_path', 'first_record', 'marks', 'content')
+    return (all(type(fields[name]) is int for name in ints)
+            and all(type(fields[name]) is str for name in texts)
+            and (fields['chunk'] is None or type(fields['chunk']) is int)
+            and type(fields['seconds']) in (int, float)
+            and _mapping(fields['label_counts'], int) and _mapping(fields['format_bytes'], int)
+            and _mapping(fields['digests'], str)
+            and all(k.isdigit() and len(k) < 12 for k in fields['label_counts'])
+            and _rows(fields['dropped'], (str, str))
+            and _rows(fields['hashes'], (str, str, int, int, int, int))
+            and type(fields['sizes']) is list and all(type(n) is int for n in fields['sizes']))
+
+
+def _mapping(value, kind: type) -> bool:
+    return type(value) is dict and all(type(v) is kind for v in value.values())
+
+
+def _rows(value, kinds: tuple) -> bool:
+    return type(value) is list and all(
+        type(row) is list and len(row) == len(kinds)
+        and all(type(v) is k for v, k in zip(row, kinds)) for row in value)
 
 
 def finished_work(temp_dir: str) -> tuple[int, int]:
@@ -145,23 +213,45 @@ def chunk_of_part(path: str) -> tuple[str, str]:
     return split, chunk
 
 
-def complete_shard(path: str, split: str, shard: int,
-                   settings: ConversionSettings) -> ShardResult | None:
+def complete_shard(path: str, split: str, shard: int, settings: ConversionSettings,
+                   tell: bool = True) -> ShardResult | None:
     """The result of a shard an earlier attempt finished: its sidecar, and a file in every
-    output format (and its DALI index, with --dali_index) with the size the sidecar gives it,
-    and its entry files, none untrusted (fileio.is_untrusted); else None (it is made again)."""
-    result = load_done(path, ShardResult, split=split, shard=shard)
+    output format with the size and the records (`content`) the sidecar gives it, its DALI
+    index (with --dali_index) and its entry files with their digests, none untrusted
+    (fileio.is_untrusted); else None (it is made again; with `tell`, a file that differs from
+    its sidecar is named in a line)."""
+    result = load_sidecar(path, ShardResult, split=split, shard=shard)
     if result is None:
         return None
-    files = {output_folder.in_format(path, f): result.format_bytes.get(f.name)
-             for f in shard_formats.named(settings.output_formats)}
-    if settings.dali_index:
-        files[output_folder.index_file(path)] = result.index_bytes
     try:
-        if entries.trusted(path) and all(
-                not fileio.is_untrusted(file) and fileio.size(file) == size
-                for file, size in files.items()):
-            return result
+        changed = _changed_shard(path, result, settings)
     except FileNotFoundError:
-        pass
-    return None
+        return None
+    if changed is not None:
+        if tell:
+            LOG.warning('remaking %s shard %d: %s differs from its record (digest)', split,
+                        shard + 1, changed)
+        return None
+    return result
+
+
+def _changed_shard(path: str, result: ShardResult, settings: ConversionSettings) -> str | None:
+    """None when every file of the shard `path` holds what `result` says; else the first that
+    does not (FileNotFoundError when one is missing)."""
+    for shard_format in shard_formats.named(settings.output_formats):
+        file = output_folder.in_format(path, shard_format)
+        if (fileio.is_untrusted(file)
+                or fileio.size(file) != result.format_bytes.get(shard_format.name)):
+            return file
+        try:
+            marks = ''.join(records.content_mark(r) for r in shard_format.read_records(file))
+        except records.RecordError:
+            return file
+        if records.content_digest(marks) != result.content:
+            return file
+    if settings.dali_index:
+        index = output_folder.index_file(path)
+        if (fileio.is_untrusted(index)
+                or entries.file_digest(index) != result.digests.get('index')):
+            return index
+    return entries.match(path, result.digests)

@@ -32,6 +32,9 @@ class ShardResult:
     # are its index (dali_index.py), written beside it, then dropped: `index_bytes` is its size.
     sizes: list = dataclasses.field(default_factory=list)
     index_bytes: int = 0
+    # SHA-256 of the files beside it a rerun reuses with it: its entry files ('errors',
+    # 'damaged'), a shard's DALI index ('index'). Its records are checked by `marks`/`content`.
+    digests: dict = dataclasses.field(default_factory=dict)
 
     def add(self, other: 'ShardResult') -> None:
         self.first_record = self.first_record or other.first_record

@@ -13,6 +13,7 @@ folder, so the runner carries no input (listing.py). Finished parts and shards a
 that a rerun after a crash reuses them (resume.py).
 """
 import collections
+import hashlib
 import logging
 from typing import Iterator
 
@@ -116,14 +117,14 @@ def _shard_key(part: PartDone) -> tuple[ShardKey, PartDone]:
     return (part.split, part.shard), part
 
 
-def _write_index(shard_file: str, sizes: list[int]) -> int:
+def _write_index(shard_file: str, sizes: list[int]) -> tuple[int, str]:
     """Writes the DALI index of a temporary shard whose records take `sizes` bytes; returns
-    its size."""
+    its size and SHA-256."""
     data = dali_index.index_bytes(sizes)
     target = output_folder.index_file(shard_file)
     with fileio.output_errors(target):
         fileio.write_bytes(target, data)
-    return len(data)
+    return len(data), hashlib.sha256(data).hexdigest()
 
 
 class WriteShard(beam.DoFn):
@@ -153,16 +154,19 @@ class WriteShard(beam.DoFn):
             shard_fp = fingerprint(shard_fp, drops)
         path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
                                         shard_formats.named(settings.output_formats)[0])
-        result = resume.complete_shard(path, split, shard, settings) if settings.resuming else None
+        # Its chunks checked it first (encode_chunks.py), saying so if it differs, unless
+        # drops name it otherwise.
+        result = (resume.complete_shard(path, split, shard, settings, tell=bool(drops))
+                  if settings.resuming else None)
         reused = result is not None
         if result is None:
             parts = sorted(map(_part_result, parts), key=lambda r: r.chunk)
-            entries.join({kind: [p.temp_path for p in parts if getattr(p, kind)]
-                          for kind in entries.KINDS}, path)
+            digests = entries.join({kind: [p.temp_path for p in parts if getattr(p, kind)]
+                                    for kind in entries.KINDS}, path)
             found = [entries.entry_path(p.temp_path, kind)
                      for p in parts for kind in entries.KINDS]
             parts = [drop_from_part(p, drops) if drops else p for p in parts]
-            result = ShardResult(split, shard, path)
+            result = ShardResult(split, shard, path, digests=digests)
             for part in parts:
                 result.add(part)
             result.content, result.marks = records.content_digest(result.marks), ''
@@ -177,7 +181,7 @@ class WriteShard(beam.DoFn):
             result.bytes, result.format_bytes = sizes[settings.output_formats[0]], sizes
             result.format_digests = digests
             if settings.dali_index:
-                result.index_bytes = _write_index(path, result.sizes)
+                result.index_bytes, result.digests['index'] = _write_index(path, result.sizes)
             result.sizes = []
             resume.save_done(path, result)
             fileio.delete(sources + found)

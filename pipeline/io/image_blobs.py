@@ -1,26 +1,31 @@
 """Image blobs: the images of a group of inputs laid end to end in one file, so that each reaches
 its chunk as a byte range of the file, not as bytes through a shuffle (transforms/grouped_reads.py).
 
-    IMAGE 0 | IMAGE 1 | ... | LENGTH 0 | LENGTH 1 | ... | COUNT | MAGIC
+    IMAGE 0 | IMAGE 1 | ... | LENGTH 0 | LENGTH 1 | ... | DIGEST | COUNT | MAGIC
 
 Lengths and the count are little-endian 64-bit integers; a length of -1 is an input without
-bytes. A blob is written under a temporary name and moved into place (fileio.writing_atomic), so
-one that exists is complete; `read_index` also checks that its size is the one its index gives.
+bytes; DIGEST is the SHA-256 of the images (32 bytes). A blob is written under a temporary name
+and moved into place (fileio.writing_atomic), so one that exists is complete; a rerun reuses
+one (`read_index`) only when its size is the one its index gives and its images match its
+digest: it is in a folder others may write, and a flipped bit would otherwise pass into the
+dataset.
 """
+import hashlib
 import struct
 from typing import Iterable
 
 from pipeline.io import fileio
 
-MAGIC = b'IMGBLOB1'
-_TAIL = 16                   # COUNT and MAGIC.
+MAGIC = b'IMGBLOB2'
+_TAIL = 48                   # DIGEST, COUNT and MAGIC.
+_BLOCK = 1 << 20             # Bytes read at a time to check the digest.
 Window = tuple[int, int]     # (offset, length) of an image in its blob.
 
 
 def write(path: str, images: Iterable[bytes | None]) -> tuple[int, list[Window | None]]:
     """Writes `images` (None: an input without bytes), one at a time, into blob `path`; returns
     its size and each image's window, or None."""
-    lengths, windows, offset = [], [], 0
+    lengths, windows, offset, digest = [], [], 0, hashlib.sha256()
     with fileio.writing_atomic(path) as out:
         for data in images:
             if data is None:
@@ -28,17 +33,18 @@ def write(path: str, images: Iterable[bytes | None]) -> tuple[int, list[Window |
                 windows.append(None)
                 continue
             out.write(data)
+            digest.update(data)
             lengths.append(len(data))
             windows.append((offset, len(data)))
             offset += len(data)
-        out.write(struct.pack(f'<{len(lengths)}q', *lengths) + struct.pack('<q', len(lengths))
-                  + MAGIC)
+        out.write(struct.pack(f'<{len(lengths)}q', *lengths) + digest.digest()
+                  + struct.pack('<q', len(lengths)) + MAGIC)
     return offset + 8 * len(lengths) + _TAIL, windows
 
 
 def read_index(path: str, count: int) -> tuple[int, list[Window | None]] | None:
-    """(size, windows) of blob `path` if it is complete and holds `count` images; else None
-    (absent, untrusted as fileio.is_untrusted says, or not such a blob)."""
+    """(size, windows) of blob `path` if it is complete, holds `count` images and they match
+    its digest; else None (absent, untrusted as fileio.is_untrusted says, or not such a blob)."""
     if fileio.is_untrusted(path):
         return None
     try:
@@ -51,12 +57,24 @@ def read_index(path: str, count: int) -> tuple[int, list[Window | None]] | None:
     tail = fileio.read_range(path, index_start, size - index_start)
     if len(tail) != size - index_start or tail[-8:] != MAGIC:
         return None
-    *lengths, stored = struct.unpack(f'<{count + 1}q', tail[:-8])
+    *lengths, = struct.unpack(f'<{count}q', tail[:8 * count])
+    recorded, (stored,) = tail[8 * count:-16], struct.unpack('<q', tail[-16:-8])
     if (stored != count or min(lengths, default=0) < -1
-            or sum(max(n, 0) for n in lengths) != index_start):
+            or sum(max(n, 0) for n in lengths) != index_start
+            or _digest(path, index_start) != recorded):
         return None
     windows, offset = [], 0
     for length in lengths:
         windows.append(None if length < 0 else (offset, length))
         offset += max(length, 0)
     return size, windows
+
+
+def _digest(path: str, size: int) -> bytes:
+    """The SHA-256 of the first `size` bytes of `path`, read a block at a time."""
+    digest = hashlib.sha256()
+    with fileio.open_read(path) as stream:
+        while size > 0 and (block := stream.read(min(_BLOCK, size))):
+            digest.update(block)
+            size -= len(block)
+    return digest.digest()

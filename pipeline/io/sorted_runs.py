@@ -21,6 +21,7 @@ from typing import Hashable, Iterable, Iterator
 
 import numpy as np
 
+from pipeline.errors import DatasetError
 from pipeline.io import fileio
 
 INDEX_EVERY = 64
@@ -134,33 +135,64 @@ def _span(section: Section, lo: int, hi: int) -> tuple[int, int]:
     return start, end
 
 
-def _ranges(runs: Iterable[Run], section: Hashable, lo: int, hi: int) -> list[bytes]:
-    """The bytes of each run that may hold records of `section` with lo <= key < hi, read at
-    once (one ranged read per run)."""
+def _ranges(runs: Iterable[Run], section: Hashable, lo: int, hi: int
+            ) -> list[tuple[str, bytes]]:
+    """(path, bytes) of each run that may hold records of `section` with lo <= key < hi, read
+    at once (one ranged read per run); a run shorter than it was written is `changed`."""
     wanted = [(run.path, *_span(run.sections[section], lo, hi))
               for run in runs if section in run.sections]
-    return fileio.at_once(lambda where: fileio.read_range(where[0], where[1], where[2] - where[1]),
+    return fileio.at_once(lambda where: (where[0], _read(*where)),
                           [w for w in wanted if w[2] > w[1]])
 
 
+def _read(path: str, start: int, end: int) -> bytes:
+    data = fileio.read_range(path, start, end - start)
+    if len(data) != end - start:
+        raise changed(path, 'it is shorter than it was written')
+    return data
+
+
+def changed(path: str, why: str) -> DatasetError:
+    """The error of a run whose bytes are not those this run wrote (`why`)."""
+    return DatasetError(f'{path}, a file this run wrote, was changed under it ({why}); nothing '
+                        'of it was used. Keep others from writing the output folder while a run '
+                        'is on, and rerun')
+
+
 def read_range(runs: Iterable[Run], section: Hashable, lo: int, hi: int
-               ) -> Iterator[tuple[int, bytes]]:
-    """(key, payload) of every record of `section` with lo <= key < hi, of all `runs`, in key
-    order (records of one run with equal keys in their order)."""
-    return heapq.merge(*(_records(data, lo, hi) for data in _ranges(runs, section, lo, hi)),
+               ) -> Iterator[tuple[int, bytes, str]]:
+    """(key, payload, the run's path) of every record of `section` with lo <= key < hi, of all
+    `runs`, in key order (records of one run with equal keys in their order). A record whose
+    length runs past its run's range is `changed`; its payloads are the reader's to check."""
+    return heapq.merge(*(_records(path, data, lo, hi)
+                         for path, data in _ranges(runs, section, lo, hi)),
                        key=lambda record: record[0])
 
 
-def _records(data: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
+def _records(path: str, data: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes, str]]:
     at = 0
     while at < len(data):
+        if at + _HEAD.size > len(data):
+            raise changed(path, 'a record runs past its end')
         key, length = _HEAD.unpack_from(data, at)
         at += _HEAD.size
         if key >= hi:
             return
+        if at + length > len(data):
+            raise changed(path, 'a record runs past its end')
         if key >= lo:
-            yield key, data[at:at + length]
+            yield key, data[at:at + length], path
         at += length
+
+
+def _rows(path: str, data: bytes, dtype: np.dtype, size: int) -> np.ndarray:
+    """The records of fixed-size payloads in `data`, each of the size written (else `changed`)."""
+    if len(data) % dtype.itemsize:
+        raise changed(path, 'its records are not of the size written')
+    rows = np.frombuffer(data, dtype=dtype)
+    if (rows['length'] != size).any():
+        raise changed(path, 'its records are not of the size written')
+    return rows
 
 
 def read_rows(runs: Iterable[Run], section: Hashable, lo: int, hi: int,
@@ -168,7 +200,8 @@ def read_rows(runs: Iterable[Run], section: Hashable, lo: int, hi: int,
     """The payloads (`payload` rows) of every record of `section` with lo <= key < hi, of all
     `runs` written with RunWriter.add_rows, in key order."""
     dtype = record_dtype(np.dtype((np.void, payload.itemsize)))
-    parts = [np.frombuffer(data, dtype=dtype) for data in _ranges(runs, section, lo, hi)]
+    parts = [_rows(path, data, dtype, payload.itemsize)
+             for path, data in _ranges(runs, section, lo, hi)]
     if not parts:
         return np.zeros(0, dtype=payload)
     records = np.concatenate(parts)

@@ -1,0 +1,149 @@
+"""What a run reads back from its temporary folder is data, checked before it is used: a file
+changed there while the run is on is never executed (a listed input's ref is decoded, not
+unpickled: pipeline/inputs/ref_codec.py), and work an earlier attempt left is reused only when
+its bytes match the digest its sidecar holds (transforms/resume.py); else it is done again,
+with a line saying so, and the dataset is the one an uninterrupted run writes."""
+import glob
+import json
+import os
+import pickle
+import signal
+import struct
+
+import pytest
+
+from tests.helpers import IN_PROCESS, cli, killed_at, output_files, stopped_at
+
+FLAGS = ['--num_shards=4', '--leakage=off', *IN_PROCESS]
+
+
+class _Plant:
+    """What unpickled creates a file: a stand-in for any code a pickle can run."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (self.marker, 'w')
+
+
+def _plant_pickles(folder: str, marker: str) -> int:
+    """Replaces the first payload of every listed run under `folder` with a pickle of the same
+    length that would create `marker`; returns how many it replaced."""
+    planted = 0
+    for path in glob.glob(f'{folder}/.tmp-*/listed/*.run'):
+        with open(path, 'r+b') as run:
+            _, length = struct.unpack('>QI', run.read(12))
+            bomb = pickle.dumps(_Plant(marker), pickle.HIGHEST_PROTOCOL)
+            assert len(bomb) <= length
+            run.write(bomb.ljust(length, b'\0'))
+            planted += 1
+    return planted
+
+
+@pytest.mark.slow
+def test_a_pickle_planted_in_a_listed_run_is_never_run(tmp_path, image_folders):
+    out, marker = str(tmp_path / 'out'), str(tmp_path / 'ran')
+    planted = []
+    answer = stopped_at('listed:1', lambda: planted.append(_plant_pickles(out, marker)),
+                        f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
+    assert planted[0] >= 1
+    assert not os.path.exists(marker)
+    assert answer.returncode == 2, answer.stderr
+    assert 'Traceback' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
+    assert len(lines) == 1 and '/listed/' in lines[0] and lines[0].startswith('error: ')
+
+
+@pytest.fixture(scope='module')
+def inputs(image_folders):
+    return image_folders(600)   # 5 chunks of about 128 in 4 shards.
+
+
+@pytest.fixture(scope='module')
+def reference(inputs, tmp_path_factory) -> dict:
+    out = str(tmp_path_factory.mktemp('reference'))
+    answer = cli(f'--input_dir={inputs}', f'--output_dir={out}', *FLAGS)
+    assert answer.returncode == 0, answer.stderr
+    return output_files(out)
+
+
+def _flip_a_bit(path: str) -> None:
+    """Flips one bit of an image's bytes (the size is unchanged)."""
+    with open(path, 'r+b') as stream:
+        stream.seek(os.path.getsize(path) // 2)
+        byte = stream.read(1)[0]
+        stream.seek(-1, os.SEEK_CUR)
+        stream.write(bytes([byte ^ 0x10]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('piece,line', [
+    ('parts', 'redoing chunk '), ('shards', 'differs from its record (digest)')])
+def test_a_finished_piece_with_a_flipped_bit_is_made_again(tmp_path, inputs, reference, piece,
+                                                          line):
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
+    finished = sorted(path.removesuffix('.json') for path in
+                      glob.glob(f'{tmp_path}/out/.tmp-*/{piece}/*.tfrecord.json'))
+    finished = [path for path in finished if os.path.exists(path)]
+    assert finished
+    _flip_a_bit(finished[0])
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    said = [text for text in rerun.stderr.splitlines() if line in text]
+    assert len(said) >= 1 and finished[0] in said[0], rerun.stderr
+    assert output_files(str(tmp_path / 'out')) == reference
+
+
+@pytest.mark.slow
+def test_a_parquet_image_blob_with_a_flipped_bit_is_read_again(tmp_path):
+    from tests.test_parquet_input import _rows, _write
+    _write(tmp_path / 'in/data/train-00000-of-00001.parquet', _rows('train', 160))  # 3 spans.
+    flags = [f'--input_dir={tmp_path}/in', '--num_shards=2', '--leakage=off', *IN_PROCESS]
+    out = str(tmp_path / 'out')
+    assert killed_at('group:2', *flags, f'--output_dir={out}').returncode == -signal.SIGKILL
+    blob = sorted(glob.glob(f'{out}/.tmp-*/groups/*.images'))[0]
+    _flip_a_bit(blob)
+    rerun = cli(*flags, f'--output_dir={out}')
+    assert rerun.returncode == 0, rerun.stderr
+    said = [text for text in rerun.stderr.splitlines() if blob in text]
+    assert len(said) == 1 and 'differs from its record (digest)' in said[0], rerun.stderr
+    reference = str(tmp_path / 'reference')
+    assert cli(*flags, f'--output_dir={reference}').returncode == 0
+    assert output_files(out) == output_files(reference)
+
+
+@pytest.mark.slow
+def test_a_sidecar_without_digests_an_older_layout_is_not_reused(tmp_path, inputs, reference):
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('chunk:3', *flags).returncode == -signal.SIGKILL
+    sidecars = glob.glob(f'{tmp_path}/out/.tmp-*/parts/*.tfrecord.json')
+    assert sidecars
+    for path in sidecars:
+        with open(path) as stream:
+            fields = json.load(stream)
+        fields.pop('digests', None)
+        with open(path, 'w') as stream:
+            json.dump(fields, stream)
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert 'chunks converted by an earlier attempt' not in rerun.stdout, rerun.stdout
+    assert output_files(str(tmp_path / 'out')) == reference
+
+
+def _cut_listed_runs(folder: str) -> None:
+    for path in glob.glob(f'{folder}/.tmp-*/listed/*.run'):
+        os.truncate(path, os.path.getsize(path) // 2)
+
+
+@pytest.mark.slow
+def test_a_listed_run_cut_short_under_the_run_ends_it_in_one_line(tmp_path, image_folders):
+    out = str(tmp_path / 'out')
+    answer = stopped_at('listed:1', lambda: _cut_listed_runs(out),
+                        f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
+    assert answer.returncode == 2, answer.stderr
+    assert 'Traceback' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
+    assert len(lines) == 1 and '/listed/' in lines[0], answer.stderr
+    assert 'it is shorter than it was written' in lines[0]
