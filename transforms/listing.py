@@ -28,6 +28,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
+from pipeline import progress
 from pipeline.base.refs import ExampleRef
 from pipeline.inputs.kinds import Partition
 from pipeline.io import fileio
@@ -137,8 +138,9 @@ class _ListPartitions(beam.DoFn):
         refs = partition.examples()
         if self._measure_sizes:
             refs = map(_measure_size, refs)
-        if self._groups_in:
-            refs = grouped_reads.read_into_blobs(refs, self._groups_in, self._resuming)
+        if self._groups_in:   # A conversion: its count shown while listing, its groups read.
+            refs = grouped_reads.read_into_blobs(progress.count_listed(refs, self._groups_in),
+                                                 self._groups_in, self._resuming)
         return refs
 
 
