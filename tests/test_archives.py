@@ -525,6 +525,19 @@ def test_a_gzip_tar_of_several_chunks_is_read_twice_whatever_its_chunks(gcs, tmp
     assert archived['read'] == 2
 
 
+@pytest.mark.slow
+def test_a_rerun_after_a_kill_reuses_the_members_a_gzip_tar_was_decompressed_into(tmp_path):
+    files = {f'train/c{i % 2}/{i:03d}.jpg': imagemaker.jpeg(16, 16, seed=i) for i in range(40)}
+    source = write_tree(tmp_path / 'in', {
+        'train.tar.gz': archivemaker.tar(archivemaker.folder(files, 'train'), 'gz')})
+    flags = [f'--input_dir={source}', f'--output_dir={tmp_path}/out', '--num_shards=2']
+    assert killed_at('group:1', *flags).returncode == -9   # Once its blob is written.
+    # The same crash point again: the rerun writes no blob (it reuses the one the kill left), so
+    # it never reaches the point and runs to its end.
+    assert killed_at('group:1', *flags).returncode == 0
+    assert len(read_split(f'{tmp_path}/out', 'train')) == 40
+
+
 def test_a_pass_over_a_gzip_tar_holds_no_member_it_does_not_keep(tmp_path):
     # A 64 MiB member (a few KB compressed) before an image: listing holds none of it, and
     # reading the image after it holds the image only.
