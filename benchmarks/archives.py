@@ -170,7 +170,8 @@ def gzip_speed(n: int, rounds: int, workdir: str, flags: list[str]) -> None:
     print(f'.tar.gz / folder: {packed_s / folder_s:.2f}')
     if said:
         estimate = float(said[1].replace(',', ''))
-        print(f'--plan_only on the .tar.gz: ~{estimate:.0f} s, {estimate / packed_s:.2f} of the run')
+        print(f'--plan_only on the .tar.gz: ~{estimate:.0f} s, '
+              f'{estimate / packed_s:.2f} of the run')
 
 
 def main() -> None:
