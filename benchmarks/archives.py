@@ -1,6 +1,7 @@
 """Archives against loose files: conversion speed on local disk, and Cloud Storage reads.
 
     python -m benchmarks.archives [--n 4000] [--rounds 2] [--members 1000]
+    python -m benchmarks.archives --gzip [--n 1000] [--rounds 2] [--reencode]
 
 Speed: the workload of benchmarks/workload.py (n images), once as loose files and once as
 archives of the same images (ImageNet's shape: train.tar a tar of class tars, validation.zip
@@ -11,10 +12,16 @@ command, and archive / loose.
 Reads: --members small images as a tar of 10 class tars and as loose files on the Cloud Storage
 emulator (pipeline/testing/gcs_servers.py), each converted gs:// to local disk through a proxy that counts
 the operations; prints object reads (ranged reads, for archives) per 1,000 images.
+
+Gzip (--gzip): n photo-like images of 900x700 in class folders, once as the folder and once as
+`tar czf ds.tar.gz ds` (the README's packing), each converted by the whole command line,
+interleaved, the fastest of --rounds; prints each time and .tar.gz / folder, then what
+`--plan_only` on the .tar.gz says the command takes against that run's time.
 """
 import argparse
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -129,13 +136,56 @@ def reads(members: int, workdir: str) -> None:
         server.stop()
 
 
+def _photo_folder(root: str, n: int) -> str:
+    """n photo-like 900x700 JPEGs in 10 class folders of train/ (skipped if already there)."""
+    from PIL import Image
+    marker = os.path.join(root, f'.complete-{n}')
+    if not os.path.exists(marker):
+        for i in range(n):
+            folder = os.path.join(root, 'train', f'class_{i % 10}')
+            os.makedirs(folder, exist_ok=True)
+            Image.fromarray(imagemaker.photo(900, 700, seed=i)).save(
+                os.path.join(folder, f'{i:06d}.jpg'), quality=90)
+        open(marker, 'w').close()
+    return root
+
+
+def gzip_speed(n: int, rounds: int, workdir: str, flags: list[str]) -> None:
+    folder = _photo_folder(os.path.join(workdir, 'ds'), n)
+    packed = os.path.join(workdir, 'ds.tar.gz')
+    subprocess.run(['tar', 'czf', packed, '--exclude=.complete-*', 'ds'], cwd=workdir, check=True)
+    command = [PY, '-m', 'pipeline.run', f'--output_dir={os.path.join(workdir, "out")}',
+               '--overwrite', *flags]
+    runs = {'folder': [], '.tar.gz': []}
+    for _ in range(rounds):
+        for kind, source in (('folder', folder), ('.tar.gz', packed)):
+            runs[kind].append(measure([*command, f'--input_dir={source}']).seconds)
+    plan = measure([*command, f'--input_dir={packed}', '--plan_only'])
+    said = re.search(r'Here: ~([\d,]+) s', plan.stdout)
+    folder_s, packed_s = min(runs['folder']), min(runs['.tar.gz'])
+    print(f'{n} images of 900x700 {" ".join(flags)}, whole command, fastest of {rounds} '
+          'interleaved rounds')
+    print('| input | seconds |\n| --- | ---: |')
+    print(f'| folder | {folder_s:.1f} |\n| .tar.gz | {packed_s:.1f} |')
+    print(f'.tar.gz / folder: {packed_s / folder_s:.2f}')
+    if said:
+        estimate = float(said[1].replace(',', ''))
+        print(f'--plan_only on the .tar.gz: ~{estimate:.0f} s, '
+              f'{estimate / packed_s:.2f} of the run')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=4000)
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--members', type=int, default=1000)
+    parser.add_argument('--gzip', action='store_true', help='a .tar.gz against its folder only')
+    parser.add_argument('--reencode', action='store_true', help='with --gzip: convert with it')
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix='archives-benchmark-')
+    if args.gzip:
+        gzip_speed(args.n, args.rounds, workdir, ['--reencode'] if args.reencode else [])
+        return
     speed(args.n, args.rounds, workdir)
     reads(args.members, workdir)
 

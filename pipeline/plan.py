@@ -71,7 +71,7 @@ def plan_document(facts, label_map, plans: dict, sample: dict | None = None) -> 
                          'output_bytes': plan.output_bytes,
                          'output_sampled': plan.output_sampled,
                          'shard_bytes': plan.output_bytes // plan.num_shards}
-        if facts.streamed.get(split):   # Gzip archives: read in one pass per chunk.
+        if facts.streamed.get(split):   # Gzip archives: decompressed once into a blob.
             splits[split]['streamed_archives'] = sorted(facts.streamed[split])
     document = {'labels': len(label_map.names), 'splits': splits}
     if sample is None:
@@ -294,8 +294,8 @@ def format_plan(document: dict) -> str:
                        for archive in s.get('streamed_archives', ())})
     if streamed:
         lines += ['', f'{len(streamed)} gzip-compressed archive(s), each listed in one pass and '
-                  'read again in one pass per chunk of its members (gzip cannot be split; an '
-                  'uncompressed .tar is read by ranged reads): '
+                  'decompressed once more into the temporary folder (as much disk as its '
+                  'members take uncompressed), then read by ranged reads: '
                   + ', '.join(streamed[:3]) + (' ...' if len(streamed) > 3 else '')]
     e = document['estimate']
     out = (f'from the records of {e["output_sampled"]} sampled inputs converted with these '

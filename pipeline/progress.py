@@ -11,6 +11,12 @@ joins start once every chunk is converted, and a shard's sidecar is written befo
 logged: so the display looks again before any other line of ours is shown, and ends at 100%
 once a shard is joined, before that shard's line.
 
+Before that, while the inputs are listed, each partition's lister notes how many inputs it has
+listed so far in a small file (`listing/*.count`, at most every few tenths of a second and at its
+end: transforms/listing.py). On a terminal the status names what is listed as soon as the job starts,
+then shows their sum and rate (`listing folder /data: 412,000 inputs, 31,000/s`); in a log, that
+is a line every LISTING_LINE_SECONDS while the listing lasts (a short one adds none).
+
 A resumed run reuses only the chunks an earlier attempt finished under the fingerprints they
 have now (transforms/resume.py): before it converts any, it notes how many that is
 (`reuse-<lock token>.json`), and only those inputs are shown as reused, not counted as done;
@@ -30,6 +36,7 @@ from transforms import resume
 
 LOG = logging.getLogger(console.OURS)
 LINE_EVERY_SECONDS = 60
+LISTING_LINE_SECONDS = 10    # Without a terminal, a listing line this often.
 _OWN = {'progress': True}   # Marks the display's own records.
 
 
@@ -44,6 +51,8 @@ class Progress:
         self._plan = output_folder.plan_note(temp_dir, token)
         self._reuse = resume.reuse_note(temp_dir, token)
         self._parts = fileio.join(temp_dir, output_folder.PARTS)
+        self._listing = fileio.join(temp_dir, output_folder.LISTING)
+        self._source = getattr(settings, 'source', None)
         self._shards = fileio.join(temp_dir, output_folder.SHARDS)
         self._poll = 2.0 if fileio.is_gcs(temp_dir) else 0.2
         self._resuming = getattr(settings, 'resuming', False)
@@ -62,10 +71,16 @@ class Progress:
 
     def __enter__(self) -> 'Progress':
         self._reused = 0   # Inputs of the chunks reused, once the run notes them.
+        self._listing_since, self._listing_line = time.time(), time.monotonic()
         try:
             if self._resuming:   # What an earlier attempt left: not this attempt's work.
                 self._new_parts()
                 self._earlier = set(self._shard_sidecars())
+                counted = fileio.file_names(self._listing)   # This attempt lists again.
+                if counted:
+                    fileio.delete(counted)
+            with console.output_lock():
+                console.show_status(self._listing_text())
         except Exception:   # Progress is never worth failing a run for.
             logging.getLogger(console.TRACE).info('progress', exc_info=True)
         LOG.addFilter(self._before_lines)
@@ -103,6 +118,11 @@ class Progress:
                 if console.show_status(text):
                     shown = text
                     continue
+                if self._plan_data is None:   # Listing: a line every LISTING_LINE_SECONDS.
+                    if time.monotonic() - self._listing_line > LISTING_LINE_SECONDS:
+                        LOG.info('%s', text, extra=_OWN)
+                        self._listing_line = time.monotonic()
+                    continue
                 todo = self._todo()
                 step = int(10 * self._done / max(1, todo))
                 if 0 < self._done < todo and (step >= next_step
@@ -118,7 +138,7 @@ class Progress:
                 return None
             try:
                 if not self._read_plan():
-                    return None
+                    return self._listing_text()
                 self._done += sum(self._new_parts())
                 if self._done < self._todo():   # The joins start once every chunk is done.
                     return self._status()
@@ -163,6 +183,23 @@ class Progress:
             self._plan_data = json.loads(fileio.read_bytes(self._plan))
             self._started = noted   # Conversion starts.
         return True
+
+    def _listed(self) -> int:
+        """The inputs the listers noted so far."""
+        total = 0
+        for path in fileio.file_names(self._listing):
+            data = bounded_reads.read_file(path, bounded=True) if path.endswith('.count') else None
+            total += int(data) if data and data.isdigit() else 0
+        return total
+
+    def _listing_text(self) -> str:
+        """'listing folder /data: 412,000 inputs, 31,000/s' while the inputs are listed."""
+        text = f'listing {self._source or "the input"}'
+        listed = self._listed()
+        seconds = time.time() - self._listing_since
+        if listed and seconds > 0:
+            text += f': {listed:,} inputs, {listed / seconds:,.0f}/s'
+        return text
 
     def _read_reuse(self) -> None:
         """Takes the inputs of the chunks this run reuses as reused; says so when it reuses

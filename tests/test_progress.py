@@ -15,6 +15,7 @@ from tests.helpers import IN_PROCESS, cli, write_tree
 
 PROGRESS = re.compile(r'converting: ([\d,]+) of 600 inputs \(\d+%\), [\d,]+ inputs/s, '
                       r'about \d+ (s|min) left')
+LISTING = re.compile(r'listing folder .+: ([\d,]+) inputs, [\d,]+/s')
 DONE = re.compile(r'converting: 600 of 600 inputs \(100%\), [\d,]+ inputs/s')
 
 
@@ -77,6 +78,11 @@ def test_a_terminal_gets_one_status_line_redrawn_in_place(tmp_path, inputs):
     screen = shown.decode().replace('\r\n', '\n')
     redraws = [part.removeprefix('\x1b[K') for part in screen.split('\r')[1:]]
     assert any(PROGRESS.match(part) for part in redraws)
+    # What is listed is named at once, before any count; counts, where seen, before converting.
+    assert redraws[0] == f'listing folder {inputs}'
+    listing = [n for n, part in enumerate(redraws) if LISTING.fullmatch(part)]
+    assert all(n < min(n for n, part in enumerate(redraws) if PROGRESS.match(part))
+               and int(LISTING.fullmatch(redraws[n])[1].replace(',', '')) <= 600 for n in listing)
     # The last status, at 100%, stays as a line; then the two shard lines and the commit, with
     # nothing redrawn after them.
     lines = [line.rsplit('\r\x1b[K', 1)[-1] for line in screen.split('\n')]

@@ -34,5 +34,5 @@ def test_pip_refuses_the_python_below_the_range_naming_the_range(tmp_path):
                              '--no-build-isolation', str(tmp_path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
-    assert f"ERROR: Package 'image-tfrecords' requires a different Python: " in result.stderr
+    assert "ERROR: Package 'image-tfrecords' requires a different Python: " in result.stderr
     assert f"not in '>={oldest}'" in result.stderr

@@ -11,6 +11,14 @@ tar's members. So no image crosses the runner, and a worker holds a few rows of 
 plus the group's refs. A blob is written under a temporary name and moved into place, and its
 name is a fingerprint of the rows it holds and their file, so a rerun after a kill reuses a
 complete one whose images match its digest instead of reading the group again.
+
+The members of a gzip-compressed tar (pipeline/inputs/gzip_pass.py) are such a group too: the
+worker that lists the archive decompresses it once more, in one pass, writing the bytes of the
+members listed into a blob, and the chunks then read them by byte range on every worker at once,
+as an uncompressed tar's, instead of each chunk decompressing the archive up to its last member.
+The blob costs the members' bytes uncompressed on the run's temporary disk until the run ends. A
+member whose bytes cannot be read (damage) keeps its place in the archive, and its chunk finds
+why in a pass of its own.
 """
 import dataclasses
 import itertools
@@ -18,7 +26,7 @@ import logging
 from typing import Iterable, Iterator
 
 from pipeline import faults
-from pipeline.inputs import archives
+from pipeline.inputs import archives, gzip_pass
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio, image_blobs
 from pipeline.output import output_folder
@@ -33,13 +41,23 @@ def read_into_blobs(refs: Iterable[ExampleRef], temp_dir: str,
     `temp_dir` (or the reason it has none) and no group: the others as they come, then each
     group's. `resuming`: an earlier attempt may have left blobs to reuse."""
     by_group: dict[str, list[ExampleRef]] = {}
+    by_archive: dict[archives.Archive, list[ExampleRef]] = {}
     for ref in refs:
-        if ref.group is None:
+        if streamed(ref):
+            by_archive.setdefault(ref.member.archive, []).append(ref)
+        elif ref.group is None:
             yield ref
         else:
             by_group.setdefault(ref.group.key, []).append(ref)
     for members in by_group.values():
         yield from _read_group(members, temp_dir, resuming)
+    for members in by_archive.values():
+        yield from _unpack(members, temp_dir, resuming)
+
+
+def streamed(ref: ExampleRef) -> bool:
+    """Whether it is a readable member of a gzip tar, whose bytes only a pass over it reads."""
+    return ref.member is not None and ref.member.archive.streamed and ref.problem is None
 
 
 def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterator[ExampleRef]:
@@ -48,11 +66,8 @@ def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterat
     refs = read.in_order(refs)
     path = output_folder.group_path(temp_dir, fingerprint(read, refs[0].mtime,
                                                           [r.key for r in refs]))
-    found = image_blobs.read_index(path, len(refs)) if resuming else None
+    found = _kept(path, len(refs), resuming, f'row groups {read.key}')
     if found is None:
-        if resuming and fileio.exists(path):
-            LOG.warning('reading row groups %s again: its blob %s differs from its record '
-                        '(digest)', read.key, path)
         found = image_blobs.write(path, read.images(refs))
         faults.crash_point('group', counted=True)
     size, windows = found
@@ -65,12 +80,52 @@ def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterat
                                       member=archives.Member(blob, ref.key, *window))
 
 
+def _unpack(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterator[ExampleRef]:
+    """The refs of members of one gzip tar, read from their blob (written now in one pass over
+    the archive, or kept by an earlier attempt); one that cannot be read stays as it was."""
+    refs = sorted(refs, key=lambda r: r.member.index)
+    archive = refs[0].member.archive
+    path = output_folder.group_path(temp_dir, fingerprint(
+        archive.identity, [(r.member.name, r.member.index, r.member.size) for r in refs]))
+    found = _kept(path, len(refs), resuming, f'the members of {archive.path}')
+    if found is None:
+        found = image_blobs.write(path, gzip_pass.in_order([r.member for r in refs]))
+        faults.crash_point('group', counted=True)
+    size, windows = found
+    blob = archives.Archive(path, path, size, None, 0, size)
+    for ref, window in zip(refs, windows, strict=True):
+        yield ref if window is None else dataclasses.replace(
+            ref, member=archives.Member(blob, ref.member.name, *window))
+
+
+def _kept(path: str, count: int, resuming: bool,
+          what: str) -> tuple[int, list[image_blobs.Window | None]] | None:
+    """The index of the blob an earlier attempt left at `path` if it matches its digest, else
+    None (said in a line when a blob is there but differs)."""
+    found = image_blobs.read_index(path, count) if resuming else None
+    if found is None and resuming and fileio.exists(path):
+        LOG.warning('reading %s again: its blob %s differs from its record (digest)', what, path)
+    return found
+
+
 def read_grouped(refs: Iterable[ExampleRef]) -> list[ExampleRef]:
-    """`refs` with their groups read, in one process (a sample timed while planning)."""
+    """`refs` with their groups and gzip tar members read, in one process (a sample timed
+    while planning): one pass over each gzip tar, ending at its last member among them."""
     refs = list(refs)
-    out = [ref for ref in refs if ref.group is None]
+    out = [ref for ref in refs if ref.group is None and not streamed(ref)]
+    found = gzip_pass.read_streamed(ref.member for ref in refs if streamed(ref))
+    out.extend(_in_memory(ref, found.get((ref.member.name, ref.member.index),
+                                         gzip_pass.gone(ref.member)))
+               for ref in refs if streamed(ref))
     grouped = sorted((ref for ref in refs if ref.group is not None), key=lambda r: r.group.key)
     for _, members in itertools.groupby(grouped, key=lambda r: r.group.key):
         members = list(members)
         out.extend(members[0].group.read(members))
     return out
+
+
+def _in_memory(ref: ExampleRef, data: bytes | str) -> ExampleRef:
+    """A gzip tar member's ref with its bytes in memory, or why it has none."""
+    if isinstance(data, str):
+        return dataclasses.replace(ref, problem=data)
+    return dataclasses.replace(ref, member=None, data=data)

@@ -20,6 +20,8 @@ import collections
 import dataclasses
 import heapq
 import itertools
+import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Iterator
 
@@ -32,6 +34,7 @@ from pipeline.base.refs import ExampleRef
 from pipeline.inputs import ref_codec
 from pipeline.inputs.kinds import Partition
 from pipeline.io import fileio
+from pipeline.output import output_folder
 from pipeline.io.sorted_runs import Run, RunWriter, changed, read_range
 from transforms import grouped_reads
 from transforms.labels import DatasetFacts
@@ -40,6 +43,7 @@ from transforms.spread import Spread
 SIZE_SAMPLE = 64   # With measure_sizes, one in this many inputs of unknown size is measured.
 AT_ONCE = 16       # Partitions listed at a time, each in a thread.
 TOP_BITS = 24      # Of each key hash, what the shard plan's histogram needs.
+COUNT_EVERY = 0.5  # Seconds: a lister notes its count so far at most this often.
 
 
 @dataclasses.dataclass
@@ -141,8 +145,9 @@ class _ListPartitions(beam.DoFn):
         refs = partition.examples()
         if self._measure_sizes:
             refs = map(_measure_size, refs)
-        if self._groups_in:
-            refs = grouped_reads.read_into_blobs(refs, self._groups_in, self._resuming)
+        if self._groups_in:   # A conversion: its count shown while listing, its groups read.
+            refs = grouped_reads.read_into_blobs(_counted(refs, self._groups_in),
+                                                 self._groups_in, self._resuming)
         return refs
 
 
@@ -204,9 +209,8 @@ def refs_of(runs: list[Run], split: str, lo: int, hi: int) -> Iterator[ExampleRe
 
 
 def _timeable(ref: ExampleRef) -> bool:
-    """Whether a ref's conversion can be timed alone (not a member of a gzip archive, read in
-    one pass with others; not known to be bad)."""
-    return ref.problem is None and not (ref.member is not None and ref.member.archive.streamed)
+    """Whether a ref's conversion can be timed (not known to be bad)."""
+    return ref.problem is None
 
 
 def _measure_size(ref: ExampleRef) -> ExampleRef:
@@ -222,3 +226,17 @@ def merged_sample(listed: Iterable[Listed], size: int) -> list[ExampleRef]:
     """The `size` timeable refs of the smallest key hashes among every bundle's sample."""
     refs = [ref for one in listed for ref in one.sample]
     return sorted(refs, key=lambda r: (r.key_hash, r.split, r.key))[:size]
+
+
+def _counted(refs: Iterable[ExampleRef], temp_dir: str) -> Iterator[ExampleRef]:
+    """`refs` as they come, the count of those not ignored noted in the run's temporary folder
+    for the live display (pipeline/progress.py): at most every COUNT_EVERY s, and at their end."""
+    path = fileio.join(temp_dir, output_folder.LISTING, f'{uuid.uuid4().hex}.count')
+    count, noted = 0, time.monotonic()
+    for ref in refs:
+        count += not ref.ignored
+        if time.monotonic() - noted > COUNT_EVERY:
+            fileio.write_bytes_atomic(path, str(count).encode())
+            noted = time.monotonic()
+        yield ref
+    fileio.write_bytes_atomic(path, str(count).encode())

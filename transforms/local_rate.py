@@ -58,8 +58,10 @@ class MeasureSample(beam.PTransform):
     'weighed', per sampled input [split, bytes in (None when unknown), bytes of its record (0
     when it cannot be converted)]; 'converted_by_run', whether the conversion converts the sample too (it
     does unless --num_shards is given); and with `timed` the rate: images timed, seconds, seconds per image
-    (None when no input can be timed: none listed, or only members of gzip archives, which are
-    read in one pass)."""
+    (None when no input can be timed: none listed, or none that can be converted). The sampled
+    members of a gzip archive are read in one pass over it before the timing starts, as the
+    conversion reads them into a blob while listing (grouped_reads.py): the plan's own time
+    holds that pass as the run's holds its own."""
 
     def __init__(self, settings: ConversionSettings, label_map: beam.PCollection,
                  timed: bool = False):

@@ -10,9 +10,10 @@ read the same way by the index of a kind and by a gzip tar's pass. This module p
 of an archive's kind and applies what holds for every kind: of members with the same name the
 last wins.
 
-Nothing is unpacked to disk and nothing reads more than it needs; a member is read with one
-ranged read (a zip member may need a second for a long local header), so the members of one
-archive can be read by any number of workers at once.
+Nothing is unpacked to disk (but a gzip tar's members, by the conversion: see gzip_pass.py) and
+nothing reads more than it needs; a member is read with one ranged read (a zip member may need a
+second for a long local header), so the members of one archive can be read by any number of
+workers at once.
 """
 
 import dataclasses

@@ -1,7 +1,9 @@
 """A gzip-compressed tar read in one pass, archives inside it expanded in the same pass: it has
 no byte offsets to jump to, so it is listed in one pass (`stream`), and its members' bytes are
-read by another pass that ends at the last member wanted (`read_streamed`: a chunk's members at
-once). Its members are StreamedMembers."""
+read by another pass that ends at the last member wanted: `in_order` gives them one after
+another (a conversion writes them into a blob as its listing goes, transforms/grouped_reads.py,
+so its chunks read them by byte range), `read_streamed` a few at once. Its members are
+StreamedMembers."""
 import dataclasses
 import io
 import tarfile
@@ -82,6 +84,24 @@ def read_streamed(wanted: Iterable[Member], limit: int = fileio.DEFAULT_MAX_INPU
                 if not left:
                     break
     return found
+
+
+def in_order(wanted: list[Member], limit: int = fileio.DEFAULT_MAX_INPUT
+             ) -> Iterator[bytes | None]:
+    """The bytes of `wanted` (members of one gzip tar, in the order of its pass) one after
+    another, None for each that cannot be read (damaged, over `limit` bytes, gone since it was
+    listed): one pass over the archive, ending at the last of them; one member held at a time."""
+    if not wanted:
+        return
+    keys = {(m.name, m.index) for m in wanted}
+    passed = stream(wanted[0].archive, lambda m: (m.name, m.index) in keys, limit)
+    current = next(passed, None)
+    for member in wanted:
+        while current is not None and current[0].index < member.index:
+            current = next(passed, None)
+        found = current is not None and (current[0].name, current[0].index) == (member.name,
+                                                                                member.index)
+        yield current[1] if found and current[0].error is None else None
 
 
 def gone(member: Member) -> str:

@@ -73,10 +73,12 @@ REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's
 # each), a file per shard and format (and a sidecar), the leakage check's pairs and its linked
 # groups, the rounds of merging many entry files into a report, the images of groups of
 # inputs read together (transforms/grouped_reads.py), and the sorted runs that pass the listed
-# inputs and the converted records' hashes between stages (pipeline/io/sorted_runs.py).
+# inputs and the converted records' hashes between stages (pipeline/io/sorted_runs.py), and
+# the listers' counts so far (transforms/listing.py, shown by pipeline/progress.py).
 PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS = 'parts', 'shards', 'pairs', 'links', 'merge', 'groups'
 LISTED, FILED, FINAL = 'listed', 'filed', 'final'   # FINAL: the commit's staged metadata.
-WORK_FOLDERS = (PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS, LISTED, FILED, FINAL)
+LISTING = 'listing'
+WORK_FOLDERS = (PARTS, SHARDS, PAIRS, LINKS, MERGE, GROUPS, LISTED, FILED, FINAL, LISTING)
 _RUN_ID = re.compile(r'[0-9a-f]{16}\Z')
 _SPLIT = '(?:' + '|'.join(SPLITS) + ')'
 
