@@ -7,7 +7,8 @@ batch of moves of the old and the new dataset), `commit:marked` (temporary folde
 committed), `commit:unjournaled` (journal deleted), `cleanup:contents` (a temporary folder
 emptied but for its marker), `cleanup:marker` (its marker deleted, the empty folder left),
 `listed:N` (after this process wrote the runs of its N-th bundle of listed inputs),
-`chunk:N` (after this process converted its N-th chunk), `group:N` (after this process wrote
+`chunk:N` (after this process converted its N-th chunk), `filed:N` (after this process wrote
+the runs of its N-th bundle of converted records' hashes), `group:N` (after this process wrote
 the blob of its N-th group of inputs read together), `shard:N` (after this process wrote
 its N-th shard), `links:N` (after this process linked its N-th shuffle group of the leakage
 check). IMAGE_TFRECORDS_STOP_AT=<point> stops the process there instead (SIGSTOP), for a test

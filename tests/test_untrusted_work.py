@@ -1,8 +1,11 @@
 """What a run reads back from its temporary folder is data, checked before it is used: a file
 changed there while the run is on is never executed (a listed input's ref is decoded, not
-unpickled: pipeline/inputs/ref_codec.py), and work an earlier attempt left is reused only when
-its bytes match the digest its sidecar holds (transforms/resume.py); else it is done again,
-with a line saying so, and the dataset is the one an uninterrupted run writes."""
+unpickled: pipeline/inputs/ref_codec.py) nor used (a sorted run's blocks are checked against
+the digests its description holds: pipeline/io/sorted_runs.py), and work an earlier attempt
+left is reused only when its bytes match the digest its sidecar holds (transforms/resume.py);
+else it is done again, with a line saying so, and the dataset is the one an uninterrupted run
+writes."""
+import dataclasses
 import glob
 import json
 import os
@@ -12,7 +15,10 @@ import struct
 
 import pytest
 
+from pipeline.inputs import ref_codec
+from pipeline.testing import imagemaker
 from tests.helpers import IN_PROCESS, cli, killed_at, output_files, stopped_at
+from transforms.copies import COPY
 
 FLAGS = ['--num_shards=4', '--leakage=off', *IN_PROCESS]
 
@@ -147,3 +153,76 @@ def test_a_listed_run_cut_short_under_the_run_ends_it_in_one_line(tmp_path, imag
     lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
     assert len(lines) == 1 and '/listed/' in lines[0], answer.stderr
     assert 'it is shorter than it was written' in lines[0]
+
+
+def _rewrite_first_ref(folder: str, source: str, keep_size: bool) -> list[str]:
+    """Rewrites every listed run under `folder` with its first ref's source made `source` (a
+    valid ref under the same key; its filename padded or cut so that the run keeps its size
+    when `keep_size`); returns the runs rewritten."""
+    rewritten = []
+    for path in glob.glob(f'{folder}/.tmp-*/listed/*.run'):
+        with open(path, 'rb') as run:
+            data = run.read()
+        key, length = struct.unpack_from('>QI', data)
+        ref = ref_codec.decode(data[12:12 + length])
+        payload = ref_codec.encode(dataclasses.replace(ref, source=source))
+        if keep_size:
+            cut = length - len(payload)
+            filename = ref.filename + 'x' * cut if cut >= 0 else ref.filename[:cut]
+            payload = ref_codec.encode(dataclasses.replace(ref, source=source, filename=filename))
+            assert len(payload) == length
+        with open(path, 'wb') as run:
+            run.write(struct.pack('>QI', key, len(payload)) + payload + data[12 + length:])
+        rewritten.append(path)
+    return rewritten
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('keep_size', [True, False])
+def test_a_listed_run_rewritten_with_a_valid_ref_to_an_outside_image_ends_the_run(
+        tmp_path, tmp_path_factory, image_folders, keep_size):
+    out, outside = str(tmp_path / 'out'), str(tmp_path_factory.mktemp('o') / 'private.jpg')
+    with open(outside, 'wb') as image:
+        image.write(imagemaker.jpeg(24, 16, seed=10_000))
+    rewritten = []
+    answer = stopped_at('listed:1',
+                        lambda: rewritten.extend(_rewrite_first_ref(out, outside, keep_size)),
+                        f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
+    assert rewritten
+    assert answer.returncode == 2, answer.stderr
+    assert 'Traceback' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
+    assert len(lines) == 1 and lines[0].startswith('error: '), answer.stderr
+    assert any(path in lines[0] for path in rewritten), answer.stderr
+    assert not glob.glob(f'{out}/*.tfrecord*'), 'no dataset is committed'
+    for path in glob.glob(f'{out}/**/*.tfrecord*', recursive=True):
+        with open(path, 'rb') as written:
+            assert outside.encode() not in written.read(), path
+
+
+def _copy_a_digest(folder: str) -> list[str]:
+    """Gives the second record of every filed run the first's digest (valid rows: a copy that
+    is none); returns the runs rewritten."""
+    rewritten = []
+    for path in glob.glob(f'{folder}/.tmp-*/filed/*.run'):
+        with open(path, 'r+b') as run:
+            first = run.read(12 + COPY.itemsize)
+            run.seek(12 + COPY.itemsize + 12)
+            run.write(first[12:12 + 8])   # Its 'sha' (copies.COPY), the same bytes.
+        rewritten.append(path)
+    return rewritten
+
+
+@pytest.mark.slow
+def test_a_filed_run_rewritten_with_valid_rows_ends_the_run(tmp_path, image_folders):
+    out = str(tmp_path / 'out')
+    rewritten = []
+    answer = stopped_at('filed:1', lambda: rewritten.extend(_copy_a_digest(out)),
+                        f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
+    assert rewritten
+    assert answer.returncode == 2, answer.stderr
+    assert 'Traceback' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
+    assert len(lines) == 1 and lines[0].startswith('error: '), answer.stderr
+    assert any(path in lines[0] for path in rewritten), answer.stderr
+    assert not glob.glob(f'{out}/*.tfrecord*'), 'no dataset is committed'

@@ -138,6 +138,8 @@ class EncodeChunks(beam.DoFn):
     def finish_bundle(self) -> Iterator:
         self._wait_finishing()
         filed = Filed(self._filer.close(), self._flat)
+        if filed.runs:
+            faults.crash_point('filed', counted=True)
         if filed.runs or filed.flat:
             yield beam.pvalue.TaggedOutput('filed', GlobalWindows.windowed_value(filed))
 

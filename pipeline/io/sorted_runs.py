@@ -12,9 +12,18 @@ the payload), sorted by (section, key); a section's records are contiguous. Its 
 gives, per section, the byte range, the count and the key and offset of every INDEX_EVERY-th
 record, so a key range is one ranged read per run. A file is written whole under a new name
 (runs are never appended to): one that a failed bundle wrote is just never named.
+
+A run's file is anyone's who can write the folder, so its bytes are trusted only through its
+description, which travels through the runner: it holds a digest of every block of
+INDEX_EVERY records (an HMAC-SHA256 cut to 8 bytes, under a key drawn for the run and never
+written to the folder), and a reader checks every block it reads before it decodes a record
+of it (a key range is read in whole blocks). A block whose bytes are not those written ends
+the run (`changed`), nothing of it used.
 """
 import dataclasses
 import heapq
+import hmac
+import secrets
 import struct
 import uuid
 from typing import Hashable, Iterable, Iterator
@@ -28,6 +37,7 @@ INDEX_EVERY = 64
 BUDGET_BYTES = 64 << 20   # What a writer holds before it writes a run.
 _HEAD = struct.Struct('>QI')
 _LAST_KEY = (1 << 64) - 1
+DIGEST_BYTES = 8
 
 
 def record_dtype(payload: np.dtype) -> np.dtype:
@@ -43,12 +53,17 @@ class Section:
     count: int
     keys: np.ndarray      # Key of every INDEX_EVERY-th record (uint64), ascending.
     offsets: np.ndarray   # Its offset in the file.
+    digests: bytes        # DIGEST_BYTES per block: records offsets[i] up to the next one.
+
+    def block_end(self, block: int) -> int:
+        return int(self.offsets[block + 1]) if block + 1 < len(self.offsets) else self.end
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
     path: str
     sections: dict
+    key: bytes            # Of its blocks' digests (`_digest`).
 
     @property
     def count(self) -> int:
@@ -88,17 +103,21 @@ class RunWriter:
         if not (self._held or self._rows):
             return
         path = fileio.join(self._folder, f'{uuid.uuid4().hex}.run')
-        sections, offset = {}, 0
+        sections, offset, key = {}, 0, secrets.token_bytes(16)
         with fileio.writing(path) as out:
             for section in sorted({*self._held, *self._rows}, key=repr):
                 data, keys, offsets = (_sorted_rows(self._rows[section]) if section in self._rows
                                        else _sorted_records(self._held[section]))
+                starts = offsets[::INDEX_EVERY]
+                view = memoryview(data)
+                digests = b''.join(_digest(key, view[a:b]) for a, b in
+                                   zip(starts.tolist(), [*starts[1:].tolist(), len(data)]))
                 sections[section] = Section(offset, offset + len(data), len(keys),
-                                            keys[::INDEX_EVERY].copy(),
-                                            offset + offsets[::INDEX_EVERY])
+                                            keys[::INDEX_EVERY].copy(), offset + starts,
+                                            digests)
                 out.write(data)
                 offset += len(data)
-        self.runs.append(Run(path, sections))
+        self.runs.append(Run(path, sections, key))
         self._held, self._rows, self._bytes = {}, {}, 0
 
     def close(self) -> list[Run]:
@@ -125,30 +144,42 @@ def _sorted_rows(blocks: list[np.ndarray]) -> tuple[bytes, np.ndarray, np.ndarra
             np.arange(len(records), dtype=np.int64) * records.dtype.itemsize)
 
 
-def _span(section: Section, lo: int, hi: int) -> tuple[int, int]:
-    """The byte range of a section that holds every record with lo <= key < hi."""
-    first = int(np.searchsorted(section.keys, np.uint64(lo), side='left')) - 1
+def _digest(key: bytes, block) -> bytes:
+    """A block's digest: the first DIGEST_BYTES of its HMAC-SHA256 (SHA-256 runs in hardware
+    on most CPUs, ahead of a keyed BLAKE2b)."""
+    return hmac.digest(key, block, 'sha256')[:DIGEST_BYTES]
+
+
+def _blocks(section: Section, lo: int, hi: int) -> tuple[int, int]:
+    """The blocks [first, last) of a section that hold every record with lo <= key < hi."""
+    first = max(int(np.searchsorted(section.keys, np.uint64(lo), side='left')) - 1, 0)
     last = (len(section.keys) if hi > _LAST_KEY
             else int(np.searchsorted(section.keys, np.uint64(hi), side='left')))
-    start = int(section.offsets[first]) if first >= 0 else section.start
-    end = int(section.offsets[last]) if last < len(section.offsets) else section.end
-    return start, end
+    return first, last
 
 
 def _ranges(runs: Iterable[Run], section: Hashable, lo: int, hi: int
             ) -> list[tuple[str, bytes]]:
     """(path, bytes) of each run that may hold records of `section` with lo <= key < hi, read
-    at once (one ranged read per run); a run shorter than it was written is `changed`."""
-    wanted = [(run.path, *_span(run.sections[section], lo, hi))
+    at once (one ranged read per run) and checked against its description (`_read`)."""
+    wanted = [(run, run.sections[section], *_blocks(run.sections[section], lo, hi))
               for run in runs if section in run.sections]
-    return fileio.at_once(lambda where: (where[0], _read(*where)),
-                          [w for w in wanted if w[2] > w[1]])
+    return fileio.at_once(lambda where: (where[0].path, _read(*where)),
+                          [w for w in wanted if w[3] > w[2]])
 
 
-def _read(path: str, start: int, end: int) -> bytes:
-    data = fileio.read_range(path, start, end - start)
+def _read(run: Run, section: Section, first: int, last: int) -> bytes:
+    """The bytes of a section's blocks [first, last), each the block written (else `changed`)."""
+    start, end = int(section.offsets[first]), section.block_end(last - 1)
+    data = fileio.read_range(run.path, start, end - start)
     if len(data) != end - start:
-        raise changed(path, 'it is shorter than it was written')
+        raise changed(run.path, 'it is shorter than it was written')
+    view = memoryview(data)
+    for block in range(first, last):
+        at = int(section.offsets[block]) - start
+        written = section.digests[block * DIGEST_BYTES:(block + 1) * DIGEST_BYTES]
+        if _digest(run.key, view[at:section.block_end(block) - start]) != written:
+            raise changed(run.path, 'its bytes are not those written')
     return data
 
 
@@ -162,8 +193,8 @@ def changed(path: str, why: str) -> DatasetError:
 def read_range(runs: Iterable[Run], section: Hashable, lo: int, hi: int
                ) -> Iterator[tuple[int, bytes, str]]:
     """(key, payload, the run's path) of every record of `section` with lo <= key < hi, of all
-    `runs`, in key order (records of one run with equal keys in their order). A record whose
-    length runs past its run's range is `changed`; its payloads are the reader's to check."""
+    `runs`, in key order (records of one run with equal keys in their order): the bytes
+    written, each block checked (`_read`); what they mean is the reader's to check."""
     return heapq.merge(*(_records(path, data, lo, hi)
                          for path, data in _ranges(runs, section, lo, hi)),
                        key=lambda record: record[0])
