@@ -14,7 +14,7 @@ from pipeline.base.refs import ExampleRef
 from pipeline.inputs import ref_codec
 from pipeline.inputs.archive_base import Archive, Member
 from pipeline.inputs.gzip_pass import StreamedMember
-from pipeline.inputs.parquet_image_paths import StartFolder
+from pipeline.inputs.parquet_image_paths import ImageRoot
 from pipeline.inputs.parquet_row_groups import RowGroupRead
 from pipeline.inputs.zip_index import ZipMember
 
@@ -32,7 +32,7 @@ SEEDS = [ref_codec.encode(ref) for ref in (
     ExampleRef('train', 'k', '/d/t.tar/k', 'k', 'dog', 3, member=Member(_ARCHIVE, 'k', 1536, 3)),
     ExampleRef('train', 'p.parquet:row 0', '/d/p.parquet:row 0', 'p', 'cat', 10,
                group=RowGroupRead('/d/p.parquet', 99, None, 0, 1, 0, 'image.bytes', None,
-                                  1 << 20, StartFolder('/d'))),
+                                  1 << 20, ImageRoot('/d', True))),
 )]
 TOKENS = [b'null', b'[', b']', b',', b'"', b'{}', b'-1', b'1e999', b'true', b'"\\ud800"',
           b'[[[[', b'NaN', b'\xff', b'\0\0\0\0', b'\xff\xff\xff\xff', b'9' * 30, b',0' * 1000,

@@ -638,7 +638,7 @@ def test_verify_reports_a_pipe_in_place_of_a_shard_instead_of_waiting_on_it(conv
     code, stderr = _verify(out, capsys)
     assert code == 1, stderr
     assert ('train shard 1 (dataset-train.tfrecord-00001-of-00002) not a regular file (a '
-            'folder, pipe or device)\n') in stderr
+            'folder, pipe or device) (and so: 5 counts disagree)\n') in stderr
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ is_list, values] (kind: 'bytes', 'text', 'int' or 'float', as records.value_kind
 
 with kind 0 (archive_base.Member), 1 (zip_index.ZipMember) or 2 (gzip_pass.StreamedMember).
 `group`, null or a parquet RowGroupRead: [path, size, mtime, first group, end group, first
-row, column, path column, limit, start folder, why not]. The lengths of BYTES add up to what
+row, column, path column, limit, image root, root given, why no root]. The lengths of BYTES add up to what
 follows the JSON text, exactly. Every length, count and depth is bounded before it is used
 (a JSON text longer than SMALL_HEAD is counted before it is parsed, pipeline/base/json_size.py);
 anything else is a SpillError saying what.
@@ -93,7 +93,8 @@ def _member(member: Member) -> list:
 
 def _group(read) -> list:
     return [read.path, read.size, read.mtime, read.first_group, read.end_group, read.first_row,
-            read.column, read.path_column, read.limit, read.start.path, read.start.why_not]
+            read.column, read.path_column, read.limit, read.image_root.path, read.image_root.given,
+            read.image_root.why_not]
 
 
 def decode(payload: bytes) -> ExampleRef:
@@ -191,19 +192,19 @@ def _member_of(fields: Any) -> Member:
 
 
 def _group_of(fields: Any):
-    from pipeline.inputs.parquet_image_paths import StartFolder
+    from pipeline.inputs.parquet_image_paths import ImageRoot
     from pipeline.inputs.parquet_row_groups import RowGroupRead
-    if type(fields) is not list or len(fields) != 11:
+    if type(fields) is not list or len(fields) != 12:
         raise SpillError('its row group read is not a list of its fields')
     (path, size, mtime, first_group, end_group, first_row, column, path_column, limit,
-     start, why_not) = fields
+     root, given, why_not) = fields
     if not (type(path) is str and _counts(size, first_group, end_group, first_row, limit)
             and (mtime is None or type(mtime) in _NUMBER)
-            and all(v is None or type(v) is str for v in (column, path_column, start))
-            and type(why_not) is str):
+            and all(v is None or type(v) is str for v in (column, path_column, root))
+            and type(given) is bool and type(why_not) is str):
         raise SpillError('a field of its row group read is not of its type')
     return RowGroupRead(path, size, mtime, first_group, end_group, first_row, column,
-                        path_column, limit, StartFolder(start, why_not))
+                        path_column, limit, ImageRoot(root, given, why_not))
 
 
 def _counts(*values: Any) -> bool:

@@ -278,8 +278,9 @@ def repair_temp(folder: str) -> list[str]:
 
 
 def _drop_passing_runs(folder: str) -> None:
-    """Removes the sorted runs that passed data between a run's stages (LISTED, FILED)."""
-    for passing in (listed_folder(folder), filed_folder(folder)):
+    """Removes the sorted runs that passed data between a run's stages (LISTED, FILED) and the
+    listers' counts (LISTING)."""
+    for passing in (listed_folder(folder), filed_folder(folder), fileio.join(folder, LISTING)):
         if fileio.is_gcs(passing):
             fileio.delete_tree(passing)
         elif not os.path.islink(folder):
