@@ -144,7 +144,38 @@ def test_a_file_the_dataset_does_not_list_is_a_warning(dataset, tmp_path):
     result = run_verify(out)
     assert result.returncode == 0
     assert result.stderr.splitlines() == [
-        'warning: notes.txt: not a file of this dataset (dataset_info.json does not list it); '
+        'warning: notes.txt: a file, not part of this dataset (dataset_info.json does not list '
+        'it); verify did not read it']
+
+
+def test_a_file_of_the_dataset_as_a_link_or_an_extra_folder_or_link_is_named(dataset, tmp_path):
+    """A dataset's files are regular files of its folder: one replaced by a link to the same
+    bytes elsewhere is a problem; a folder named as a shard the dataset does not list is one
+    too; another folder or link is a warning, as an unlisted file is."""
+    shard, index = 'dataset-train.tfrecord-00000-of-00002', 'dataset-train.tfrecord-00007-of-00009.idx'
+    for name in (shard, 'summary.json', 'features.json'):
+        out = copy_of(dataset, tmp_path / name)
+        elsewhere = tmp_path / name / 'elsewhere'
+        os.rename(os.path.join(out, name), elsewhere)
+        os.symlink(elsewhere, os.path.join(out, name))
+        result = run_verify(out)
+        assert result.returncode == 1
+        assert f'{name}: a symbolic link to {elsewhere}, not a file of the folder; replace it ' \
+               'with the file itself' in result.stderr
+    out = copy_of(dataset, tmp_path / 'extra')
+    os.mkdir(os.path.join(out, 'dataset-train.tfrecord-00002-of-00002'))
+    os.mkdir(os.path.join(out, index))
+    os.mkdir(os.path.join(out, 'sub'))
+    os.symlink(tmp_path, os.path.join(out, 'extra'))
+    result = run_verify(out)
+    assert result.returncode == 1
+    assert ('dataset-train.tfrecord-00002-of-00002: not part of this dataset (a shard from '
+            'another run or dataset); remove it') in result.stderr
+    assert index in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith('warning:')] == [
+        'warning: extra: a symbolic link, not part of this dataset (dataset_info.json does not '
+        'list it); verify did not read it',
+        'warning: sub: a folder, not part of this dataset (dataset_info.json does not list it); '
         'verify did not read it']
 
 

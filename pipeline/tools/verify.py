@@ -40,6 +40,7 @@ from pipeline.io import fileio, gcs
 from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata, output_folder,
                              output_lock, records, shard_formats)
 from pipeline.output.shard_formats import ShardFormat
+from pipeline.base.settings import TEMP_PREFIX
 from pipeline.errors import DatasetError, printable
 from pipeline.tools import leakage_checks, metadata_checks, quality_checks
 from pipeline.tools.quality_checks import Place
@@ -358,9 +359,14 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     own = summary if output_folder.is_own_dataset(info, summary) else {}
     formats = shard_formats.declared(info)
     expected = _shard_names(info, formats)
-    files = {entry.name for entry in fileio.list_dir(output_dir) if not entry.is_dir}
+    entries = fileio.list_dir(output_dir)
+    files = {entry.name for entry in entries if not entry.is_dir}
+    # A folder named as no shard of the dataset lists is an extra shard or index all the same.
+    files |= {e.name for e in entries if e.is_dir and e.name not in expected
+              and output_folder.is_shard_name(e.name.removesuffix(f'.{dali_index.SUFFIX}'))}
     index_problems, indexed = _index_files(expected, files, own)
-    problems = _layout_problems(expected, files) + index_problems
+    problems = (_layout_problems(expected, files) + index_problems
+                + _link_problems(output_dir, set(named) | set(expected) | files))
     reports = _read_shards(_tasks(output_dir, info, own, names, sample, indexed), formats,
                            processes)
     digests = own.get('digests') if isinstance(own.get('digests'), dict) else {}
@@ -380,6 +386,22 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     problems = _followed(problems, reports, follows, common)
     _print_summary(info, reports, problems)
     return problems
+
+
+def _links(output_dir: str) -> dict[str, str]:
+    """{name: where it leads} of the symbolic links in a local `output_dir`."""
+    if fileio.is_gcs(output_dir):
+        return {}
+    with os.scandir(output_dir) as entries:
+        return {e.name: os.readlink(e.path) for e in entries if e.is_symlink()}
+
+
+def _link_problems(output_dir: str, dataset_names: set[str]) -> list[str]:
+    """A file of the dataset that is a symbolic link: its bytes are read from elsewhere, which
+    the dataset does not hold (a copy or an upload of the folder would miss them)."""
+    return [f'{name}: a symbolic link to {printable(target)}, not a file of the folder; replace '
+            'it with the file itself' for name, target in sorted(_links(output_dir).items())
+            if name in dataset_names]
 
 
 def _listed(named: list[str], summary: dict) -> list[str]:
@@ -429,11 +451,18 @@ def unlisted(output_dir: str) -> list[str]:
         summary if isinstance(summary, dict) else {}))
     protocol = {fileio.basename(output_lock.lock_path(output_dir)),
                 fileio.basename(commit_journal.journal_path(output_dir))}
-    return [f'{name}: not a file of this dataset ({metadata.DATASET_INFO} does not list it); '
-            'verify did not read it'
-            for name in sorted(e.name for e in fileio.list_dir(output_dir) if not e.is_dir)
-            if name not in named and name not in protocol
-            and not output_folder.is_shard_name(name.removesuffix(f'.{dali_index.SUFFIX}'))]
+    links = _links(output_dir)
+    found = []
+    for entry in fileio.list_dir(output_dir):
+        name = entry.name
+        if (name in named or name in protocol or entry.name.startswith(TEMP_PREFIX)
+                or output_folder.is_shard_name(name.removesuffix(f'.{dali_index.SUFFIX}'))):
+            continue   # The dataset's own, the protocol's, or named by verify's problems.
+        what = ('a symbolic link' if name in links else 'a folder' if entry.is_dir
+                else 'a file')
+        found.append(f'{name}: {what}, not part of this dataset ({metadata.DATASET_INFO} does not '
+                     'list it); verify did not read it')
+    return sorted(found)
 
 
 def _print_summary(info: dict, reports: list[ShardReport], problems: list[str]) -> None:
