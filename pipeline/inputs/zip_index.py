@@ -2,9 +2,12 @@
 directory is longer than ZIP_TAIL), and its members (ZipMember) read by byte range: one ranged
 read each (a second for a long local header)."""
 import dataclasses
+import struct
 import zipfile
 import zlib
 from typing import Iterator
+
+import numpy as np
 
 from pipeline.base import pickling
 from pipeline.inputs import zip_records
@@ -13,6 +16,9 @@ from pipeline.inputs.archive_base import (MAX_DEPTH, Archive, DamagedArchive, Me
 from pipeline.io import fileio
 
 ZIP_TAIL = 1 << 16                      # Bytes read at a zip's end: its end record and more.
+MAX_ENTRIES = 100_000_000               # Central directory entries of a zip, at most.
+TOO_MANY_FIX = ('; none of its members are read: split it into zips of fewer members (one per '
+                'class, say), or use a tar')
 
 
 @pickling.values_only
@@ -95,35 +101,114 @@ class ZipMember(Member):
 
 def members(archive: Archive) -> Iterator[ZipMember | Member]:
     """The members of a zip in the order of its central directory; unsafe names, and damage
-    that leaves no member readable, as unnamed members."""
+    that leaves no member readable, as unnamed members. The directory is read twice through the
+    window, an entry at a time (no object of each is held): first to check it whole and find
+    where each member must end, then to give the members."""
     window = Window(archive)
     window.read_tail(ZIP_TAIL)
-    excess = zip_records.directory_excess(WindowFile(window))
-    if excess:
-        yield unnamed(archive, 0, f'zip {archive.path}: {excess}; none of its members are read: '
-                                  'split it into zips of fewer members (one per class, say), or '
-                                  'use a tar', cut=True)
-        return
     try:
-        with zipfile.ZipFile(WindowFile(window)) as index:
-            infos = index.infolist()
+        directory = _directory(window)
+        offsets = np.fromiter((info.header_offset for info in _entries(window, *directory)),
+                              np.int64)
+    except TooManyEntries as exc:
+        yield unnamed(archive, 0, f'zip {archive.path} {exc}{TOO_MANY_FIX}')
+        return
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as exc:
         yield unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
                                   'can be read', cut=True)
         return
-    if _inner_end_record(window, index.start_dir):
+    start_dir = directory[0]
+    if _inner_end_record(window, start_dir):
         yield unnamed(archive, 0, f'damaged zip {archive.path}: it ends inside a member (the '
                                   'last end record in it is that of a zip stored in it); none '
                                   'of its members can be read', cut=True)
         return
-    ends = zip_records.ends(infos, index.start_dir)
-    for info in infos:
+    for info, end in zip(_entries(window, *directory), _ends(offsets, start_dir)):
         name = safe_name(info.filename)
         if name is None or not (name or zip_records.is_dir(info)):
             yield unnamed(archive, info.header_offset,
                           unsafe_name(info.filename, info.header_offset, archive))
         elif name:   # Not the archive's root.
-            yield _member(archive, info, name, ends[id(info)])
+            yield _member(archive, info, name, end)
+
+
+class TooManyEntries(ValueError):
+    """A zip's central directory holds more entries than MAX_ENTRIES."""
+
+
+def over_limit(error: str) -> bool:
+    """Whether a zip's error is that it holds more entries than are read (no damage)."""
+    return error.endswith(TOO_MANY_FIX)
+
+
+def _directory(window: Window) -> tuple[int, int, int]:
+    """Where a zip's central directory starts, its bytes, and how far its members' offsets are
+    shifted (by bytes before the zip), as zipfile finds them; BadZipFile if it cannot."""
+    try:
+        end = zipfile._EndRecData(WindowFile(window))
+    except OSError:
+        end = None
+    if not end:
+        raise zipfile.BadZipFile('File is not a zip file')
+    size, offset = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
+    concat = end[zipfile._ECD_LOCATION] - size - offset
+    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+        concat -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    if offset + concat < 0:
+        raise zipfile.BadZipFile('Bad offset for central directory')
+    return offset + concat, size, concat
+
+
+def _entries(window: Window, start: int, size: int, concat: int) -> Iterator[zipfile.ZipInfo]:
+    """The entries of a central directory of `size` bytes at `start`, read and checked as
+    zipfile reads them (an object of each made, and dropped, as it is read); TooManyEntries
+    after MAX_ENTRIES of them."""
+    size = min(size, window.size - start)   # zipfile reads what there is.
+    total, count = 0, 0
+    while total < size:
+        fixed = window.read_at(start + total, min(zipfile.sizeCentralDir, size - total))
+        if len(fixed) != zipfile.sizeCentralDir:
+            raise zipfile.BadZipFile('Truncated central directory')
+        fields = struct.unpack(zipfile.structCentralDir, fixed)
+        if fields[zipfile._CD_SIGNATURE] != zipfile.stringCentralDir:
+            raise zipfile.BadZipFile('Bad magic number for central directory')
+        count += 1
+        if count > MAX_ENTRIES:
+            raise TooManyEntries(f'holds more than {MAX_ENTRIES:,} entries, the most read of '
+                                 'a zip')
+        lengths = fields[zipfile._CD_FILENAME_LENGTH:zipfile._CD_COMMENT_LENGTH + 1]
+        at = start + total + zipfile.sizeCentralDir
+        variable = window.read_at(at, min(sum(lengths), size - total - zipfile.sizeCentralDir))
+        name, extra = variable[:lengths[0]], variable[lengths[0]:lengths[0] + lengths[1]]
+        yield _entry(fields, name, extra, concat)
+        total += zipfile.sizeCentralDir + sum(lengths)
+
+
+def _entry(fields: tuple, name: bytes, extra: bytes, concat: int) -> zipfile.ZipInfo:
+    """A central directory entry as zipfile reads it (its checks, its zip64 extra field)."""
+    flags = fields[zipfile._CD_FLAG_BITS]
+    info = zipfile.ZipInfo(name.decode('utf-8' if flags & 0x800 else 'cp437'))
+    info.extra = extra
+    info.header_offset = fields[zipfile._CD_LOCAL_HEADER_OFFSET]
+    (info.create_version, info.create_system, info.extract_version, info.reserved,
+     info.flag_bits, info.compress_type, _, _, info.CRC, info.compress_size,
+     info.file_size) = fields[1:12]
+    if info.extract_version > zipfile.MAX_EXTRACT_VERSION:
+        raise NotImplementedError(f'zip file version {info.extract_version / 10:.1f}')
+    info._decodeExtra()
+    info.header_offset += concat
+    return info
+
+
+def _ends(offsets: np.ndarray, directory: int) -> Iterator[int]:
+    """Where each member's data must end: where the next member's local header or the central
+    directory begins, so that no two members (nor a member and the directory the members are
+    found in) share bytes, and no stretch of a zip is read twice (a zip made to hold itself, or
+    the same bytes many times over, is damaged)."""
+    order = np.argsort(offsets, kind='stable')
+    ends = np.empty_like(offsets)
+    ends[order] = np.minimum(np.append(offsets[order], directory)[1:], directory)
+    return iter(ends.tolist())
 
 
 def _member(archive: Archive, info: zipfile.ZipInfo, name: str, end: int) -> ZipMember:
