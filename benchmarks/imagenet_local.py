@@ -72,8 +72,8 @@ def packed(folder: str, kind: str) -> str:
                        for top, _, names in os.walk(folder) for name in names
                        if not name.startswith('.'))
         if kind == 'zip':
-            archivemaker.write_stored_zip(f'{path}.part', ((f'{KAGGLE}/{name}', _read(folder, name))
-                                                           for name in files))
+            archivemaker.write_stored_zip(
+                f'{path}.part', ((f'{KAGGLE}/{name}', _read(folder, name)) for name in files))
         else:
             with tarfile.open(f'{path}.part', 'w', format=tarfile.PAX_FORMAT) as tar:
                 for name in files:

@@ -165,7 +165,7 @@ def walk(place: Place) -> Iterator[tuple[str, File]]:
             else:
                 yield relative, file
         return
-    for file in _archive_files(place, expand=True):
+    for file in _archive_files(place):
         yield file.key[len(place.key) + 1:], file
 
 
@@ -174,19 +174,19 @@ def _below(outer: Place, inner: Place) -> Iterator[tuple[str, File]]:
         yield file.key[len(outer.key) + 1:], file
 
 
-def _archive_files(place: Place, expand: bool) -> Iterator[File]:
-    """The members below `place` (inside its archive) as Files; with `expand`, archives among
-    them are replaced by their own members, to any depth."""
+def _archive_files(place: Place) -> Iterator[File]:
+    """The members below `place` (inside its archive) as Files, archives among them replaced
+    by their own members, to any depth."""
     for member in _listed(place):
         if not (member.name.startswith(place.prefix) or member.unnamed):
             continue
         file = _member_file(place, member)
-        if expand and archives.suffix(member.name) and member.error is None and not member.is_dir:
+        if archives.suffix(member.name) and member.error is None and not member.is_dir:
             nested = member.nested()
             if isinstance(nested, str):
                 yield dataclasses.replace(file, error=nested)
             else:
-                yield from _archive_files(Place(file.path, _key(file.key), nested), expand=True)
+                yield from _archive_files(Place(file.path, _key(file.key), nested))
         else:
             yield file
 

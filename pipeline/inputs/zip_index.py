@@ -1,6 +1,7 @@
-"""A zip indexed from its central directory (one read at its end, and one more if the central
-directory is longer than ZIP_TAIL), and its members (ZipMember) read by byte range: one ranged
-read each (a second for a long local header)."""
+"""A zip indexed from its central directory, read through a window an entry at a time (no
+object of each entry is held: a zip of any number of members, up to MAX_ENTRIES), and its
+members (ZipMember) read by byte range: one ranged read each (a second for a long local
+header)."""
 import dataclasses
 import struct
 import zipfile
@@ -123,7 +124,7 @@ def members(archive: Archive) -> Iterator[ZipMember | Member]:
                                   'last end record in it is that of a zip stored in it); none '
                                   'of its members can be read', cut=True)
         return
-    for info, end in zip(_entries(window, *directory), _ends(offsets, start_dir)):
+    for info, end in zip(_entries(window, *directory), zip_records.data_ends(offsets, start_dir)):
         name = safe_name(info.filename)
         if name is None or not (name or zip_records.is_dir(info)):
             yield unnamed(archive, info.header_offset,
@@ -198,17 +199,6 @@ def _entry(fields: tuple, name: bytes, extra: bytes, concat: int) -> zipfile.Zip
     info._decodeExtra()
     info.header_offset += concat
     return info
-
-
-def _ends(offsets: np.ndarray, directory: int) -> Iterator[int]:
-    """Where each member's data must end: where the next member's local header or the central
-    directory begins, so that no two members (nor a member and the directory the members are
-    found in) share bytes, and no stretch of a zip is read twice (a zip made to hold itself, or
-    the same bytes many times over, is damaged)."""
-    order = np.argsort(offsets, kind='stable')
-    ends = np.empty_like(offsets)
-    ends[order] = np.minimum(np.append(offsets[order], directory)[1:], directory)
-    return iter(ends.tolist())
 
 
 def _member(archive: Archive, info: zipfile.ZipInfo, name: str, end: int) -> ZipMember:
