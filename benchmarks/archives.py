@@ -11,6 +11,10 @@ command, and archive / loose.
 Reads: --members small images as a tar of 10 class tars and as loose files on the Cloud Storage
 emulator (pipeline/testing/gcs_servers.py), each converted gs:// to local disk through a proxy that counts
 the operations; prints object reads (ranged reads, for archives) per 1,000 images.
+
+Directory: a stored zip of --entries empty members, its central directory listed by the zip
+index (pipeline/inputs/zip_index.py) and by zipfile (an object of each entry) in the same run;
+prints entries/s of each and their ratio.
 """
 import argparse
 import io
@@ -19,11 +23,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 from benchmarks.benchmark import fastest, measure, steady
 from benchmarks.workload import linked_workload, make_workload
-from pipeline.testing import gcs_servers, imagemaker
+from pipeline.inputs import zip_index
+from pipeline.inputs.archive_base import Archive
+from pipeline.testing import archivemaker, gcs_servers, imagemaker
 
 PY = sys.executable
 
@@ -129,13 +136,36 @@ def reads(members: int, workdir: str) -> None:
         server.stop()
 
 
+def directory(entries: int, workdir: str) -> None:
+    """Entries/s of listing a zip's central directory: the zip index against zipfile."""
+    path = os.path.join(workdir, 'entries.zip')
+    archivemaker.write_stored_zip(path, ((f'c{i % 1000:03d}/{i:07d}.jpg', b'')
+                                         for i in range(entries)))
+    size = os.path.getsize(path)
+    started = time.monotonic()
+    listed = sum(1 for _ in zip_index.members(Archive.of_file(path, size, 0.0)))
+    index = entries / (time.monotonic() - started)
+    started = time.monotonic()
+    with zipfile.ZipFile(path) as archive:
+        assert len(archive.infolist()) == listed == entries
+    baseline = entries / (time.monotonic() - started)
+    print(f'| central directory of {entries:,} entries | zip index {index:,.0f} entries/s | '
+          f'zipfile {baseline:,.0f} entries/s | {index / baseline:.2f}x |')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=4000)
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--members', type=int, default=1000)
+    parser.add_argument('--entries', type=int, default=200_000)
+    parser.add_argument('--directory_only', action='store_true',
+                        help='only list a central directory of --entries entries')
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix='archives-benchmark-')
+    directory(args.entries, workdir)
+    if args.directory_only:
+        return
     speed(args.n, args.rounds, workdir)
     reads(args.members, workdir)
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.inputs import zip_index
+from pipeline.inputs import folders, zip_index
 from pipeline.output import records
 from pipeline.testing import archivemaker, imagemaker
 from benchmarks.fuzz_thrift import varint
@@ -353,7 +353,7 @@ def _zip_of_empty_folders(path, folders: int, claimed: int | None = None,
     65,535 entries) claims `claimed` entries (default: as many as it holds)."""
     items = [(f'train/{c}/{i}.jpg', imagemaker.jpeg(24, 16, seed=n))
              for n, (c, i) in enumerate((c, i) for c in 'ab' for i in range(3))]
-    items += [(f'{below}/d{i:07d}/', b'') for i in range(folders)]
+    items += [(f'{below}/d{i:07d}/' if below else f'd{i:07d}/', b'') for i in range(folders)]
     archivemaker.write_stored_zip(path, items, claimed)
 
 
@@ -385,3 +385,26 @@ def test_a_zip_of_more_entries_than_are_read_is_refused_as_a_limit_in_one_line(t
         f'error: {path}: zip {path} holds more than 100 entries, the most read of a zip; none of '
         'its members are read: split it into zips of fewer members (one per class, say), or '
         'use a tar']
+
+
+@pytest.mark.parametrize('below', ['', 'train/'])
+def test_a_zip_of_more_folders_in_one_folder_than_are_read_is_one_line_or_one_reported_input(
+        tmp_path, monkeypatch, below):
+    """A million empty folder entries in one folder of a zip took the launcher past 1.3 GB
+    and 14 minutes (an object of each folder, and each folder's table taken over all rows);
+    past MAX_FOLDERS (100,000) folders in one folder, it is refused as a limit: one line above
+    the split folders, one reported input in a split."""
+    monkeypatch.setattr(folders, 'MAX_FOLDERS', 50)
+    path = tmp_path / 'in.zip'
+    _zip_of_empty_folders(path, 200, below=below.rstrip('/'))
+    message = (f'holds more than 50 folders, the most read in one folder of an archive; none of '
+               'them are read: group them into fewer folders (one per class), or extract the '
+               'archive')
+    result = cli(f'--input_dir={path}', f'--output_dir={tmp_path}/out', '--max_error_ratio=1')
+    if not below:
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [f'error: {path}: {path} {message}']
+    else:
+        assert result.returncode == 0, result.stderr
+        reported = (tmp_path / 'out' / 'errors-train.jsonl').read_text().splitlines()
+        assert [json.loads(line)['reason'] for line in reported] == [f'{path}/train {message}']

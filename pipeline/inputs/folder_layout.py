@@ -266,6 +266,9 @@ def _folders_above_splits(place: folders.Place, root: str,
     """The folders in `place`, where the split folders are looked for. Damage of an archive
     there is an error (unless `accept_cut`): no split can count what it hides."""
     places, files = folders.children(place)
+    limit = [f.error for f in files if folders.over_limit(f)]
+    if limit:
+        raise DatasetError(f'{root}: {limit[0]}')
     damage = [f for f in files if f.member is not None and f.member.unnamed]
     if damage and zip_index.over_limit(damage[0].error):
         raise DatasetError(f'{root}: {damage[0].error}')

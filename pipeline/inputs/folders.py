@@ -21,6 +21,12 @@ from pipeline.inputs.archives import Archive, Member
 from pipeline.inputs.member_table import MemberTable
 from pipeline.io import fileio
 
+# Folders directly in one folder inside an archive, at most (ImageNet has 1,000 a split): each
+# is an object while its folder is listed; past it, one reported input instead.
+MAX_FOLDERS = 100_000
+TOO_MANY_FOLDERS_FIX = ('; none of them are read: group them into fewer folders (one per '
+                        'class), or extract the archive')
+
 
 @dataclasses.dataclass(frozen=True)
 class Place:
@@ -112,7 +118,11 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
     folders, files, below = [], [], {}
     listed = _listed(place)
     indexed = isinstance(listed, MemberTable)   # Else the Members of a gzip tar's pass.
+    if indexed and _folder_count(listed, place.prefix) > MAX_FOLDERS:
+        return [], [_too_many_folders(place)]   # Before an object is made of any entry.
     for row, entry in enumerate(listed.names() if indexed else listed):
+        if len(below) > MAX_FOLDERS:   # A gzip tar's pass, read once.
+            return [], [_too_many_folders(place)]
         name = entry if indexed else entry.name
         unnamed = '//' in f'/{name}'   # An error about the archive's bytes: reported here.
         if not (name.startswith(place.prefix) or unnamed):
@@ -141,6 +151,33 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
                       f'{place.prefix}{name}/', listed.take(found) if indexed else tuple(found))
                 for name, found in below.items()]
     return folders, files
+
+
+def _folder_count(table: MemberTable, prefix: str) -> int:
+    """How many folders lie directly in the folder `prefix` of a table, counted up to one
+    past MAX_FOLDERS."""
+    seen = set()
+    for name, is_dir in zip(table.names(), table.dirs()):
+        if name.startswith(prefix):
+            first, _, rest = name[len(prefix):].partition('/')
+            if rest or is_dir:
+                seen.add(first)
+                if len(seen) > MAX_FOLDERS:
+                    break
+    return len(seen)
+
+
+def _too_many_folders(place: Place) -> File:
+    """The one reported input of a folder inside an archive holding more than MAX_FOLDERS
+    folders."""
+    return File(place.path, place.key, place.name, None,
+                error=f'{place.path} holds more than {MAX_FOLDERS:,} folders, the most read '
+                      f'in one folder of an archive{TOO_MANY_FOLDERS_FIX}')
+
+
+def over_limit(file: File) -> bool:
+    """Whether a File is that of a folder holding more folders than are read (no damage)."""
+    return file.error is not None and file.error.endswith(TOO_MANY_FOLDERS_FIX)
 
 
 def _listed(place: Place) -> MemberTable | Iterable[Member]:

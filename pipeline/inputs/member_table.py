@@ -79,6 +79,10 @@ class MemberTable:
             yield (self.member(row).name if row in earlier
                    else self._names[start:end].decode('utf-8', 'surrogateescape'))
 
+    def dirs(self) -> list[bool]:
+        """Whether each member is a directory entry, in order."""
+        return (self._numbers[:, _FLAGS] & _DIR != 0).tolist()
+
     def member(self, row: int) -> Member:
         (end, offset, size, flags, error, method, stored, crc, name_length,
          data_end) = self._numbers[row].tolist()
@@ -99,7 +103,7 @@ class MemberTable:
         taken = MemberTable(self.archive)
         taken._errors, taken._error_ids = self._errors, self._error_ids
         numbers = self._numbers[rows]
-        starts = np.concatenate(([0], self._numbers[:, _NAME_END]))[rows]
+        starts = np.where(rows > 0, self._numbers[rows - 1, _NAME_END], 0)   # Never all rows.
         taken._names = b''.join(self._names[s:e] for s, e in zip(starts.tolist(),
                                                                numbers[:, _NAME_END].tolist()))
         numbers[:, _NAME_END] = np.cumsum(numbers[:, _NAME_END] - starts)
