@@ -57,12 +57,13 @@ class MemberTable:
 
     def done(self) -> 'MemberTable':
         """Ends the adding: the numbers into one array, and each member whose name comes again
-        later marked as an earlier copy."""
+        later marked as an earlier copy (its parsed value dropped)."""
         self._numbers = np.frombuffer(self._growing, np.int64).reshape(-1, _COLUMNS).copy()
         self._growing = array.array('q')
         self._names = bytes(self._names)
-        for row in self._earlier_rows():
+        for row in self._earlier_rows():   # Read as an error: what was parsed of it goes.
             self._numbers[row, _FLAGS] |= _EARLIER
+            self.values.pop(row, None)
         return self
 
     def __len__(self) -> int:
