@@ -17,6 +17,10 @@ Gzip (--gzip): n photo-like images of 900x700 in class folders, once as the fold
 `tar czf ds.tar.gz ds` (the README's packing), each converted by the whole command line,
 interleaved, the fastest of --rounds; prints each time and .tar.gz / folder, then what
 `--plan_only` on the .tar.gz says the command takes against that run's time.
+
+Directory: a stored zip of --entries empty members, its central directory listed by the zip
+index (pipeline/inputs/zip_index.py) and by zipfile (an object of each entry) in the same run;
+prints entries/s of each and their ratio.
 """
 import argparse
 import io
@@ -26,11 +30,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 from benchmarks.benchmark import fastest, measure, steady
 from benchmarks.workload import linked_workload, make_workload
-from pipeline.testing import gcs_servers, imagemaker
+from pipeline.inputs import zip_index
+from pipeline.inputs.archive_base import Archive
+from pipeline.testing import archivemaker, gcs_servers, imagemaker
 
 PY = sys.executable
 
@@ -174,6 +181,23 @@ def gzip_speed(n: int, rounds: int, workdir: str, flags: list[str]) -> None:
               f'{estimate / packed_s:.2f} of the run')
 
 
+def directory(entries: int, workdir: str) -> None:
+    """Entries/s of listing a zip's central directory: the zip index against zipfile."""
+    path = os.path.join(workdir, 'entries.zip')
+    archivemaker.write_stored_zip(path, ((f'c{i % 1000:03d}/{i:07d}.jpg', b'')
+                                         for i in range(entries)))
+    size = os.path.getsize(path)
+    started = time.monotonic()
+    listed = sum(1 for _ in zip_index.members(Archive.of_file(path, size, 0.0)))
+    index = entries / (time.monotonic() - started)
+    started = time.monotonic()
+    with zipfile.ZipFile(path) as archive:
+        assert len(archive.infolist()) == listed == entries
+    baseline = entries / (time.monotonic() - started)
+    print(f'| central directory of {entries:,} entries | zip index {index:,.0f} entries/s | '
+          f'zipfile {baseline:,.0f} entries/s | {index / baseline:.2f}x |')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=4000)
@@ -181,10 +205,16 @@ def main() -> None:
     parser.add_argument('--members', type=int, default=1000)
     parser.add_argument('--gzip', action='store_true', help='a .tar.gz against its folder only')
     parser.add_argument('--reencode', action='store_true', help='with --gzip: convert with it')
+    parser.add_argument('--entries', type=int, default=200_000)
+    parser.add_argument('--directory_only', action='store_true',
+                        help='only list a central directory of --entries entries')
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix='archives-benchmark-')
     if args.gzip:
         gzip_speed(args.n, args.rounds, workdir, ['--reencode'] if args.reencode else [])
+        return
+    directory(args.entries, workdir)
+    if args.directory_only:
         return
     speed(args.n, args.rounds, workdir)
     reads(args.members, workdir)

@@ -57,6 +57,10 @@ def test_imagenet_from_its_official_archives(tmp_path):
     assert csv.splitlines()[:3] == ['uri,label', 'ILSVRC2012_img_val.tar/ILSVRC2012_val_00000001.JPEG,n01440764',
                                     'ILSVRC2012_img_val.tar/ILSVRC2012_val_00000002.JPEG,n02119789']
     assert 'train' in result.stdout and 'validation' in result.stdout
+    # The validation tar beside the train tar is not a split folder: its images are the CSV's.
+    assert ('left out ILSVRC2012_img_val/: not a split folder (train, validation or val, test); '
+            'its images are converted where a --csv_<split> names them') in result.stderr
+    assert 'rename a folder' not in result.stderr
 
     builder = tfds.builder_from_directory(str(tmp_path / 'imagenet_tfrecords'))
     label = builder.info.features['image/class/label']

@@ -157,6 +157,23 @@ def unnamed(archive: Archive, position: int, error: str, cut: bool = False) -> M
     return Member(archive, f'/@{position}', archive.start + position, 0, error=error, cut=cut)
 
 
+def earlier_copy(member: Member, inside: Member | None) -> Member:
+    """The error about a member whose name comes again later in the archive `inside` (None: its
+    own archive), named after the byte its header starts at in that archive."""
+    archive = member.archive
+    start = 0 if archive.streamed else archive.start   # A gzip tar's offsets: in its stream.
+    if inside is not None and inside.name.lower().endswith('.zip'):
+        header = member.offset - inside.offset
+    else:
+        header = member.header_start - start
+    name = f'{inside.name}//@{header}' if inside is not None else f'/@{header}'
+    where = f'{archive.path}/{inside.name}' if inside is not None else archive.path
+    return dataclasses.replace(
+        member, name=name, offset=start + header, size=0, is_dir=False,
+        error=f'{member.path} is in {where} again later: the later one is read (as tar '
+              'extracts it)')
+
+
 def safe_name(raw: str) -> str | None:
     """A member's name without `.` and empty parts (`./a//b.jpg` is `a/b.jpg`; '' for the
     archive's root), or None when it is unsafe: absolute, or with a `..` part."""

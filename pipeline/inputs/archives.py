@@ -16,12 +16,12 @@ second for a long local header), so the members of one archive can be read by an
 workers at once.
 """
 
-import dataclasses
 from typing import Any, Callable, Iterator
 
 from pipeline.inputs import gzip_pass, tar_index, zip_index
 from pipeline.inputs.archive_base import (  # noqa: F401 (importable here, as the readers' types)
-    Archive, DamagedArchive, Member, Window, folder_name, suffix)
+    Archive, DamagedArchive, Member, Window, earlier_copy, folder_name, suffix)
+from pipeline.inputs.member_table import MemberTable
 from pipeline.io import fileio
 
 
@@ -33,24 +33,38 @@ def members(archive: Archive) -> Iterator[Member]:
     return (member for member, _ in members_read(archive, lambda member: False, None))
 
 
+def table(archive: Archive, keep: Callable[[Member], bool] = lambda member: False,
+          parse: Callable[[Member, bytes], Any] = None) -> MemberTable:
+    """The members of a tar or a zip (not gzip-compressed) as a MemberTable, with
+    parse(member, its bytes) of those `keep` takes: a tar's read through the index window (a
+    small member costs no read of its own), a zip's by member. A member with an error is not
+    read."""
+    found = MemberTable(archive)
+    if archive.kind == 'zip':
+        for member in zip_index.members(archive):
+            found.add(member, _read_kept(member, keep, parse))
+    else:
+        window = Window(archive)
+        for member in tar_index.members(archive, window):
+            found.add(member, parse(member, window.read_at(member.offset - archive.start,
+                                                           member.size))
+                      if keep(member) and member.error is None else None)
+    return found.done()
+
+
 def members_read(archive: Archive, keep: Callable[[Member], bool],
                  parse: Callable[[Member, bytes], Any]) -> Iterator[tuple[Member, Any]]:
     """(member, parse(member, its bytes) if `keep(member)` else None) of every member that
-    `members` gives, the kept ones read while the archive is indexed: a tar's through the index
-    window (a small member costs no read of its own), a gzip tar's in its one pass, a zip's by
-    member. Only parsed values are held, never a kept member's bytes; a member with an error
-    is not read."""
-    if archive.streamed:
-        found = [(member, parse(member, data) if data is not None else None)
-                 for member, data in gzip_pass.stream(archive, keep)]
-    elif archive.kind == 'zip':
-        found = [(member, _read_kept(member, keep, parse))
-                 for member in zip_index.members(archive)]
-    else:
-        window = Window(archive)
-        found = [(member, parse(member, window.read_at(member.offset - archive.start, member.size))
-                  if keep(member) and member.error is None else None)
-                 for member in tar_index.members(archive, window)]
+    `members` gives, the kept ones read while the archive is indexed (`table`; a gzip tar's in
+    its one pass). Only parsed values are held, never a kept member's bytes; a member with an
+    error is not read."""
+    if not archive.streamed:
+        indexed = table(archive, keep, parse)
+        for row, member in enumerate(indexed):
+            yield member, indexed.values.get(row)
+        return
+    found = [(member, parse(member, data) if data is not None else None)
+             for member, data in gzip_pass.stream(archive, keep)]
     by_index = {m.index: m for m, _ in found if m.index is not None}
     last = {(m.within, m.name): m.identity for m, _ in found if not m.unnamed and not m.is_dir}
     hidden = set()   # Pass indices of earlier copies of archives inside a gzip tar.
@@ -60,8 +74,8 @@ def members_read(archive: Archive, keep: Callable[[Member], bool],
         if member.unnamed or member.is_dir:
             yield member, value
         elif last[member.within, member.name] != member.identity:
-            yield _earlier_copy(member, by_index.get(member.within[-1] if member.within
-                                                     else None)), None
+            yield earlier_copy(member, by_index.get(member.within[-1] if member.within
+                                                    else None)), None
             hidden.add(member.index)
         elif not _holds_members(member):
             yield member, value
@@ -81,20 +95,3 @@ def _read_kept(member: Member, keep: Callable[[Member], bool],
 def _holds_members(member: Member) -> bool:
     """Whether it is the entry of an archive inside a gzip tar, whose members follow it."""
     return member.archive.streamed and bool(suffix(member.name)) and member.error is None
-
-
-def _earlier_copy(member: Member, inside: Member | None) -> Member:
-    """The error about a member whose name comes again later in the archive `inside` (None: its
-    own archive), named after the byte its header starts at in that archive."""
-    archive = member.archive
-    start = 0 if archive.streamed else archive.start   # A gzip tar's offsets: in its stream.
-    if inside is not None and inside.name.lower().endswith('.zip'):
-        header = member.offset - inside.offset
-    else:
-        header = member.header_start - start
-    name = f'{inside.name}//@{header}' if inside is not None else f'/@{header}'
-    where = f'{archive.path}/{inside.name}' if inside is not None else archive.path
-    return dataclasses.replace(
-        member, name=name, offset=start + header, size=0, is_dir=False,
-        error=f'{member.path} is in {where} again later: the later one is read (as tar '
-              'extracts it)')

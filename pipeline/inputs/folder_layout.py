@@ -11,7 +11,7 @@ import logging
 from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
-from pipeline.inputs import folders, parquet_files
+from pipeline.inputs import folders, parquet_files, zip_index
 from pipeline.inputs.kinds import InputKind, Partition, Source
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
@@ -151,8 +151,19 @@ def _unclassified(split: str, place: folders.Place, relative: str,
     if (_is_hidden(relative) or _ignored_in_archive(relative, file)) and not _ends_archive(file):
         return _file_ref(split, file, None, hidden=True)
     return ExampleRef(split, file.key, file.path if file.member else '', file.name, None,
-                      problem=file.error or f'not in a class folder: move it to '
-                      f'{place.path}/<class>/{file.name}', member=file.member)
+                      problem=file.error or _unclassified_problem(split, place, file),
+                      member=file.member)
+
+
+def _unclassified_problem(split: str, place: folders.Place, file: folders.File) -> str:
+    """Why a file directly in a split folder has no class, and what to do: move it into a class
+    folder, or (a file inside an archive, which cannot be moved) label it with a CSV."""
+    if file.member is None:
+        return f'not in a class folder: move it to {place.path}/<class>/{file.name}'
+    return (f'not in a class folder, inside an archive: label the images of {place.path} with a '
+            f'CSV of uri,label naming each by its path through the archive, given as '
+            f'--csv_{split} (pipeline.tools.imagenet_labels writes ImageNet\'s from the devkit '
+            "or Kaggle's LOC_val_solution.csv)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +201,12 @@ class StreamedSplit(Partition):
 
 
 def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
-                   accept_cut: bool = False) -> Source:
+                   accept_cut: bool = False, by_csv: tuple[str, ...] = ()) -> Source:
+    """The splits of the folder layout at `root`; those in `by_csv` (given by --csv_<split>:
+    Kaggle's flat val/, labelled by a CSV through the zip) are left to the CSVs."""
     place = folders.place_of(root)
+    if place.archive is None:
+        _check_not_saved_by_datasets(root)
     places = _folders_above_splits(place, root, accept_cut)
     inner = _only_folder(place, places)
     if inner is not None:
@@ -200,6 +215,11 @@ def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
             LOG.info('%s holds one folder, %s/; reading the splits in it', root,
                      fileio.basename(inner.path))
             places = inner_places
+    for p in places:
+        if _split_folder(p) in by_csv:
+            LOG.warning('%s: not converted: %s/, split %s, is given by --csv_%s', root, p.name,
+                        _split_folder(p), _split_folder(p))
+    places = [p for p in places if _split_folder(p) not in by_csv]
     found = [p for p in places if _split_folder(p)]
     for split in SPLITS:
         twins = [p.path for p in found if _split_folder(p) == split]
@@ -212,14 +232,33 @@ def _folder_source(root: str, labels: LabelSettings, optional: bool = False,
                            '.zip)')
     left_out = sorted(p.name for p in places if not _split_folder(p) and not p.name.startswith('.')
                       and p.name != '__MACOSX')
-    if left_out and splits:
+    if left_out and (splits or by_csv):
         named = [f'{n}/' if n.isprintable() else repr(n) for n in left_out[:5]]
         more = f' and {len(left_out) - 5} more' if len(left_out) > 5 else ''
-        LOG.warning('%s: left out %s%s: not a split folder (train, validation or val, test); '
-                    'rename a folder to convert it', root, ', '.join(named), more)
+        advice = ('its images are converted where a --csv_<split> names them' if optional
+                  else 'rename a folder to convert it')
+        LOG.warning('%s: left out %s%s: not a split folder (train, validation or val, test); %s',
+                    root, ', '.join(named), more, advice)
     by_name = {_split_folder(p): p for p in found}
     return Source([FolderSplit(s, by_name[s]) for s in splits], splits, labels,
                   identity=f'folder {root}')
+
+
+def _check_not_saved_by_datasets(root: str) -> None:
+    """DatasetError if `root` is a dataset Hugging Face `datasets` saved with save_to_disk
+    (Arrow files, dataset_dict.json, or state.json per split): no folder layout, but one
+    `to_parquet` away from the parquet files --input_dir reads."""
+    if fileio.exists(f'{root}/dataset_dict.json'):   # Splits: a DatasetDict.
+        write = ("[d.to_parquet(f'OUT/data/{s}-00000-of-00001.parquet') for s, d in "
+                 f"datasets.load_from_disk('{root}').items()]")
+    elif fileio.exists(f'{root}/state.json'):       # One Dataset.
+        write = (f"datasets.load_from_disk('{root}').to_parquet("
+                 "'OUT/data/train-00000-of-00001.parquet')")
+    else:
+        return
+    raise DatasetError(f'{root} looks like a Hugging Face dataset saved with save_to_disk (Arrow '
+                       'files), which is not read; write it as parquet files and give their '
+                       f'folder: python -c "import datasets; {write}" then --input_dir=OUT')
 
 
 def _folders_above_splits(place: folders.Place, root: str,
@@ -227,7 +266,12 @@ def _folders_above_splits(place: folders.Place, root: str,
     """The folders in `place`, where the split folders are looked for. Damage of an archive
     there is an error (unless `accept_cut`): no split can count what it hides."""
     places, files = folders.children(place)
+    limit = [f.error for f in files if folders.over_limit(f)]
+    if limit:
+        raise DatasetError(f'{root}: {limit[0]}')
     damage = [f for f in files if f.member is not None and f.member.unnamed]
+    if damage and zip_index.over_limit(damage[0].error):
+        raise DatasetError(f'{root}: {damage[0].error}')
     if damage and not accept_cut:
         raise DatasetError(f'{root} is damaged above its split folders ({damage[0].error}): a '
                            'split or some of its images may be missing and how many cannot be '
@@ -278,8 +322,9 @@ class FolderKind(InputKind):
         return opts.input_dir
 
     def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
+        by_csv = tuple(s for s in SPLITS if getattr(opts, f'csv_{s}', None))
         return _folder_source(opts.input_dir.rstrip('/'), labels, not alone,
-                              accept_cut=opts.max_error_ratio >= 1)
+                              accept_cut=opts.max_error_ratio >= 1, by_csv=by_csv)
 
 
 FOLDER = FolderKind()

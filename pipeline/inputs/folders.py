@@ -8,16 +8,24 @@ folder below it). Every file found has two names: its `path` through the archive
 (`/data/train/n01440764/a.JPEG`), so the same images give the same keys, and so the same
 shards, loose or archived.
 """
+import array
 import dataclasses
 import functools
 import os
 import posixpath
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from pipeline.errors import DatasetError
 from pipeline.inputs import archives
 from pipeline.inputs.archives import Archive, Member
+from pipeline.inputs.member_table import MemberTable
 from pipeline.io import fileio
+
+# Folders directly in one folder inside an archive, at most (ImageNet has 1,000 a split): each
+# is an object while its folder is listed; past it, one reported input instead.
+MAX_FOLDERS = 100_000
+TOO_MANY_FOLDERS_FIX = ('; none of them are read: group them into fewer folders (one per '
+                        'class), or extract the archive')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +34,9 @@ class Place:
     key: str                        # With archives named as the folders they stand for.
     archive: Archive | None = None  # The innermost archive holding it; None: a real folder.
     prefix: str = ''                # Its folder inside that archive: '' or 'a/b/'.
-    members: tuple[Member, ...] | None = None   # Those below it, if its archive was indexed.
+    # Those below it, if its archive was indexed: a table (a gzip tar's, read in one pass: the
+    # Members).
+    members: MemberTable | tuple[Member, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -106,19 +116,31 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
                                   entry.size, entry.mtime, error=entry.error))
         return folders, files
     folders, files, below = [], [], {}
-    for file in _archive_files(place, expand=False):
-        if file.member.unnamed:   # An error about the archive's bytes: reported here.
-            files.append(file)
+    listed = _listed(place)
+    indexed = isinstance(listed, MemberTable)   # Else the Members of a gzip tar's pass.
+    if indexed and _folder_count(listed, place.prefix) > MAX_FOLDERS:
+        return [], [_too_many_folders(place)]   # Before an object is made of any entry.
+    for row, entry in enumerate(listed.names() if indexed else listed):
+        if len(below) > MAX_FOLDERS:   # A gzip tar's pass, read once.
+            return [], [_too_many_folders(place)]
+        name = entry if indexed else entry.name
+        unnamed = '//' in f'/{name}'   # An error about the archive's bytes: reported here.
+        if not (name.startswith(place.prefix) or unnamed):
             continue
-        first, _, rest = file.member.name[len(place.prefix):].partition('/')
-        if file.is_dir and not rest:
+        first, _, rest = name[len(place.prefix):].partition('/')
+        if rest and not unnamed:   # Below a folder: no object made of it here.
+            below.setdefault(first, array.array('q') if indexed else []).append(
+                row if indexed else entry)
+            continue
+        member = listed.member(row) if indexed else entry
+        file = _member_file(place, member)
+        if member.unnamed:
+            files.append(file)
+        elif file.is_dir:
             files.append(file)   # Its own entry; the members below it make the folder.
-        if rest or file.is_dir:
-            below.setdefault(first, [])
-            if rest:
-                below[first].append(file.member)
-        elif file.member is not None and archives.suffix(first) and file.error is None:
-            nested = file.member.nested()
+            below.setdefault(first, array.array('q') if indexed else [])
+        elif archives.suffix(first) and file.error is None:
+            nested = member.nested()
             if isinstance(nested, str):
                 files.append(dataclasses.replace(file, error=nested))
             else:
@@ -126,9 +148,46 @@ def children(place: Place) -> tuple[list[Place], list[File]]:
         else:
             files.append(file)
     folders += [Place(f'{place.path}/{name}', f'{place.key}/{name}', place.archive,
-                      f'{place.prefix}{name}/', tuple(members))
-                for name, members in below.items()]
+                      f'{place.prefix}{name}/', listed.take(found) if indexed else tuple(found))
+                for name, found in below.items()]
     return folders, files
+
+
+def _folder_count(table: MemberTable, prefix: str) -> int:
+    """How many folders lie directly in the folder `prefix` of a table, counted up to one
+    past MAX_FOLDERS."""
+    seen = set()
+    for name, is_dir in zip(table.names(), table.dirs()):
+        if name.startswith(prefix):
+            first, _, rest = name[len(prefix):].partition('/')
+            if rest or is_dir:
+                seen.add(first)
+                if len(seen) > MAX_FOLDERS:
+                    break
+    return len(seen)
+
+
+def _too_many_folders(place: Place) -> File:
+    """The one reported input of a folder inside an archive holding more than MAX_FOLDERS
+    folders."""
+    return File(place.path, place.key, place.name, None,
+                error=f'{place.path} holds more than {MAX_FOLDERS:,} folders, the most read '
+                      f'in one folder of an archive{TOO_MANY_FOLDERS_FIX}')
+
+
+def over_limit(file: File) -> bool:
+    """Whether a File is that of a folder holding more folders than are read (no damage)."""
+    return file.error is not None and file.error.endswith(TOO_MANY_FOLDERS_FIX)
+
+
+def _listed(place: Place) -> MemberTable | Iterable[Member]:
+    """The members of `place`'s archive that lie below it, or more (all its archive holds): a
+    table, or the Members of a gzip tar's pass."""
+    if place.members is not None:
+        return place.members
+    if place.archive.streamed:
+        return archives.members(place.archive)
+    return _table(place.archive)
 
 
 def walk(place: Place) -> Iterator[tuple[str, File]]:
@@ -143,7 +202,7 @@ def walk(place: Place) -> Iterator[tuple[str, File]]:
             else:
                 yield relative, file
         return
-    for file in _archive_files(place, expand=True):
+    for file in _archive_files(place):
         yield file.key[len(place.key) + 1:], file
 
 
@@ -152,20 +211,19 @@ def _below(outer: Place, inner: Place) -> Iterator[tuple[str, File]]:
         yield file.key[len(outer.key) + 1:], file
 
 
-def _archive_files(place: Place, expand: bool) -> Iterator[File]:
-    """The members below `place` (inside its archive) as Files; with `expand`, archives among
-    them are replaced by their own members, to any depth."""
-    archive = place.archive
-    for member in place.members if place.members is not None else archives.members(archive):
+def _archive_files(place: Place) -> Iterator[File]:
+    """The members below `place` (inside its archive) as Files, archives among them replaced
+    by their own members, to any depth."""
+    for member in _listed(place):
         if not (member.name.startswith(place.prefix) or member.unnamed):
             continue
         file = _member_file(place, member)
-        if expand and archives.suffix(member.name) and member.error is None and not member.is_dir:
+        if archives.suffix(member.name) and member.error is None and not member.is_dir:
             nested = member.nested()
             if isinstance(nested, str):
                 yield dataclasses.replace(file, error=nested)
             else:
-                yield from _archive_files(Place(file.path, _key(file.key), nested), expand=True)
+                yield from _archive_files(Place(file.path, _key(file.key), nested))
         else:
             yield file
 
@@ -202,7 +260,7 @@ def _find(place: Place, rest: list[str], path: str) -> File:
                     error=f'{place.path} is gzip-compressed: its members cannot be read one by '
                           'one; give it as a folder of the layout, or use an uncompressed tar')
     name = '/'.join([*folder, rest[-1]])
-    member = _index(place.archive).get(name)
+    member = _table(place.archive).find(name)
     if member is None or member.is_dir:
         return File(path, path, rest[-1], None, error=f'no file {name} in {place.path}')
     return _member_file(place, member)
@@ -215,20 +273,19 @@ def _innermost(place: Place, rest: list[str]) -> tuple[Place, list[str]] | str:
     it, so the names of its members pass through them."""
     if place.archive.streamed:
         return place, rest
-    index = _index(place.archive)
     for depth in range(1, len(rest) + 1):
-        name = '/'.join(rest[:depth])
-        if archives.suffix(rest[depth - 1]) and name in index and not index[name].is_dir:
-            nested = index[name].nested()
+        found = (_table(place.archive).find('/'.join(rest[:depth]))
+                 if archives.suffix(rest[depth - 1]) else None)
+        if found is not None and not found.is_dir:
+            nested = found.nested()
             if isinstance(nested, str):
                 return nested
-            inner = _member_file(place, index[name])
+            inner = _member_file(place, found)
             return _innermost(Place(inner.path, _key(inner.key), nested), rest[depth:])
     return place, rest
 
 
 @functools.lru_cache(maxsize=4)
-def _index(archive: Archive) -> dict[str, Member]:
-    """Name -> member of an archive, built once per worker process (its unnamed errors,
-    damaged stretches and unsafe names, are no paths to find)."""
-    return {m.name: m for m in archives.members(archive) if not m.unnamed}
+def _table(archive: Archive) -> MemberTable:
+    """The members of a tar or a zip, indexed once per process."""
+    return archives.table(archive)

@@ -1,10 +1,15 @@
-"""A zip indexed from its central directory (one read at its end, and one more if the central
-directory is longer than ZIP_TAIL), and its members (ZipMember) read by byte range: one ranged
-read each (a second for a long local header)."""
+"""A zip indexed from its central directory, read through a window an entry at a time (no
+object of each entry is held: a zip of any number of members, up to MAX_ENTRIES), and its
+members (ZipMember) read by byte range: one ranged read each (a second for a long local
+header)."""
+import array
 import dataclasses
+import struct
 import zipfile
 import zlib
-from typing import Iterator
+from typing import Iterator, NamedTuple
+
+import numpy as np
 
 from pipeline.base import pickling
 from pipeline.inputs import zip_records
@@ -13,6 +18,9 @@ from pipeline.inputs.archive_base import (MAX_DEPTH, Archive, DamagedArchive, Me
 from pipeline.io import fileio
 
 ZIP_TAIL = 1 << 16                      # Bytes read at a zip's end: its end record and more.
+MAX_ENTRIES = 100_000_000               # Central directory entries of a zip, at most.
+TOO_MANY_FIX = ('; none of its members are read: split it into zips of fewer members (one per '
+                'class, say), or use a tar')
 
 
 @pickling.values_only
@@ -95,41 +103,171 @@ class ZipMember(Member):
 
 def members(archive: Archive) -> Iterator[ZipMember | Member]:
     """The members of a zip in the order of its central directory; unsafe names, and damage
-    that leaves no member readable, as unnamed members."""
+    that leaves no member readable, as unnamed members. The directory is read once through the
+    window, into columns (no object of each entry is held), checked whole before any member is
+    given."""
     window = Window(archive)
     window.read_tail(ZIP_TAIL)
-    excess = zip_records.directory_excess(WindowFile(window))
-    if excess:
-        yield unnamed(archive, 0, f'zip {archive.path}: {excess}; none of its members are read: '
-                                  'split it into zips of fewer members (one per class, say), or '
-                                  'use a tar', cut=True)
-        return
     try:
-        with zipfile.ZipFile(WindowFile(window)) as index:
-            infos = index.infolist()
+        directory = _directory(window)
+        entries = _Entries.read(window, *directory)
+    except TooManyEntries as exc:
+        yield unnamed(archive, 0, f'zip {archive.path} {exc}{TOO_MANY_FIX}')
+        return
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as exc:
         yield unnamed(archive, 0, f'damaged zip {archive.path}: {exc}; none of its members '
                                   'can be read', cut=True)
         return
-    if _inner_end_record(window, index.start_dir):
+    start_dir = directory[0]
+    if _inner_end_record(window, start_dir):
         yield unnamed(archive, 0, f'damaged zip {archive.path}: it ends inside a member (the '
                                   'last end record in it is that of a zip stored in it); none '
                                   'of its members can be read', cut=True)
         return
-    ends = zip_records.ends(infos, index.start_dir)
-    for info in infos:
+    ends = zip_records.data_ends(np.frombuffer(entries.offsets, np.int64), start_dir)
+    for info, end in zip(entries, ends):
         name = safe_name(info.filename)
         if name is None or not (name or zip_records.is_dir(info)):
             yield unnamed(archive, info.header_offset,
                           unsafe_name(info.filename, info.header_offset, archive))
         elif name:   # Not the archive's root.
-            yield _member(archive, info, name, ends[id(info)])
+            yield _member(archive, info, name, end)
 
 
-def _member(archive: Archive, info: zipfile.ZipInfo, name: str, end: int) -> ZipMember:
+class TooManyEntries(ValueError):
+    """A zip's central directory holds more entries than MAX_ENTRIES."""
+
+
+def over_limit(error: str) -> bool:
+    """Whether a zip's error is that it holds more entries than are read (no damage)."""
+    return error.endswith(TOO_MANY_FIX)
+
+
+def _directory(window: Window) -> tuple[int, int, int]:
+    """Where a zip's central directory starts, its bytes, and how far its members' offsets are
+    shifted (by bytes before the zip), as zipfile finds them; BadZipFile if it cannot."""
+    try:
+        end = zipfile._EndRecData(WindowFile(window))
+    except OSError:
+        end = None
+    if not end:
+        raise zipfile.BadZipFile('File is not a zip file')
+    size, offset = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
+    concat = end[zipfile._ECD_LOCATION] - size - offset
+    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+        concat -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    if offset + concat < 0:
+        raise zipfile.BadZipFile('Bad offset for central directory')
+    return offset + concat, size, concat
+
+
+_CENTRAL = struct.Struct(zipfile.structCentralDir)   # An entry's fixed 46 bytes.
+_NAME_LENGTH = zipfile._CD_FILENAME_LENGTH
+_BLOCK = 1 << 20                                     # Bytes of the directory parsed at a time.
+
+
+class _Entry(NamedTuple):
+    """What a central directory entry says (the fields of a ZipInfo that are read)."""
+    filename: str
+    header_offset: int
+    flag_bits: int
+    compress_type: int
+    CRC: int
+    compress_size: int
+    file_size: int
+    name_length: int   # Of its name as stored.
+
+
+@dataclasses.dataclass
+class _Entries:
+    """A central directory's entries as columns, parsed in one pass with struct."""
+    offsets: array.array = dataclasses.field(default_factory=lambda: array.array('q'))
+    numbers: array.array = dataclasses.field(default_factory=lambda: array.array('q'))
+    names: bytearray = dataclasses.field(default_factory=bytearray)
+
+    @classmethod
+    def read(cls, window: Window, start: int, size: int, concat: int) -> '_Entries':
+        """The entries of a central directory of `size` bytes at `start`, checked as zipfile
+        checks them (signatures, lengths within the directory, versions, zip64 extra fields);
+        TooManyEntries after MAX_ENTRIES of them."""
+        found = cls()
+        size = min(size, window.size - start)   # zipfile reads what there is.
+        total, block, block_at = 0, b'', 0
+        while total < size:
+            fixed_end = min(total + _CENTRAL.size, size)
+            if fixed_end > block_at + len(block):
+                block_at, block = total, window.read_at(start + total, min(_BLOCK, size - total))
+            at = total - block_at
+            if fixed_end - total != _CENTRAL.size:
+                raise zipfile.BadZipFile('Truncated central directory')
+            fields = _CENTRAL.unpack_from(block, at)
+            if fields[zipfile._CD_SIGNATURE] != zipfile.stringCentralDir:
+                raise zipfile.BadZipFile('Bad magic number for central directory')
+            if len(found.offsets) >= MAX_ENTRIES:
+                raise TooManyEntries(f'holds more than {MAX_ENTRIES:,} entries, the most read '
+                                     'of a zip')
+            name_length, extra_length, comment_length = fields[_NAME_LENGTH:_NAME_LENGTH + 3]
+            variable = name_length + extra_length + comment_length
+            total += _CENTRAL.size
+            stop = min(total + variable, size)   # zipfile reads what there is.
+            if stop > block_at + len(block):
+                block_at, block = total, window.read_at(start + total,
+                                                        max(_BLOCK, stop - total))
+            at = total - block_at
+            name = block[at:at + min(name_length, stop - total)]
+            extra = block[at + name_length:min(at + name_length + extra_length,
+                                               stop - block_at)]
+            found._add(fields, name, extra, concat)
+            total += variable
+        return found
+
+    def _add(self, fields: tuple, name: bytes, extra: bytes, concat: int) -> None:
+        (_, _, _, extract_version, _, flags, method, _, _, crc, stored_size, size,
+         *_, offset) = fields
+        if extract_version > zipfile.MAX_EXTRACT_VERSION:
+            raise NotImplementedError(f'zip file version {extract_version / 10:.1f}')
+        size, stored_size, offset = _zip64(extra, size, stored_size, offset)
+        if flags & 0x800:   # As zipfile: UnicodeDecodeError (any bytes are cp437).
+            name.decode('utf-8')
+        self.names += name
+        self.offsets.append(offset + concat)
+        self.numbers.extend((len(self.names), flags, method, crc, stored_size, size))
+
+    def __iter__(self) -> Iterator[_Entry]:
+        numbers, names, start = self.numbers, self.names, 0
+        for row, offset in enumerate(self.offsets):
+            end, flags, method, crc, stored_size, size = numbers[row * 6:row * 6 + 6]
+            name = bytes(names[start:end]).decode('utf-8' if flags & 0x800 else 'cp437')
+            yield _Entry(name, offset, flags, method, crc, stored_size, size, end - start)
+            start = end
+
+
+def _zip64(extra: bytes, size: int, stored_size: int, offset: int) -> tuple[int, int, int]:
+    """An entry's size, stored size and local header offset, from its zip64 extra field where
+    they are 0xFFFFFFFF, as zipfile reads them (its errors too)."""
+    while len(extra) >= 4:
+        kind, length = struct.unpack_from('<HH', extra)
+        if length + 4 > len(extra):
+            raise zipfile.BadZipFile(f'Corrupt extra field {kind:04x} (size={length})')
+        if kind == 0x0001:
+            data = extra[4:length + 4]
+            values = []
+            for field, value in (('File size', size), ('Compress size', stored_size),
+                                 ('Header offset', offset)):
+                if value == 0xFFFFFFFF:
+                    if len(data) < 8:
+                        raise zipfile.BadZipFile(f'Corrupt zip64 extra field. {field} not '
+                                                 'found.')
+                    value, data = struct.unpack_from('<Q', data)[0], data[8:]
+                values.append(value)
+            size, stored_size, offset = values
+        extra = extra[length + 4:]
+    return size, stored_size, offset
+
+
+def _member(archive: Archive, info: _Entry, name: str, end: int) -> ZipMember:
     """The member a central directory entry describes; `end`: where its data must end."""
-    encoding = 'utf-8' if info.flag_bits & 0x800 else 'cp437'
-    name_length = len(info.filename.encode(encoding, 'replace'))
+    name_length = info.name_length
     runs_on = (info.header_offset + zip_records.LOCAL_HEADER.size + name_length
                + info.compress_size > end)
     error = zip_records.problem(info) or (f'damaged zip {archive.path}: {name} runs into the '

@@ -5,13 +5,17 @@ import struct
 import zipfile
 import zlib
 
+import numpy as np
+
 # Decompressors of the compression methods read: method -> a new decompressor (None: stored).
 METHODS = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: lambda: zlib.decompressobj(-15),
            zipfile.ZIP_BZIP2: bz2.BZ2Decompressor}
 LOCAL_HEADER = struct.Struct('<4s22xHH')   # Its signature, then its name and extra lengths.
-MAX_ENTRIES = 200_000         # Central directory entries of a zip, directory entries included:
-# zipfile makes an object of each, and listing a member takes some 2.3 KB in all.
-MAX_DIRECTORY = 128 << 20     # Bytes of a zip's central directory (zipfile reads it whole).
+# Of a zip inside a gzip tar, held whole and read by zipfile (the zip index reads a zip's
+# directory an entry at a time, zip_index.MAX_ENTRIES):
+MAX_ENTRIES = 200_000         # Central directory entries, directory entries included: zipfile
+# makes an object of each, and listing a member takes some 2.3 KB in all.
+MAX_DIRECTORY = 128 << 20     # Bytes of its central directory (zipfile reads it whole).
 
 
 def local_length(header: bytes) -> int:
@@ -41,13 +45,21 @@ def problem(info: zipfile.ZipInfo) -> str | None:
 
 
 def ends(infos: list[zipfile.ZipInfo], directory: int) -> dict[int, int]:
-    """id(member) -> where the next member's local header or the central directory begins:
-    where its data must end, so that no two members (nor a member and the directory the
-    members are found in) share bytes, and no stretch of a zip is read twice (a zip made to
-    hold itself, or the same bytes many times over, is damaged)."""
-    ordered = sorted(infos, key=lambda info: info.header_offset)
-    return {id(info): min(after.header_offset if after else directory, directory)
-            for info, after in zip(ordered, [*ordered[1:], None])}
+    """id(member) -> where its data must end (`data_ends`)."""
+    offsets = np.fromiter((info.header_offset for info in infos), np.int64, len(infos))
+    return dict(zip(map(id, infos), data_ends(offsets, directory)))
+
+
+def data_ends(offsets: np.ndarray, directory: int) -> list[int]:
+    """Where the data of each member (its local header at each of `offsets`) must end: where
+    the next member's local header or the central directory begins, so that no two members
+    (nor a member and the directory the members are found in) share bytes, and no stretch of a
+    zip is read twice (a zip made to hold itself, or the same bytes many times over, is
+    damaged)."""
+    order = np.argsort(offsets, kind='stable')
+    found = np.empty_like(offsets)
+    found[order] = np.minimum(np.append(offsets[order], directory)[1:], directory)
+    return found.tolist()
 
 
 def directory_excess(fp) -> str | None:

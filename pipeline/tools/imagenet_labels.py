@@ -8,6 +8,13 @@ numbers to synsets (data/meta.mat, a MATLAB file, read with scipy). The CSV name
 inside the validation archive (`ILSVRC2012_img_val.tar/ILSVRC2012_val_00000001.JPEG,n01751748`),
 relative to the CSV's folder, with the synset as label: the same names as the class folders of
 ILSVRC2012_img_train.tar, so both splits share one label map.
+
+Kaggle's copy (imagenet-object-localization-challenge.zip) labels its flat
+ILSVRC/Data/CLS-LOC/val/ by LOC_val_solution.csv (`ImageId,PredictionString`, the synset
+first); given that file, the CSV names each image through the zip:
+
+    unzip -p imagenet-object-localization-challenge.zip LOC_val_solution.csv > solution.csv
+    python -m pipeline.tools.imagenet_labels solution.csv > validation.csv
 """
 import argparse
 import io
@@ -50,15 +57,46 @@ def validation_rows(ground_truth: bytes, synsets: dict[int, str], archive: str) 
             for number, i in enumerate(ids, 1)]
 
 
+KAGGLE_VAL = 'imagenet-object-localization-challenge.zip/ILSVRC/Data/CLS-LOC/val'
+MAX_SOLUTION = 64 << 20   # Bytes of LOC_val_solution.csv read (it is ~3 MB).
+
+
+def kaggle_rows(solution: bytes, folder: str) -> list[str]:
+    """`FOLDER/ImageId.JPEG,WNID` for each row of Kaggle's LOC_val_solution.csv."""
+    lines = solution.decode('utf-8-sig').splitlines()
+    if not lines or lines[0].strip() != 'ImageId,PredictionString':
+        raise DatasetError('the CSV does not start with ImageId,PredictionString; give Kaggle\'s '
+                           'LOC_val_solution.csv')
+    rows = []
+    for number, line in enumerate(lines[1:], 2):
+        image, _, boxes = line.partition(',')
+        synset = boxes.split(maxsplit=1)[:1]
+        if not image or not synset or '/' in image:
+            raise DatasetError(f'line {number} of the CSV is not ImageId,PredictionString')
+        rows.append(f'{folder}/{image}.JPEG,{synset[0]}')
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('devkit', help='ILSVRC2012_devkit_t12.tar.gz (local or gs://)')
-    parser.add_argument('--archive', default='ILSVRC2012_img_val.tar',
-                        help='the validation tar, relative to the folder the CSV will be in')
+    parser.add_argument('devkit', help='ILSVRC2012_devkit_t12.tar.gz (local or gs://), or '
+                        "Kaggle's LOC_val_solution.csv")
+    parser.add_argument('--archive', help='the validation tar, relative to the folder the CSV '
+                        'will be in (default ILSVRC2012_img_val.tar); for Kaggle\'s CSV, the '
+                        f'val folder through the zip (default {KAGGLE_VAL})')
     args = parser.parse_args(argv)
     try:
-        ground_truth, meta = devkit_files(args.devkit)
-        rows = validation_rows(ground_truth, synsets_by_id(meta), args.archive)
+        if args.devkit.lower().endswith('.csv'):
+            rows = kaggle_rows(fileio.read_input(args.devkit, MAX_SOLUTION),
+                               args.archive or KAGGLE_VAL)
+        else:
+            ground_truth, meta = devkit_files(args.devkit)
+            rows = validation_rows(ground_truth, synsets_by_id(meta),
+                                   args.archive or 'ILSVRC2012_img_val.tar')
+    except fileio.TooLarge:
+        print(f'error: {args.devkit} is larger than {MAX_SOLUTION >> 20} MiB; give Kaggle\'s '
+              'LOC_val_solution.csv', file=sys.stderr)
+        return 1
     except DatasetError as exc:
         print(f'error: {exc}', file=sys.stderr)
         return 1
