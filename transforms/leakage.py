@@ -118,14 +118,14 @@ class LinkGroup(beam.DoFn):
         members, counts = _members(sorted_runs.read_rows(runs, band, top << shift,
                                                          (top + 1) << shift, FILING), band)
         where = linked_groups.path(self._temp_dir, task, members)
-        saved = linked_groups.load(where) if self._resuming else None
+        saved = linked_groups.load(where, self._key) if self._resuming else None
         if saved is None:
             links, full = link_band(members, band, counts)
             records = PartRecords(self._temp_dir, chunk_fps, self._key)
             saved = reduce_links(links), [
                 crowded(b, v, n, records.sources(members.rows['id'][places]))
                 for b, v, n, places in full]
-            linked_groups.save(where, *saved)
+            linked_groups.save(where, *saved, self._key)
             faults.crash_point('links', counted=True)
             self._linked.inc()
         else:
