@@ -299,3 +299,21 @@ def test_a_sidecar_changed_under_the_run_ends_it_in_one_line(tmp_path, image_fol
     lines = [line for line in answer.stderr.splitlines() if 'is gone or changed' in line]
     assert len(lines) == 1 and lines[0].startswith(f'error: {out}/.tmp-'), answer.stderr
     assert '/parts/train-' in lines[0] and '.tfrecord.json, which this run wrote' in lines[0]
+
+
+@pytest.mark.slow
+def test_a_key_file_open_to_others_is_refused_and_nothing_is_reused(tmp_path, monkeypatch,
+                                                                     inputs, reference):
+    monkeypatch.setenv('XDG_CONFIG_HOME', str(tmp_path / 'home'))
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
+    key = tmp_path / 'home/image-tfrecords/resume.key'
+    assert (os.stat(key).st_mode & 0o777, os.stat(key.parent).st_mode & 0o777) == (0o600, 0o700)
+    os.chmod(key, 0o644)
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    said = [line for line in rerun.stderr.splitlines() if str(key) in line]
+    assert len(said) == 1 and 'is open to other users' in said[0], rerun.stderr
+    assert 'not sealed' not in rerun.stderr, rerun.stderr
+    assert 'chunks converted by an earlier attempt' not in rerun.stdout, rerun.stdout
+    assert output_files(str(tmp_path / 'out')) == reference
