@@ -44,7 +44,7 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
     listed = p | 'List Examples' >> ListExamples(
         partitions, output_folder.listed_folder(settings.temp_dir),
         _conversion_measures_sizes(partitions, settings),
-        groups_in=settings.temp_dir, resuming=settings.resuming,
+        groups_in=settings.temp_dir, resuming=settings.resuming, key=settings.resume_key,
         sample_size=SAMPLE_SIZE if sized else 0)
     facts, label_map, plans, _ = _plan(listed, settings, sample=sized)
     if settings.lock_token:   # For the progress of the launcher that waits (or --attach).

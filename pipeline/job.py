@@ -23,6 +23,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipeline import (console, dataflow, output_state, remote_job, sample_data,
                       worker_watch)
+from pipeline.base import resume_key
 from pipeline.base.choices import LeakageAction
 from pipeline.base.settings import FEW_ERRORS, ConversionSettings
 from pipeline.inputs.classic_config import ImageClassificationConfig
@@ -37,6 +38,7 @@ from pipeline.plan import Here, estimate
 from pipeline.progress import Progress
 from pipeline.inputs.kinds import Source
 from pipeline.sources import input_given, input_paths, input_root, resolve_source
+from transforms import resume
 from transforms.leakage import NAMESPACE
 from transforms.local_rate import process_memory
 
@@ -136,6 +138,7 @@ def _prepare(launch: Launch, config, sample_dir: str | None, check_buckets: bool
         settings = dataclasses.replace(
             settings, resuming=output_state.clear_temp_folders(settings, opts.clean_temp))
         output_folder.start_temp(output_dir, settings.run_id)
+        resume.tag_key(settings)
         return Job(build_pipeline(runner, launch.beam, source.partitions, settings), settings,
                    launch, sample_dir)
     except BaseException:
@@ -160,7 +163,8 @@ def _settings(launch: Launch, source: Source, output_dir: str) -> ConversionSett
         few_errors=0 if 'max_error_ratio' in launch.given else FEW_ERRORS,
         reads_in_flight=opts.reads_in_flight,
         max_input_bytes=opts.max_input_mb << 20, overwrite=opts.overwrite,
-        release_lock=launch.remote, workers=launch.workers)
+        release_lock=launch.remote, workers=launch.workers,
+        resume_key=b'' if opts.plan_only else resume_key.load())
 
 
 def _check_buckets(paths: list[str | None]) -> None:

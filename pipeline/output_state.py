@@ -125,6 +125,11 @@ def clear_temp_folders(settings: ConversionSettings, clean_temp: bool) -> bool:
         LOG.warning('removed from %s what this tool does not make there: %s',
                     settings.temp_dir, ', '.join(repaired[:5]) + (
                         f' and {len(repaired) - 5} more' if len(repaired) > 5 else ''))
+    if resume.under_another_key(settings):
+        LOG.warning("resuming run %s: its earlier attempt's work was written under another key; "
+                    'converting it again', settings.run_id)
+        output_folder.remove_temp(settings.temp_dir)
+        return False
     chunks, shards = resume.finished_work(settings.temp_dir)
     LOG.warning('resuming run %s: an earlier attempt finished %d chunks and %d shards; each is '
                 'reused if its inputs are unchanged, else converted again', settings.run_id,

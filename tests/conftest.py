@@ -22,6 +22,9 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 _PORTS = gcs_servers.free_port(), gcs_servers.free_port()
 gcs_servers.hermetic_environment(*_PORTS)
 atexit.register(shutil.rmtree, os.environ['CLOUDSDK_CONFIG'], True)   # Its empty gcloud folder.
+# The suite's own resume key (pipeline/base/resume_key.py), not the user's.
+os.environ['XDG_CONFIG_HOME'] = tempfile.mkdtemp(prefix='image-tfrecords-config-')
+atexit.register(shutil.rmtree, os.environ['XDG_CONFIG_HOME'], True)
 
 
 def pytest_collection_modifyitems(items):

@@ -30,6 +30,7 @@ from transforms.sharding import ShardPlan
 from transforms.shard_results import ShardResult
 
 RNG = random.Random(5)
+KEY = bytes(32)   # The resume key the sidecars are sealed under.
 
 
 def _hash() -> int:
@@ -57,12 +58,13 @@ def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, temp_
         fps[(part.split, part.chunk or 0)] = f'{part.chunk or 0:016x}'
         path = output_folder.part_path(temp_dir, part.split, part.shard, part.chunk or 0,
                                        fps[(part.split, part.chunk or 0)])
-        resume.save_done(path, dataclasses.replace(part, temp_path=path, chunk=part.chunk or 0))
+        resume.save_done(path, dataclasses.replace(part, temp_path=path, chunk=part.chunk or 0),
+                         KEY)
         flat[part.split] = flat.get(part.split, 0) + file_part(writer, part_table(part))
     filed = Filed(writer.close(), {split: n for split, n in flat.items() if n})
     chunk_fps = beam.pvalue.AsDict(p | 'Chunk Fingerprints' >> beam.Create(list(fps.items())))
     found = (p | 'Filed' >> beam.Create([filed]) | beam.FlatMap(lambda found: found.runs)
-             | FindLeakage(_plans(p, images), chunk_fps, temp_dir))
+             | FindLeakage(_plans(p, images), chunk_fps, temp_dir, KEY))
     return dict(found, filed=filed)
 
 

@@ -317,7 +317,7 @@ def test_grouped_reads_give_each_ref_its_row_bytes(tmp_path):
     assert len(spans) == 1   # Row groups of 4 + 4 + 2 rows: one span of at least 64 rows.
     refs = [ref for span in spans for ref in span.examples()]
     read = sorted((r.key, r.member and r.member.read(), r.problem, r.group)
-                  for r in read_into_blobs(refs, str(tmp_path / 'temp'), False))
+                  for r in read_into_blobs(refs, str(tmp_path / 'temp'), False, bytes(32)))
     assert read == sorted((f'train.parquet:row {row}', data, None if data else
                            'no image (column image holds no bytes)', None)
                           for row, (data, _) in enumerate(rows))

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import pickle
+import shutil
 import signal
 import struct
 
@@ -226,3 +227,93 @@ def test_a_filed_run_rewritten_with_valid_rows_ends_the_run(tmp_path, image_fold
     assert len(lines) == 1 and lines[0].startswith('error: '), answer.stderr
     assert any(path in lines[0] for path in rewritten), answer.stderr
     assert not glob.glob(f'{out}/*.tfrecord*'), 'no dataset is committed'
+
+
+def _copy_piece(first: str, second: str, swap: bool) -> None:
+    """Gives the piece `second` (a part or shard) the files and the sidecar's fields (all but
+    which piece it is) of `first`, and with `swap` `first` those of `second`: what anyone who can
+    write the folder can do between two attempts."""
+    sides = [json.load(open(f'{path}.json')) for path in (first, second)]
+    for name in set(sides[0]) - {'split', 'shard', 'chunk', 'temp_path'}:
+        sides[1][name], sides[0][name] = sides[0][name], sides[1][name] if swap else sides[0][name]
+    for path, fields in zip((first, second), sides):
+        with open(f'{path}.json', 'w') as stream:
+            json.dump(fields, stream)
+    for suffix in ('', '.errors.jsonl', '.damaged.jsonl'):
+        if swap:
+            os.rename(first + suffix, f'{first}.swap')
+            os.rename(second + suffix, first + suffix)
+            os.rename(f'{first}.swap', second + suffix)
+        else:
+            shutil.copy(first + suffix, second + suffix)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('swap', [False, True])
+@pytest.mark.parametrize('piece', ['parts', 'shards'])
+def test_a_piece_and_its_sidecar_copied_over_another_are_made_again(
+        tmp_path, inputs, reference, piece, swap):
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
+    finished = sorted(path.removesuffix('.json') for path in
+                      glob.glob(f'{tmp_path}/out/.tmp-*/{piece}/train-*.tfrecord.json'))
+    finished = [path for path in finished if os.path.exists(path)]
+    assert len(finished) >= 2
+    _copy_piece(finished[0], finished[1], swap)
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    assert output_files(str(tmp_path / 'out')) == reference
+    said = [line for line in rerun.stderr.splitlines() if 'not sealed for this piece' in line]
+    assert any(finished[1] in line for line in said), rerun.stderr
+
+
+@pytest.mark.slow
+def test_work_written_under_another_key_is_not_reused(tmp_path, monkeypatch, inputs, reference):
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
+    monkeypatch.setenv('XDG_CONFIG_HOME', str(tmp_path / 'another-home'))
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    said = [line for line in rerun.stderr.splitlines() if 'written under another key' in line]
+    assert len(said) == 1 and 'not sealed' not in rerun.stderr, rerun.stderr
+    assert 'chunks converted by an earlier attempt' not in rerun.stdout, rerun.stdout
+    assert output_files(str(tmp_path / 'out')) == reference
+
+
+def _pickle_every_file(folder: str) -> None:
+    for path in glob.glob(f'{folder}/.tmp-*/**', recursive=True):
+        if os.path.isfile(path) and not path.endswith('.image-tfrecords-run.json'):
+            with open(path, 'wb') as stream:
+                stream.write(pickle.dumps(_Plant(f'{folder}.ran')))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('point', ['chunk:1', 'shard:1'])
+def test_a_sidecar_changed_under_the_run_ends_it_in_one_line(tmp_path, image_folders, point):
+    out = str(tmp_path / 'out')
+    answer = stopped_at(point, lambda: _pickle_every_file(out),
+                        f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
+    assert answer.returncode == 2, answer.stderr
+    assert not os.path.exists(f'{out}.ran')
+    assert 'Traceback' not in answer.stderr and 'RuntimeError' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'is gone or changed' in line]
+    assert len(lines) == 1 and lines[0].startswith(f'error: {out}/.tmp-'), answer.stderr
+    assert '/parts/train-' in lines[0] and '.tfrecord.json, which this run wrote' in lines[0]
+
+
+@pytest.mark.slow
+def test_a_key_file_open_to_others_is_refused_and_nothing_is_reused(tmp_path, monkeypatch,
+                                                                     inputs, reference):
+    monkeypatch.setenv('XDG_CONFIG_HOME', str(tmp_path / 'home'))
+    flags = [f'--input_dir={inputs}', f'--output_dir={tmp_path / "out"}', *FLAGS]
+    assert killed_at('shard:2', *flags).returncode == -signal.SIGKILL
+    key = tmp_path / 'home/image-tfrecords/resume.key'
+    assert (os.stat(key).st_mode & 0o777, os.stat(key.parent).st_mode & 0o777) == (0o600, 0o700)
+    os.chmod(key, 0o644)
+    rerun = cli(*flags)
+    assert rerun.returncode == 0, rerun.stderr
+    said = [line for line in rerun.stderr.splitlines() if str(key) in line]
+    assert len(said) == 1 and 'is open to other users' in said[0], rerun.stderr
+    assert 'not sealed' not in rerun.stderr, rerun.stderr
+    assert 'chunks converted by an earlier attempt' not in rerun.stdout, rerun.stdout
+    assert output_files(str(tmp_path / 'out')) == reference

@@ -70,9 +70,9 @@ def _merge(counted: list[tuple[int, list]]) -> tuple[int, list]:
 
 
 def _named(split_counted: tuple[str, tuple[int, list]], temp_dir: str,
-           chunk_fps: dict) -> tuple[str, dict]:
+           chunk_fps: dict, key: bytes) -> tuple[str, dict]:
     split, (count, examples) = split_counted
-    sources = PartRecords(temp_dir, chunk_fps)
+    sources = PartRecords(temp_dir, chunk_fps, key)
     named = [sources.sources(np.array([copy, first], dtype=np.uint64))
              for _, copy, first in examples]
     return split, {'count': count, 'examples': named}
@@ -84,12 +84,13 @@ class CountCopies(beam.PTransform):
     split with records.
     `chunk_fps`: the chunks' fingerprints as a dict side input (they name the part files whose
     sidecars keep the records' sources); `left_out`: ids of records left out of the shards
-    (--leakage=drop), not counted."""
+    (--leakage=drop), not counted; `key`: the run's resume key, which seals the sidecars."""
 
-    def __init__(self, temp_dir: str, chunk_fps: beam.pvalue.AsDict,
+    def __init__(self, temp_dir: str, chunk_fps: beam.pvalue.AsDict, key: bytes,
                  left_out: beam.PCollection | None = None):
         super().__init__()
         self._temp_dir, self._chunk_fps, self._left_out = temp_dir, chunk_fps, left_out
+        self._key = key
 
     def expand(self, runs: beam.PCollection) -> beam.PCollection:
         return (runs
@@ -99,4 +100,4 @@ class CountCopies(beam.PTransform):
                     _count, beam.pvalue.AsList(runs),
                     *([beam.pvalue.AsList(self._left_out)] if self._left_out is not None else []))
                 | 'Per Split' >> beam.CombinePerKey(_merge)
-                | 'Name Examples' >> beam.Map(_named, self._temp_dir, self._chunk_fps))
+                | 'Name Examples' >> beam.Map(_named, self._temp_dir, self._chunk_fps, self._key))

@@ -187,7 +187,8 @@ class EncodeChunks(beam.DoFn):
             self._damaged.inc(result.damaged)
             results.append(result)
         self._wait_finishing()   # The chunk before: at most one is finished while one converts.
-        self._finishing = self._finisher.submit(_finish_chunk, finishes, results)
+        self._finishing = self._finisher.submit(_finish_chunk, finishes, results,
+                                               self._settings.resume_key)
         self._converted_chunks.inc()
         return results
 
@@ -216,7 +217,8 @@ class EncodeChunks(beam.DoFn):
             joined = self._shards_checked[shard_file]
             # A joined part's sidecar is kept (its records' hashes); its data is in the shard.
             done = (resume.load_sidecar if joined else resume.load_done)(
-                path, ShardResult, split=split, shard=shard, chunk=chunk)
+                path, ShardResult, self._settings.resume_key, split=split, shard=shard,
+                chunk=chunk)
             if done is None:
                 return None
             results.append(done)
@@ -319,11 +321,12 @@ class EncodeChunks(beam.DoFn):
         return records.encode_example(features), stored, sha256
 
 
-def _finish_chunk(finishes: list[Callable[[], None]], results: list[ShardResult]) -> None:
+def _finish_chunk(finishes: list[Callable[[], None]], results: list[ShardResult],
+                  key: bytes) -> None:
     """Finishes a chunk's parts, each then marked complete by its sidecar (resume.py)."""
     for finish, result in zip(finishes, results):
         finish()
-        resume.save_done(result.temp_path, result)
+        resume.save_done(result.temp_path, result, key)
     faults.crash_point('chunk', counted=True)
 
 

@@ -35,11 +35,12 @@ from pipeline.base.fingerprints import fingerprint
 LOG = logging.getLogger('image_tfrecords')
 
 
-def read_into_blobs(refs: Iterable[ExampleRef], temp_dir: str,
-                    resuming: bool) -> Iterator[ExampleRef]:
+def read_into_blobs(refs: Iterable[ExampleRef], temp_dir: str, resuming: bool,
+                    key: bytes) -> Iterator[ExampleRef]:
     """`refs`, each that had a `group` now with its image as a member of its group's blob in
     `temp_dir` (or the reason it has none) and no group: the others as they come, then each
-    group's. `resuming`: an earlier attempt may have left blobs to reuse."""
+    group's. `resuming`: an earlier attempt may have left blobs to reuse; `key`: the run's resume
+    key, which seals the blobs (image_blobs.py)."""
     by_group: dict[str, list[ExampleRef]] = {}
     by_archive: dict[archives.Archive, list[ExampleRef]] = {}
     for ref in refs:
@@ -50,9 +51,9 @@ def read_into_blobs(refs: Iterable[ExampleRef], temp_dir: str,
         else:
             by_group.setdefault(ref.group.key, []).append(ref)
     for members in by_group.values():
-        yield from _read_group(members, temp_dir, resuming)
+        yield from _read_group(members, temp_dir, resuming, key)
     for members in by_archive.values():
-        yield from _unpack(members, temp_dir, resuming)
+        yield from _unpack(members, temp_dir, resuming, key)
 
 
 def streamed(ref: ExampleRef) -> bool:
@@ -60,15 +61,16 @@ def streamed(ref: ExampleRef) -> bool:
     return ref.member is not None and ref.member.archive.streamed and ref.problem is None
 
 
-def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterator[ExampleRef]:
+def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool,
+                key: bytes) -> Iterator[ExampleRef]:
     """The refs of one group, read from its blob (written now, or kept by an earlier attempt)."""
     read = refs[0].group
     refs = read.in_order(refs)
     path = output_folder.group_path(temp_dir, fingerprint(read, refs[0].mtime,
                                                           [r.key for r in refs]))
-    found = _kept(path, len(refs), resuming, f'row groups {read.key}')
+    found = _kept(path, len(refs), resuming, f'row groups {read.key}', key)
     if found is None:
-        found = image_blobs.write(path, read.images(refs))
+        found = image_blobs.write(path, read.images(refs), key)
         faults.crash_point('group', counted=True)
     size, windows = found
     blob = archives.Archive(path, path, size, None, 0, size)
@@ -80,16 +82,17 @@ def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterat
                                       member=archives.Member(blob, ref.key, *window))
 
 
-def _unpack(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterator[ExampleRef]:
+def _unpack(refs: list[ExampleRef], temp_dir: str, resuming: bool,
+            key: bytes) -> Iterator[ExampleRef]:
     """The refs of members of one gzip tar, read from their blob (written now in one pass over
     the archive, or kept by an earlier attempt); one that cannot be read stays as it was."""
     refs = sorted(refs, key=lambda r: r.member.index)
     archive = refs[0].member.archive
     path = output_folder.group_path(temp_dir, fingerprint(
         archive.identity, [(r.member.name, r.member.index, r.member.size) for r in refs]))
-    found = _kept(path, len(refs), resuming, f'the members of {archive.path}')
+    found = _kept(path, len(refs), resuming, f'the members of {archive.path}', key)
     if found is None:
-        found = image_blobs.write(path, gzip_pass.in_order([r.member for r in refs]))
+        found = image_blobs.write(path, gzip_pass.in_order([r.member for r in refs]), key)
         faults.crash_point('group', counted=True)
     size, windows = found
     blob = archives.Archive(path, path, size, None, 0, size)
@@ -98,11 +101,11 @@ def _unpack(refs: list[ExampleRef], temp_dir: str, resuming: bool) -> Iterator[E
             ref, member=archives.Member(blob, ref.member.name, *window))
 
 
-def _kept(path: str, count: int, resuming: bool,
-          what: str) -> tuple[int, list[image_blobs.Window | None]] | None:
+def _kept(path: str, count: int, resuming: bool, what: str,
+          key: bytes) -> tuple[int, list[image_blobs.Window | None]] | None:
     """The index of the blob an earlier attempt left at `path` if it matches its digest, else
     None (said in a line when a blob is there but differs)."""
-    found = image_blobs.read_index(path, count) if resuming else None
+    found = image_blobs.read_index(path, count, key) if resuming else None
     if found is None and resuming and fileio.exists(path):
         LOG.warning('reading %s again: its blob %s differs from its record (digest)', what, path)
     return found

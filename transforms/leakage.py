@@ -104,8 +104,8 @@ class LinkGroup(beam.DoFn):
     stays bounded by the task's size however degenerate its hashes. Each task's result is kept
     in `temp_dir` (linked_groups.py), and an earlier attempt's is reused when `resuming`."""
 
-    def __init__(self, temp_dir: str, resuming: bool):
-        self._temp_dir, self._resuming = temp_dir, resuming
+    def __init__(self, temp_dir: str, resuming: bool, key: bytes):
+        self._temp_dir, self._resuming, self._key = temp_dir, resuming, key
 
     def setup(self) -> None:
         self._crowded = Metrics.counter(NAMESPACE, 'leakage_crowded_buckets')
@@ -118,14 +118,14 @@ class LinkGroup(beam.DoFn):
         members, counts = _members(sorted_runs.read_rows(runs, band, top << shift,
                                                          (top + 1) << shift, FILING), band)
         where = linked_groups.path(self._temp_dir, task, members)
-        saved = linked_groups.load(where) if self._resuming else None
+        saved = linked_groups.load(where, self._key) if self._resuming else None
         if saved is None:
             links, full = link_band(members, band, counts)
-            records = PartRecords(self._temp_dir, chunk_fps)
+            records = PartRecords(self._temp_dir, chunk_fps, self._key)
             saved = reduce_links(links), [
                 crowded(b, v, n, records.sources(members.rows['id'][places]))
                 for b, v, n, places in full]
-            linked_groups.save(where, *saved)
+            linked_groups.save(where, *saved, self._key)
             faults.crash_point('links', counted=True)
             self._linked.inc()
         else:
@@ -195,12 +195,12 @@ def _cluster_partitions(spanning: tuple) -> Iterator[tuple[int, int]]:
 
 
 def _clusters(partition: tuple[int, int], spanning: tuple, temp_dir: str,
-              chunk_fps: dict) -> Iterator[tuple[Cluster, ...]]:
+              chunk_fps: dict, key: bytes) -> Iterator[tuple[Cluster, ...]]:
     """The clusters of a partition, made from their records' ids (part_records.py), as one
     tuple (none for a partition without any)."""
     nodes, roots, closest = spanning
     chosen = cluster_partition(roots, partition[1]) == np.uint64(partition[0])
-    members = PartRecords(temp_dir, chunk_fps).table(nodes[chosen])
+    members = PartRecords(temp_dir, chunk_fps, key).table(nodes[chosen])
     made = tuple(clusters(members, nodes, roots, closest))
     if made:
         yield made
@@ -214,12 +214,12 @@ class FindLeakage(beam.PTransform):
     `plans`: the shard plans as a dict side input; their example counts size the link tasks.
     `chunk_fps`: the chunks' fingerprints as a dict side input, which name the part files whose
     sidecars keep the records' sources. Each task's links are kept in `temp_dir`, and reused when
-    `resuming` (LinkGroup)."""
+    `resuming` (LinkGroup); `key`: the run's resume key, which seals the sidecars."""
 
     def __init__(self, plans: beam.pvalue.AsDict, chunk_fps: beam.pvalue.AsDict, temp_dir: str,
-                 resuming: bool = False):
+                 key: bytes, resuming: bool = False):
         super().__init__()
-        self._plans, self._chunk_fps = plans, chunk_fps
+        self._plans, self._chunk_fps, self._key = plans, chunk_fps, key
         self._temp_dir, self._resuming = temp_dir, resuming
 
     def expand(self, runs: beam.PCollection):
@@ -227,14 +227,14 @@ class FindLeakage(beam.PTransform):
                   | 'Link Tasks' >> Gathered(_link_tasks, self._plans, each=True)
                   | 'Spread Link Tasks' >> Spread()
                   | 'Link Within Buckets' >> beam.ParDo(
-                      LinkGroup(self._temp_dir, self._resuming), beam.pvalue.AsList(runs),
-                      self._chunk_fps).with_outputs('crowded', main='links'))
+                      LinkGroup(self._temp_dir, self._resuming, self._key),
+                      beam.pvalue.AsList(runs), self._chunk_fps).with_outputs('crowded', main='links'))
         spanning = groups.links | 'Join Links' >> beam.CombineGlobally(JoinLinks()).without_defaults()
         found = (spanning
                  | 'Cluster Partitions' >> beam.FlatMap(_cluster_partitions)
                  | 'Spread Partitions' >> Spread()
                  | 'Make Clusters' >> beam.FlatMap(_clusters, beam.pvalue.AsSingleton(spanning),
-                                                   self._temp_dir, self._chunk_fps))
+                                                   self._temp_dir, self._chunk_fps, self._key))
         return {'clusters': found, 'crowded': groups.crowded}
 
 

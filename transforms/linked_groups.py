@@ -7,10 +7,13 @@ reuses them (as resume.py reuses chunks):
 The fingerprint covers the group's key and every record the group was given (its hashes and
 place; a record's source is found by its place), in their fixed order (leakage._members), so a
 group is reused only for the very same records. The file is written atomically and read without
-pickle: numpy arrays, and crowded buckets as JSON, with the SHA-256 of both, which a rerun
-checks before it reuses them (a flipped bit would change the clusters).
+pickle: numpy arrays, and crowded buckets as JSON, with an HMAC-SHA256 of both and of the file's
+name (which names the run and the group) under the run's resume key (pipeline/base/resume_key.py),
+which a rerun checks before it reuses them: a flipped bit would change the clusters, and the
+folder is anyone's who can write it.
 """
 import hashlib
+import hmac
 import io
 import json
 import zipfile
@@ -36,16 +39,16 @@ def path(temp_dir: str, key: tuple, members: Table) -> str:
     return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, members)}.npz')
 
 
-def save(where: str, links: np.ndarray, crowded: list[tuple]) -> None:
-    """Keeps a group's result at `where`."""
+def save(where: str, links: np.ndarray, crowded: list[tuple], key: bytes) -> None:
+    """Keeps a group's result at `where`, sealed under `key`."""
     out, text = io.BytesIO(), _text(crowded)
-    np.savez(out, links=links, crowded=text, digest=_digest(links, text))
+    np.savez(out, links=links, crowded=text, digest=_digest(key, where, links, text))
     fileio.write_bytes_atomic(where, out.getvalue())
 
 
-def load(where: str) -> tuple[np.ndarray, list[tuple]] | None:
+def load(where: str, key: bytes) -> tuple[np.ndarray, list[tuple]] | None:
     """(links, crowded buckets) kept at `where`; None when there is none or it cannot be read
-    or its content differs from its digest (the group is then linked again)."""
+    or it is not sealed under `key` for `where` (the group is then linked again)."""
     try:
         data = bounded_reads.read_file(where, bounded=True)
     except DatasetError:
@@ -56,7 +59,7 @@ def load(where: str) -> tuple[np.ndarray, list[tuple]] | None:
         with np.load(io.BytesIO(data), allow_pickle=False) as saved:
             links, text = saved['links'], saved['crowded']
             if (links.dtype != LINK or text.dtype != np.uint8
-                    or not np.array_equal(saved['digest'], _digest(links, text))):
+                    or not np.array_equal(saved['digest'], _digest(key, where, links, text))):
                 return None
             crowded = [(band, value, count, examples)
                        for band, value, count, examples in json.loads(text.tobytes())]
@@ -65,8 +68,9 @@ def load(where: str) -> tuple[np.ndarray, list[tuple]] | None:
     return links, crowded
 
 
-def _digest(links: np.ndarray, text: np.ndarray) -> np.ndarray:
-    digest = hashlib.sha256(links.tobytes())
+def _digest(key: bytes, where: str, links: np.ndarray, text: np.ndarray) -> np.ndarray:
+    digest = hmac.new(key, '/'.join(where.split('/')[-3:]).encode() + b'\0', hashlib.sha256)
+    digest.update(links.tobytes())
     digest.update(text.tobytes())
     return np.frombuffer(digest.digest(), dtype=np.uint8)
 

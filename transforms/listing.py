@@ -61,14 +61,17 @@ class ListExamples(beam.PTransform):
     none are written, a plan); `measure_sizes`: a deterministic sample (by key hash, one in
     SIZE_SAMPLE) of the inputs whose size listing did not give is measured, to estimate a
     split's bytes; `groups_in`: the run's temporary folder, where grouped inputs are read into
-    blobs (None: they are not read, a plan), reusing an earlier attempt's if `resuming`;
+    blobs (None: they are not read, a plan), reusing an earlier attempt's if `resuming` (blobs
+    sealed under `key`, the run's resume key);
     `sample_size`: how many timeable refs of the smallest key hashes each Listed keeps."""
 
     def __init__(self, partitions: list[Partition], spill_to: str | None, measure_sizes: bool,
-                 groups_in: str | None = None, resuming: bool = False, sample_size: int = 0):
+                 groups_in: str | None = None, resuming: bool = False, sample_size: int = 0,
+                 key: bytes = b''):
         super().__init__()
         self._partitions = partitions
-        self._lister = _ListPartitions(spill_to, measure_sizes, groups_in, resuming, sample_size)
+        self._lister = _ListPartitions(spill_to, measure_sizes, groups_in, resuming, sample_size,
+                                       key)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         return (pbegin
@@ -108,9 +111,10 @@ class _ListPartitions(beam.DoFn):
     in a thread; others (a gzip tar read in one pass) as their refs come."""
 
     def __init__(self, spill_to: str | None, measure_sizes: bool, groups_in: str | None,
-                 resuming: bool, sample_size: int):
+                 resuming: bool, sample_size: int, key: bytes):
         self._spill_to, self._measure_sizes = spill_to, measure_sizes
         self._groups_in, self._resuming, self._sample_size = groups_in, resuming, sample_size
+        self._key = key
 
     def setup(self) -> None:
         self._threads = ThreadPoolExecutor(AT_ONCE)
@@ -147,7 +151,7 @@ class _ListPartitions(beam.DoFn):
             refs = map(_measure_size, refs)
         if self._groups_in:   # A conversion: its count shown while listing, its groups read.
             refs = grouped_reads.read_into_blobs(_counted(refs, self._groups_in),
-                                                 self._groups_in, self._resuming)
+                                                 self._groups_in, self._resuming, self._key)
         return refs
 
 

@@ -13,10 +13,11 @@ from transforms.shard_results import ShardResult
 
 class PartRecords:
     """Records of converted parts by id, reading each part's sidecar once. `chunk_fps`: (split,
-    chunk) -> the chunk's fingerprint, which names its part files."""
+    chunk) -> the chunk's fingerprint, which names its part files; `key`: the run's resume key,
+    which seals the sidecars."""
 
-    def __init__(self, temp_dir: str, chunk_fps: dict):
-        self._temp_dir, self._chunk_fps = temp_dir, chunk_fps
+    def __init__(self, temp_dir: str, chunk_fps: dict, key: bytes):
+        self._temp_dir, self._chunk_fps, self._key = temp_dir, chunk_fps, key
         self._parts: dict[tuple, list] = {}
 
     def sources(self, ids: np.ndarray) -> list[str]:
@@ -51,8 +52,9 @@ class PartRecords:
         if key not in self._parts:
             path = output_folder.part_path(self._temp_dir, split, shard, chunk,
                                            self._chunk_fps[(split, chunk)])
-            result = resume.load_sidecar(path, ShardResult, split=split, shard=shard, chunk=chunk)
+            result = resume.load_sidecar(path, ShardResult, self._key, False, split=split,
+                                         shard=shard, chunk=chunk)
             if result is None:
-                raise RuntimeError(f'{path}.json, which the run wrote, is gone or changed')
+                raise resume.changed_sidecar(path)
             self._parts[key] = result.hashes
         return self._parts[key]

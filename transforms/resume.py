@@ -39,6 +39,7 @@ import logging
 import os
 from typing import Iterable
 
+from pipeline.base import resume_key
 from pipeline.base.fingerprints import fingerprint
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
@@ -77,19 +78,34 @@ def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
     return fingerprint(sorted(chunk_fingerprints))
 
 
-def save_done(path: str, result) -> None:
+def save_done(path: str, result, key: bytes) -> None:
     """Marks the data file `path` complete, with what it holds (a ShardResult: its fields hold
-    no dataclasses, so they need not be copied as dataclasses.asdict would)."""
+    no dataclasses, so they need not be copied as dataclasses.asdict would), sealed under `key`
+    (_sealed_text)."""
     fields = {field.name: getattr(result, field.name) for field in dataclasses.fields(result)}
+    fields = json.loads(json.dumps(fields))   # Sealed as read back: label ids as text.
+    fields[SEAL] = resume_key.seal(key, _sealed_text(path, fields))
     fileio.write_bytes_atomic(f'{path}.json', json.dumps(fields).encode())
 
 
-def load_done(path: str, result_type, **expected):
+SEAL = 'seal'   # A sidecar's HMAC-SHA256 of what it stands for and holds (resume_key.py).
+
+
+def _sealed_text(path: str, fields: dict) -> bytes:
+    """What a sidecar's seal covers: the piece it stands for (its temporary folder, which names
+    the run, and its file name: split, shard, chunk and the fingerprint of its inputs) and
+    every field it holds but its path."""
+    piece = '/'.join(path.split('/')[-3:])
+    held = {name: value for name, value in fields.items() if name not in ('temp_path', SEAL)}
+    return json.dumps([piece, held], sort_keys=True).encode()
+
+
+def load_done(path: str, result_type, key: bytes, **expected):
     """The result saved for the part file `path` if it is complete: its sidecar there (with the
     `expected` field values), its data file there with the size and the records (their
     SHA-256s) the sidecar says, and its entry files with theirs; else None (the work is done
     again; a file that differs from its sidecar is named in a line)."""
-    result = load_sidecar(path, result_type, **expected)
+    result = load_sidecar(path, result_type, key, **expected)
     if result is None:
         return None
     changed = _changed_part(path, result)
@@ -120,13 +136,14 @@ def _changed_part(path: str, result) -> str | None:
     return None if entry is None else f'{redoing} {entry} differs from its record (digest)'
 
 
-def load_sidecar(path: str, result_type, **expected):
+def load_sidecar(path: str, result_type, key: bytes, tell: bool = True, **expected):
     """The result saved for `path`, also once its data is gone (a part joined into its shard);
     None when there is none, it is untrusted (fileio.is_untrusted: hard linked or no regular
     file; it is made again, under a new file), larger than bounded_reads allows, not JSON of
-    exactly the fields and types it is written with (an older layout, without digests,
-    neither), or a field differs from `expected` (split, shard, chunk: what the run knows the
-    file holds). Its `temp_path` is `path`, whatever the file says: no path is ever taken from
+    exactly the fields and types it is written with (an older layout, without digests or seal,
+    neither), not sealed under `key` for this very piece (edited, copied from another piece's
+    name, or written under another key: with `tell`, a line says so), or a field differs from
+    `expected` (split, shard, chunk: what the run knows the file holds). Its `temp_path` is `path`, whatever the file says: no path is ever taken from
     a file's contents."""
     sidecar = f'{path}.json'
     if fileio.is_untrusted(sidecar):
@@ -136,13 +153,27 @@ def load_sidecar(path: str, result_type, **expected):
         fields = None if data is None else bounded_reads.parse_json(sidecar, data)
     except DatasetError:
         return None
-    if not _well_formed(fields, result_type):
+    if type(fields) is not dict or not _well_formed(
+            {k: v for k, v in fields.items() if k != SEAL}, result_type):
+        return None
+    if not resume_key.sealed(key, _sealed_text(path, fields), fields.pop(SEAL, None)):
+        if tell:
+            LOG.warning('not reusing %s: it is not sealed for this piece under your resume key '
+                        '(changed, copied from another piece, or written under another key); '
+                        'its work is done again', sidecar)
         return None
     fields['label_counts'] = {int(k): v for k, v in fields['label_counts'].items()}
     fields['dropped'] = [tuple(e) for e in fields['dropped']]
     fields['hashes'] = [tuple(e) for e in fields['hashes']]
     result = dataclasses.replace(result_type(**fields), temp_path=path)
     return result if all(getattr(result, k) == v for k, v in expected.items()) else None
+
+
+def changed_sidecar(path: str) -> DatasetError:
+    """The error of a sidecar this run wrote, or found sealed, that is gone or changed under it
+    (as sorted_runs.changed: one line, never wrapped in the runner's traceback)."""
+    return DatasetError(f'{path}.json, which this run wrote, is gone or changed; keep others '
+                        'from writing the output folder while a run is on, and rerun')
 
 
 def _well_formed(fields, result_type) -> bool:
@@ -172,6 +203,30 @@ def _rows(value, kinds: tuple) -> bool:
     return type(value) is list and all(
         type(row) is list and len(row) == len(kinds)
         and all(type(v) is k for v, k in zip(row, kinds)) for row in value)
+
+
+KEY_TAG = 'resume-key.tag'   # In the temporary folder: a tag of the key its work is sealed under.
+
+
+def _key_tag(settings: ConversionSettings) -> bytes:
+    return resume_key.seal(settings.resume_key, f'key of run {settings.run_id}'.encode()).encode()
+
+
+def tag_key(settings: ConversionSettings) -> None:
+    """Notes in the run's temporary folder a tag of the key its work is sealed under (an HMAC
+    of the run id: it tells nothing of the key)."""
+    fileio.write_bytes_atomic(fileio.join(settings.temp_dir, KEY_TAG), _key_tag(settings))
+
+
+def under_another_key(settings: ConversionSettings) -> bool:
+    """Whether the run's temporary folder was written under another key than this run's (its
+    tag differs: another user, machine or home), so that none of its work can be reused."""
+    path = fileio.join(settings.temp_dir, KEY_TAG)
+    try:
+        found = None if fileio.is_untrusted(path) else bounded_reads.read_file(path, bounded=True)
+    except DatasetError:
+        found = None
+    return found is not None and found != _key_tag(settings)
 
 
 def finished_work(temp_dir: str) -> tuple[int, int]:
@@ -220,7 +275,7 @@ def complete_shard(path: str, split: str, shard: int, settings: ConversionSettin
     index (with --dali_index) and its entry files with their digests, none untrusted
     (fileio.is_untrusted); else None (it is made again; with `tell`, a file that differs from
     its sidecar is named in a line)."""
-    result = load_sidecar(path, ShardResult, split=split, shard=shard)
+    result = load_sidecar(path, ShardResult, settings.resume_key, tell, split=split, shard=shard)
     if result is None:
         return None
     try:

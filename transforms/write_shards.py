@@ -73,7 +73,8 @@ class WriteShards(beam.PTransform):
             shard_fps).with_outputs('filed', main='parts')
         filing_runs = encoded.filed | 'Filing Runs' >> beam.FlatMap(lambda found: found.runs)
         leakage = ({'filed': encoded.filed, **(filing_runs | 'Find Leakage' >> FindLeakage(
-            plans, chunk_fps, settings.temp_dir, settings.resuming))} if settings.hashed else {})
+            plans, chunk_fps, settings.temp_dir, settings.resume_key,
+            settings.resuming))} if settings.hashed else {})
         drops, left_out = {}, ()
         if settings.leakage == LeakageAction.DROP:
             later = (leakage['clusters']
@@ -82,7 +83,7 @@ class WriteShards(beam.PTransform):
             drops['dropped'] = beam.pvalue.AsMultiMap(later | 'By Shard' >> beam.Map(by_shard))
             left_out = (later | 'Dropped Ids' >> beam.Map(dropped_id),)
         copies = filing_runs | 'Count Copies' >> CountCopies(settings.temp_dir, chunk_fps,
-                                                            *left_out)
+                                                            settings.resume_key, *left_out)
         shards = (encoded.parts
                   | 'Key By Shard' >> beam.Map(_shard_key)
                   | 'Group By Shard' >> beam.GroupByKey()
@@ -160,7 +161,8 @@ class WriteShard(beam.DoFn):
                   if settings.resuming else None)
         reused = result is not None
         if result is None:
-            parts = sorted(map(_part_result, parts), key=lambda r: r.chunk)
+            parts = sorted((_part_result(p, settings.resume_key) for p in parts),
+                           key=lambda r: r.chunk)
             digests = entries.join({kind: [p.temp_path for p in parts if getattr(p, kind)]
                                     for kind in entries.KINDS}, path)
             found = [entries.entry_path(p.temp_path, kind)
@@ -183,7 +185,7 @@ class WriteShard(beam.DoFn):
             if settings.dali_index:
                 result.index_bytes, result.digests['index'] = _write_index(path, result.sizes)
             result.sizes = []
-            resume.save_done(path, result)
+            resume.save_done(path, result, settings.resume_key)
             fileio.delete(sources + found)
             faults.crash_point('shard', counted=True)
         self._shards.inc()
@@ -193,10 +195,10 @@ class WriteShard(beam.DoFn):
         yield result
 
 
-def _part_result(part: PartDone) -> ShardResult:
-    """A finished part's whole result, from its sidecar."""
-    result = resume.load_sidecar(part.temp_path, ShardResult, split=part.split, shard=part.shard,
-                                 chunk=part.chunk)
+def _part_result(part: PartDone, key: bytes) -> ShardResult:
+    """A finished part's whole result, from its sidecar (sealed under `key`)."""
+    result = resume.load_sidecar(part.temp_path, ShardResult, key, False, split=part.split,
+                                 shard=part.shard, chunk=part.chunk)
     if result is None:
-        raise RuntimeError(f'{part.temp_path}.json, which this run wrote, is gone or changed')
+        raise resume.changed_sidecar(part.temp_path)
     return result

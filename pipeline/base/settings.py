@@ -71,6 +71,8 @@ class ConversionSettings:
     release_lock: bool = _per_run(False)  # The job releases the lock (the launcher does not wait).
     resuming: bool = _per_run(False)     # An earlier attempt left work in temp_dir.
     workers: int = _per_run(0)           # Local worker processes, which tasks are dealt over.
+    # What seals the sidecars of this run's work (pipeline/base/resume_key.py); never shown.
+    resume_key: bytes = dataclasses.field(default=b'', repr=False, metadata={'per_run': True})
 
     @functools.cached_property
     def run_id(self) -> str:
