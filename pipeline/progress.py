@@ -22,7 +22,6 @@ have now (transforms/resume.py): before it converts any, it notes how many that 
 (`reuse-<lock token>.json`), and only those inputs are shown as reused, not counted as done;
 when it reuses fewer chunks than the earlier attempt finished, a line says so.
 """
-import json
 import logging
 import threading
 import time
@@ -180,7 +179,7 @@ class Progress:
                 return False
             if self._resuming:
                 self._read_reuse()
-            self._plan_data = json.loads(fileio.read_bytes(self._plan))
+            self._plan_data = _note(self._plan)
             self._started = noted   # Conversion starts.
         return True
 
@@ -204,7 +203,7 @@ class Progress:
     def _read_reuse(self) -> None:
         """Takes the inputs of the chunks this run reuses as reused; says so when it reuses
         fewer chunks than an earlier attempt finished."""
-        reuse = json.loads(fileio.read_bytes(self._reuse))
+        reuse = _note(self._reuse)
         self._reused = int(reuse['inputs'])
         chunks, earlier = int(reuse['chunks']), int(reuse['earlier_chunks'])
         if chunks < earlier:
@@ -223,10 +222,10 @@ class Progress:
             if path.endswith('.tfrecord.json') and path not in self._seen:
                 self._seen.add(path)
                 try:
-                    data = bounded_reads.read_file(path)
+                    data = bounded_reads.read_file(path, bounded=True)
                     if data is None:   # The run ended and its temporary folder went.
                         continue
-                    result = json.loads(data)
+                    result = bounded_reads.parse_json(path, data)
                     found.append(int(result['records']) + int(result['errors']))
                 except (DatasetError, ValueError, TypeError, KeyError):
                     continue   # Not a sidecar of this run: the run itself says so.
@@ -276,3 +275,9 @@ def _duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f'{seconds / 60:.0f} min'
     return f'{seconds / 3600:.1f} h'
+
+
+def _note(path: str):
+    """A note of the run's temporary folder, read and parsed within the bounds of every file
+    of the protocol (a folder others may write: a note is read, never trusted)."""
+    return bounded_reads.parse_json(path, bounded_reads.read_file(path, bounded=True) or b'')
