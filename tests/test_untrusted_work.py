@@ -178,6 +178,17 @@ def _rewrite_first_ref(folder: str, source: str, keep_size: bool) -> list[str]:
     return rewritten
 
 
+def _ended_in_one_line(answer, out: str, rewritten: list[str]) -> None:
+    """The run ended in one error line naming a file rewritten under it, and committed nothing."""
+    assert rewritten
+    assert answer.returncode == 2, answer.stderr
+    assert 'Traceback' not in answer.stderr
+    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
+    assert len(lines) == 1 and lines[0].startswith('error: '), answer.stderr
+    assert any(path in lines[0] for path in rewritten), answer.stderr
+    assert not glob.glob(f'{out}/*.tfrecord*'), 'no dataset is committed'
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('keep_size', [True, False])
 def test_a_listed_run_rewritten_with_a_valid_ref_to_an_outside_image_ends_the_run(
@@ -189,13 +200,7 @@ def test_a_listed_run_rewritten_with_a_valid_ref_to_an_outside_image_ends_the_ru
     answer = stopped_at('listed:1',
                         lambda: rewritten.extend(_rewrite_first_ref(out, outside, keep_size)),
                         f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
-    assert rewritten
-    assert answer.returncode == 2, answer.stderr
-    assert 'Traceback' not in answer.stderr
-    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
-    assert len(lines) == 1 and lines[0].startswith('error: '), answer.stderr
-    assert any(path in lines[0] for path in rewritten), answer.stderr
-    assert not glob.glob(f'{out}/*.tfrecord*'), 'no dataset is committed'
+    _ended_in_one_line(answer, out, rewritten)
     for path in glob.glob(f'{out}/**/*.tfrecord*', recursive=True):
         with open(path, 'rb') as written:
             assert outside.encode() not in written.read(), path
@@ -220,13 +225,7 @@ def test_a_filed_run_rewritten_with_valid_rows_ends_the_run(tmp_path, image_fold
     rewritten = []
     answer = stopped_at('filed:1', lambda: rewritten.extend(_copy_a_digest(out)),
                         f'--input_dir={image_folders(60)}', f'--output_dir={out}', *FLAGS)
-    assert rewritten
-    assert answer.returncode == 2, answer.stderr
-    assert 'Traceback' not in answer.stderr
-    lines = [line for line in answer.stderr.splitlines() if 'was changed under it' in line]
-    assert len(lines) == 1 and lines[0].startswith('error: '), answer.stderr
-    assert any(path in lines[0] for path in rewritten), answer.stderr
-    assert not glob.glob(f'{out}/*.tfrecord*'), 'no dataset is committed'
+    _ended_in_one_line(answer, out, rewritten)
 
 
 def _copy_piece(first: str, second: str, swap: bool) -> None:
