@@ -397,8 +397,7 @@ def _links(output_dir: str) -> dict[str, str]:
 
 
 def _link_problems(output_dir: str, dataset_names: set[str]) -> list[str]:
-    """A file of the dataset that is a symbolic link: its bytes are read from elsewhere, which
-    the dataset does not hold (a copy or an upload of the folder would miss them)."""
+    """Each file of the dataset that is a symbolic link: a copy of the folder would miss it."""
     return [f'{name}: a symbolic link to {printable(target)}, not a file of the folder; replace '
             'it with the file itself' for name, target in sorted(_links(output_dir).items())
             if name in dataset_names]
