@@ -13,7 +13,7 @@ import time
 import pytest
 from apache_beam.runners.runner import PipelineState
 
-from pipeline import beam_internals
+from pipeline import beam_internals, faults
 from pipeline.testing.job_service import JobService, worker_python
 from tests.helpers import cli, output_files, start_cli
 
@@ -169,10 +169,11 @@ def test_detach_is_refused_where_this_command_runs_the_job(tmp_path, inputs):
 
 
 def test_a_service_that_stops_answering_leaves_the_output_to_its_job(tmp_path, service, inputs):
-    """Whether the job still runs cannot be known: its lock stays, and the line says so."""
+    """Whether the job still runs cannot be known: its lock stays, and the line says so. (Its
+    worker stops itself at its first chunk, so the job cannot end before its service does.)"""
     folder = tmp_path / 'service'
     os.makedirs(folder)
-    lost = JobService(str(folder), service.worker)
+    lost = JobService(str(folder), service.worker, {faults.STOP_ENV: 'chunk:1'})
     try:
         process = start_cli(*inputs, f'--output_dir={tmp_path}/out', *lost.flags())
         while 'submitted as job' not in process.stderr.readline():

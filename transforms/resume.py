@@ -205,7 +205,7 @@ def _rows(value, kinds: tuple) -> bool:
         and all(type(v) is k for v, k in zip(row, kinds)) for row in value)
 
 
-KEY_TAG = 'resume-key.tag'   # In the temporary folder: a tag of the key its work is sealed under.
+KEY_TAG = output_folder.KEY_TAG
 
 
 def _key_tag(settings: ConversionSettings) -> bytes:

@@ -67,6 +67,7 @@ from pipeline.output.shard_formats import ShardFormat
 
 LOG = logging.getLogger('image_tfrecords')
 MARKER = '.image-tfrecords-run.json'
+KEY_TAG = 'resume-key.tag'   # A tag of the key the run's work is sealed under (resume.py).
 RUNNING, COMMITTED = 'running', 'committed'
 REPLACED = 'replaced'   # The temporary folder's subfolder for the old dataset's files.
 # Its subfolders of work: a TFRecord part per chunk and shard (with a sidecar and entry files
@@ -367,16 +368,20 @@ def start_temp(output_dir: str, run_id: str) -> None:
 
 
 def drop_if_unused(output_dir: str, run_id: str) -> None:
-    """Removes a run's temporary folder that holds its marker alone (a run that failed before
-    it wrote anything but what passed between its stages leaves nothing behind)."""
+    """Removes a run's temporary folder that holds its marker alone, or with its key's tag (a run
+    that failed before it wrote anything but what passed between its stages leaves nothing
+    behind)."""
     folder = temp_dir(output_dir, run_id)
     _drop_passing_runs(folder)
-    marker = fileio.join(folder, MARKER)
+    marker, tag = fileio.join(folder, MARKER), fileio.join(folder, KEY_TAG)
     if fileio.is_gcs(folder):
-        if list_prefix(folder) == [marker]:
-            fileio.delete([marker])
-    elif not _is_link(folder) and os.path.isdir(folder) and os.listdir(folder) == [MARKER]:
-        os.remove(marker)
+        found = list_prefix(folder)
+        if marker in found and set(found) <= {marker, tag}:
+            fileio.delete([p for p in found if p != marker] + [marker])
+    elif (not _is_link(folder) and os.path.isdir(folder)
+          and MARKER in (names := os.listdir(folder)) and set(names) <= {MARKER, KEY_TAG}):
+        for name in sorted(names, key=lambda n: n == MARKER):   # The marker last.
+            os.remove(os.path.join(folder, name))
         os.rmdir(folder)
 
 

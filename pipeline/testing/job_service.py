@@ -10,8 +10,10 @@ as it would on Dataflow. `JobService` runs `local_job_service_main` with those w
 subprocess each, `beam:env:harness_subprocess_python:v1`), outside the checkout and without
 PYTHONPATH.
 """
+import contextlib
 import os
 import site
+import signal
 import socket
 import subprocess
 import sys
@@ -63,12 +65,13 @@ def free_port() -> int:
 
 class JobService:
     """`python -m apache_beam.runners.portability.local_job_service_main` on 127.0.0.1, started
-    in `folder` (its current folder, the workers' too) with no PYTHONPATH."""
+    in `folder` (its current folder, the workers' too) with no PYTHONPATH, and `extra_env` (its
+    workers inherit it: a fault point, say)."""
 
-    def __init__(self, folder: str, worker: str):
+    def __init__(self, folder: str, worker: str, extra_env: dict | None = None):
         self.port = free_port()
         self.worker = worker
-        env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+        env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'} | (extra_env or {})
         self._log = open(os.path.join(folder, 'job-service.log'), 'w')
         self._process = subprocess.Popen(
             [sys.executable, '-m', 'apache_beam.runners.portability.local_job_service_main',
@@ -101,10 +104,13 @@ class JobService:
                 '--environment_type=PROCESS', '--environment_config={"command": "/no/such/boot"}']
 
     def stop(self) -> None:
+        """Stops the service, then whatever of its workers is left (a stopped one too)."""
         self._process.terminate()
         try:
             self._process.wait(30)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
         self._log.close()
