@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from pipeline.testing.datasets import output_files
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -51,16 +53,6 @@ def _convert(python: str, folder: str, env: dict, *flags: str) -> subprocess.Com
                           capture_output=True, text=True, timeout=900)
 
 
-def _files(folder: str) -> dict[str, bytes]:
-    found = {}
-    for dirpath, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            with open(path, 'rb') as stream:
-                found[os.path.relpath(path, folder)] = stream.read()
-    return found
-
-
 def prove(version: str, scratch: str, inputs: str, reference: dict[str, bytes]) -> str:
     """Installs this checkout with Python `version`, runs the sample and converts `inputs`; a
     line saying how it went (starting 'ok' or 'FAILED')."""
@@ -86,7 +78,7 @@ def prove(version: str, scratch: str, inputs: str, reference: dict[str, bytes]) 
     result = _convert(python, folder, env, f'--input_dir={inputs}', '--output_dir=out')
     if result.returncode:
         return f'FAILED {version}: conversion: {result.stderr.strip()[-500:]}'
-    written = _files(os.path.join(folder, 'out'))
+    written = output_files(os.path.join(folder, 'out'))
     if written != reference:
         differ = sorted(k for k in set(written) | set(reference) if written.get(k) != reference.get(k))
         return f'FAILED {version}: output differs from Python {sys.version.split()[0]}: {differ}'
@@ -108,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if result.returncode:
             print(f'FAILED: the reference conversion: {result.stderr.strip()[-500:]}')
             return 1
-        reference = _files(os.path.join(scratch, 'reference'))
+        reference = output_files(os.path.join(scratch, 'reference'))
         lines = [prove(version, scratch, inputs, reference)
                  for version in args.python or [declared('PYTHONS')[-1]]]
     print('\n'.join(lines))

@@ -20,7 +20,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from pipeline import command, faults
 from pipeline.local_runner import LocalRunner
 from pipeline.output import records
-from pipeline.testing.datasets import IN_PROCESS, convert, write_tree  # noqa: F401 (re-exported)
+from pipeline.testing.datasets import (  # noqa: F401 (re-exported)
+    IN_PROCESS, convert, output_files, write_tree)
 
 _RUNNER_FLAGS = ('--direct_', '--runner')
 _current_folder = threading.Lock()   # The process's one current folder, while a command uses it.
@@ -257,17 +258,6 @@ def plain_split(out: str, split: str) -> list[dict]:
 def pixels(record: dict) -> np.ndarray:
     import tensorflow as tf
     return tf.io.decode_jpeg(record[records.ENCODED], channels=3).numpy()
-
-
-def output_files(output_dir: str) -> dict:
-    """{relative path: bytes} of everything under a folder."""
-    found = {}
-    for dirpath, _, names in os.walk(output_dir):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            with open(path, 'rb') as stream:
-                found[os.path.relpath(path, output_dir)] = stream.read()
-    return found
 
 
 def run_measured(*command, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:

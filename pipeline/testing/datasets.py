@@ -14,6 +14,17 @@ from pipeline.tools import verify
 IN_PROCESS = ['--direct_running_mode=in_memory', '--direct_num_workers=1']
 
 
+def output_files(output_dir: str) -> dict:
+    """{relative path: bytes} of everything under a folder."""
+    found = {}
+    for dirpath, _, names in os.walk(output_dir):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, 'rb') as stream:
+                found[os.path.relpath(path, output_dir)] = stream.read()
+    return found
+
+
 def write_tree(root, files: dict) -> str:
     """Writes {relative path: bytes} under root; returns root as str."""
     for relative, data in files.items():
