@@ -143,8 +143,8 @@ def load_sidecar(path: str, result_type, key: bytes, tell: bool = True, **expect
     exactly the fields and types it is written with (an older layout, without digests or seal,
     neither), not sealed under `key` for this very piece (edited, copied from another piece's
     name, or written under another key: with `tell`, a line says so), or a field differs from
-    `expected` (split, shard, chunk: what the run knows the file holds). Its `temp_path` is `path`, whatever the file says: no path is ever taken from
-    a file's contents."""
+    `expected` (split, shard, chunk: what the run knows the file holds). Its `temp_path` is
+    `path`, whatever the file says: no path is ever taken from a file's contents."""
     sidecar = f'{path}.json'
     if fileio.is_untrusted(sidecar):
         return None
@@ -188,7 +188,7 @@ def _well_formed(fields, result_type) -> bool:
             and (fields['chunk'] is None or type(fields['chunk']) is int)
             and type(fields['seconds']) in (int, float)
             and _mapping(fields['label_counts'], int) and _mapping(fields['format_bytes'], int)
-            and _mapping(fields['digests'], str)
+            and _mapping(fields['digests'], str) and _mapping(fields['format_digests'], str)
             and all(k.isdigit() and len(k) < 12 for k in fields['label_counts'])
             and _rows(fields['dropped'], (str, str))
             and _rows(fields['hashes'], (str, str, int, int, int, int))
