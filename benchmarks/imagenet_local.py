@@ -1,13 +1,13 @@
 """A local run of ImageNet's shape, with the memory of every process and the temporary disk:
 
     python -m benchmarks.imagenet_local [--sizes 20000 200000 1281167] [--root DIR]
-                                        [--packed folder zip tar] [--checkout DIR] [--keep]
+                                        [--packed folder zip tar tar.gz] [--checkout DIR] [--keep]
 
 Each size is a folder of that many small distinct JPEGs in 1,000 class folders, 4% of them in
 validation/ (pipeline/testing/imagenet_shape.py), made once under --root and reused; --packed
 also converts it packed, each packing made once beside it: `zip`, one stored zip of Kaggle's
 layout (`--input_dir=SIZE.zip/ILSVRC/Data/CLS-LOC`, its train/ and validation/ there), `tar`, one
-flat tar of the folder. The default command converts it (`python -m pipeline.run --input_dir=... --output_dir=...`: a multi-process
+flat tar of the folder, `tar.gz`, the same tar compressed as `tar czf` compresses it. The default command converts it (`python -m pipeline.run --input_dir=... --output_dir=...`: a multi-process
 local run, one worker per core) while its process tree is sampled every 0.2 s. Printed per size:
 exit code, wall seconds, the conversion stage's own seconds (from the progress lines) and the
 whole run's ratio to it, inputs/s, the peak resident MB of the launcher and of the largest worker,
@@ -75,7 +75,9 @@ def packed(folder: str, kind: str) -> str:
             archivemaker.write_stored_zip(
                 f'{path}.part', ((f'{KAGGLE}/{name}', _read(folder, name)) for name in files))
         else:
-            with tarfile.open(f'{path}.part', 'w', format=tarfile.PAX_FORMAT) as tar:
+            with tarfile.open(f'{path}.part', 'w' if kind == 'tar' else 'w:gz',
+                              format=tarfile.PAX_FORMAT,
+                              **({} if kind == 'tar' else {'compresslevel': 6})) as tar:
                 for name in files:
                     tar.add(os.path.join(folder, name), name)
         os.rename(f'{path}.part', path)
@@ -114,7 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--sizes', type=int, nargs='+', default=[20_000, 200_000])
     parser.add_argument('--root', default=os.path.join(tempfile.gettempdir(), 'imagenet-shape'))
-    parser.add_argument('--packed', nargs='+', choices=('folder', 'zip', 'tar'),
+    parser.add_argument('--packed', nargs='+', choices=('folder', 'zip', 'tar', 'tar.gz'),
                         default=['folder'], help='Convert the folder, and/or it packed so.')
     parser.add_argument('--checkout', help='Run this checkout of the product instead.')
     parser.add_argument('--keep', action='store_true', help='Keep each output folder.')
