@@ -2,12 +2,13 @@
 
     python -m benchmarks.scale [--sizes 100000 1000000 10000000]
 
-The product's own stages (ListExamples spilling refs into sorted runs, ResolveLabels, PlanShards,
-tasks reading their chunks' refs back) run on the local runner (2 worker processes) over a synthetic partition type defined
-here, which yields example refs of ~110 KB images without touching storage. Each size runs four
-pipelines, each one stage longer, as its own process tree; a stage's time is the difference of
-consecutive pipelines, and peak RSS is sampled for the launcher and the largest worker. The
-growth exponent k (time ~ N^k) is fitted between consecutive sizes. Then the planner alone
+The product's own stages (ListExamples spilling refs into sorted runs, PlanConversion: label ids
+and shard plans, tasks reading their chunks' refs back) run on the local runner (2 worker
+processes) over a synthetic partition type defined here, which yields example refs of ~110 KB
+images without touching storage. Each size runs three pipelines, each one stage longer, as its
+own process tree; a stage's time is the difference of consecutive pipelines, and peak RSS is
+sampled for the launcher and the largest worker. The growth exponent k (time ~ N^k) is fitted
+between consecutive sizes. Then the planner alone
 (plan_shards on a synthetic histogram) at 10^8 and 10^9 examples, in this process.
 
     python -m benchmarks.scale --many_shards 70000
@@ -32,16 +33,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from benchmarks.benchmark import measure
 from pipeline.local_runner import LocalRunner
 from pipeline.output import records
-from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
 from transforms.listing import ListExamples
 from pipeline.base.refs import ExampleRef
-from pipeline.base.settings import LabelSettings
+from pipeline.base.settings import ConversionSettings
 from transforms.encode_chunks import task_chunks
-from transforms.sharding import PlanShards, bucket_bits, plan_shards, shard_count, tasks
+from transforms.planning import PlanConversion
+from transforms.sharding import bucket_bits, plan_shards, shard_count, tasks
 from transforms.spread import Spread
 
-STAGES = ('list', 'facts and labels', 'plan shards', 'read tasks')
+STAGES = ('list', 'plan', 'read tasks')
 PARTITIONS = 200
 
 
@@ -70,19 +71,17 @@ def run_stages(n: int, stages: int) -> None:
         listed = p | 'List Examples' >> ListExamples(partitions, runs, measure_sizes=False)
         last = listed
         if stages >= 2:
-            facts, _ = listed | 'Resolve Labels' >> ResolveLabels(('train',), LabelSettings())
-            last = facts
+            last = plan = listed | 'Plan Conversion' >> PlanConversion(
+                ConversionSettings('scale', ('train',)), sample=False)
         if stages >= 3:
-            last = plans = listed | 'Plan Shards' >> PlanShards(0, 128)
-        if stages >= 4:
-            all_runs = beam.pvalue.AsList(listed | beam.FlatMap(lambda found: found.runs))
-            last = (plans
-                    | 'Tasks' >> beam.FlatMap(lambda split_plan: [
-                        (task, split_plan[1]) for task in tasks(*split_plan)])
+            last = (plan
+                    | 'Tasks' >> beam.FlatMap(
+                        lambda plan: tasks('train', plan.shard_plans['train']))
                     | 'Spread Tasks' >> Spread()
-                    | 'Read Tasks' >> beam.FlatMap(lambda task_plan, found: [
-                        len(refs) for _, refs in task_chunks(*task_plan[:1], found, task_plan[1])],
-                        all_runs))
+                    | 'Read Tasks' >> beam.FlatMap(lambda task, plan: [
+                        len(refs) for _, refs in task_chunks(task, plan.runs,
+                                                             plan.shard_plans['train'])],
+                        beam.pvalue.AsSingleton(plan)))
         _ = last | 'Count' >> beam.combiners.Count.Globally()
 
 
@@ -150,7 +149,7 @@ def main() -> None:
             seconds = run.seconds - (before.seconds if before else 0)
             print(f'| {n:,} | {name} | {seconds:.1f} | {run.rss_launcher / 2**20:.0f} | '
                   f'{run.rss_worker / 2**20:.0f} |')
-    print('\nGrowth exponent k (seconds of all four stages ~ N^k; launcher memory ~ N^k):')
+    print('\nGrowth exponent k (seconds of all three stages ~ N^k; launcher memory ~ N^k):')
     for small, large in zip(args.sizes, args.sizes[1:]):
         a, b = results[(small, len(STAGES))], results[(large, len(STAGES))]
         k_time = math.log(b.seconds / a.seconds) / math.log(large / small)

@@ -27,7 +27,7 @@ import time
 
 from benchmarks.workload import make_workload
 
-CONVERSION = 'Write-Shards-Encode-Chunks'
+CONVERSION = 'Encode-Chunks-Encode'
 _STEP = re.compile(r'ref_AppliedPTransform_(.+?)_\d+\)|\(+([^()+]+?)/Read\)')
 
 

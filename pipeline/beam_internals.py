@@ -256,3 +256,11 @@ def dataflow_result(options, job: str):
     runner = DataflowRunner()
     runner.dataflow_client = apiclient.DataflowApplicationClient(options)
     return DataflowPipelineResult(runner.dataflow_client.get_job(job), runner, options)
+
+
+def fused_stages(pipeline) -> list[str]:
+    """The names of the stages Beam's FnApiRunner (the local runner's) fuses the unrun
+    `pipeline` into: its own fusion of the job's proto, as a run would execute it."""
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+    _, stages = FnApiRunner().create_stages(pipeline.to_runner_api())
+    return [stage.name for stage in stages]

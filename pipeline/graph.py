@@ -1,15 +1,24 @@
 """The Beam pipeline, built from plain arguments and returned unrun (so it can be dry-run).
 
-    partitions -> List Examples (on workers): inputs spilled into sorted runs, a Listed per
-                  bundle (with the run's sample) -> Resolve Labels: facts and label map (small)
-                          -> Plan Shards: the sample converted (Measure Sample, unless
-                             --num_shards is given) to size the shards by their output, and a
-                             shard plan per split (small)
-               -> Write Shards: the plans' chunks cut into tasks; each task's inputs read from
-                  the runs, fingerprinted, converted into part files; their hashes clustered
-                  across splits (Find Leakage); parts joined per shard
-               -> Commit Dataset
-(and, for a launcher that waits for the job, Note Plan: the plan, for its progress display)
+Six stages, each a composite whose docstring says what crosses it. No image passes through the
+runner: the workers pass small descriptions (runs, plans, tasks, part and shard results), and
+the data lives in files of the run's temporary folder.
+
+    partitions -> List Examples (on workers): inputs spilled into sorted runs; a Listed per
+                  bundle (counts, key-hash bits, facts, its share of the sample)
+               -> Plan Conversion (one call): label ids, the sample converted to size the
+                  shards (unless --num_shards), a shard plan per split; one Plan, written for
+                  the launcher's progress display before the call returns
+               -> Encode Chunks (tasks spread over the workers): each task's chunks read from
+                  the runs and converted into part files, their records filed for the checks;
+                  a PartDone per part, keyed by its shard, and a Filed per bundle
+               -> Check Quality (link tasks, then clusters and copy counts, spread): the
+                  clusters of near-duplicates across splits, written as parts of
+                  leakage.jsonl, and the exact copies' counts (with --leakage=drop, the
+                  copies left out, which the shards' join takes out)
+               -> Write Shards (grouped by shard): parts joined into each output format
+               -> Commit Dataset (one call): metadata, reports, the moves into place; the
+                  summary
 
 A plan-only job (`--plan_only`) lists and plans, writing no run, and writes the plan instead,
 its sample converted as the conversion converts it (so it plans the same shards), and timed on a
@@ -20,15 +29,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
 from pipeline.errors import beam_refusal
-from pipeline.plan import write_plan
 from pipeline.output import output_folder
+from transforms.check_quality import CheckQuality
 from transforms.commit import CommitDataset
-from transforms.labels import ResolveLabels
+from transforms.encode_chunks import EncodeTasks
 from pipeline.inputs.kinds import Partition
 from transforms.listing import ListExamples
-from transforms.local_rate import SAMPLE_SIZE, MeasureSample
+from transforms.local_rate import SAMPLE_SIZE
 from pipeline.base.settings import ConversionSettings
-from transforms.sharding import PlanShards
+from transforms.planning import PlanConversion
 from transforms.write_shards import WriteShards
 
 
@@ -46,12 +55,14 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
         _conversion_measures_sizes(partitions, settings),
         groups_in=settings.temp_dir, resuming=settings.resuming, key=settings.resume_key,
         sample_size=SAMPLE_SIZE if sized else 0)
-    facts, label_map, plans, _ = _plan(listed, settings, sample=sized)
-    if settings.lock_token:   # For the progress of the launcher that waits (or --attach).
-        plans = _note_plan(facts, label_map, plans,
-                           output_folder.plan_note(settings.temp_dir, settings.lock_token))
-    written = listed | 'Write Shards' >> WriteShards(settings, plans, label_map)
-    _ = written['shards'] | 'Commit Dataset' >> CommitDataset(settings, label_map, facts, written)
+    note = (output_folder.plan_note(settings.temp_dir, settings.lock_token)
+            if settings.lock_token else None)   # For the launcher that waits (or --attach).
+    plan = listed | 'Plan Conversion' >> PlanConversion(settings, sized, note=note)
+    encoded = plan | 'Encode Chunks' >> EncodeTasks(settings)
+    checked = plan | 'Check Quality' >> CheckQuality(settings, encoded['filed'])
+    shards = encoded['parts'] | 'Write Shards' >> WriteShards(settings, plan,
+                                                              checked.get('dropped'))
+    _ = shards | 'Commit Dataset' >> CommitDataset(settings, plan, encoded['filed'], checked)
     return p
 
 
@@ -60,15 +71,6 @@ def _conversion_measures_sizes(partitions: list[Partition], settings: Conversion
     they size the shards (not with --num_shards). What it measures is part of its listing
     fingerprints, so a listing compared with them measures the same."""
     return not settings.num_shards and not all(x.sizes_known for x in partitions)
-
-
-def _note_plan(facts: beam.PCollection, label_map: beam.PCollection, plans: beam.PCollection,
-               path: str) -> beam.PCollection:
-    """The shard plans, once the plan document is written to `path`: so before any chunk is
-    converted."""
-    noted = facts | 'Note Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
-                                            beam.pvalue.AsDict(plans), path)
-    return plans | 'Plan Noted' >> beam.Map(lambda plan, _: plan, beam.pvalue.AsSingleton(noted))
 
 
 def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
@@ -87,20 +89,6 @@ def build_plan_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
                      else _conversion_measures_sizes(partitions, settings))
     listed = p | 'List Examples' >> ListExamples(
         partitions, None, measure_sizes, sample_size=SAMPLE_SIZE if sample else 0)
-    facts, label_map, plans, measured = _plan(listed, settings, sample, timed=measure_rate)
-    _ = facts | 'Write Plan' >> beam.Map(write_plan, beam.pvalue.AsSingleton(label_map),
-                                         beam.pvalue.AsDict(plans), plan_path,
-                                         *([beam.pvalue.AsSingleton(measured)] if sample else []))
+    _ = listed | 'Plan Conversion' >> PlanConversion(settings, sample, timed=measure_rate,
+                                                     note=plan_path)
     return p
-
-
-def _plan(listed: beam.PCollection, settings: ConversionSettings, sample: bool,
-          timed: bool = False) -> tuple:
-    """(facts, label map, shard plans, the sample's measurement or None) of what listing found;
-    with `sample`, the shards are sized from a converted sample of the inputs (timed too if
-    `timed`)."""
-    facts, label_map = listed | 'Resolve Labels' >> ResolveLabels(settings.splits, settings.labels)
-    planner = PlanShards(settings.num_shards, settings.target_shard_mb,
-                         MeasureSample(settings, label_map, timed) if sample else None)
-    plans = listed | 'Plan Shards' >> planner
-    return facts, label_map, plans, planner.sample

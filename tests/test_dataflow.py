@@ -26,12 +26,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
 STAGES = {
     'List Examples': ['Once', 'Split Partitions', 'Spread Partitions', 'List Partitions'],
-    'Resolve Labels': ['Facts', 'Combine Facts', 'Fix Label Ids'],
-    'Plan Shards': ['Per Split', 'Gather Splits', 'Cut Into Shards'],
-    'Write Shards': ['Listing Runs', 'Cut Into Tasks', 'Spread Tasks', 'Fingerprint Chunks',
-                     'Fingerprint Shards', 'Encode Chunks',
-                     'Count Copies', 'Key By Shard', 'Group By Shard', 'Write Shards'],
-    'Commit Dataset': ['Put In Place'],
+    'Plan Conversion': ['Once', 'Plan'],
+    'Encode Chunks': ['Cut Into Tasks', 'Encode'],
+    'Check Quality': ['Link Tasks', 'Link Within Buckets', 'Join Links', 'Tasks',
+                      'Cluster And Count'],
+    'Write Shards': ['Group By Shard', 'Join Parts'],
+    'Commit Dataset': ['Once', 'Put In Place'],
 }
 STEPS = [*STAGES, *(f'{stage}/{step}' for stage, steps in STAGES.items() for step in steps)]
 

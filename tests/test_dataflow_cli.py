@@ -12,7 +12,7 @@ from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import cli, run_cli, write_tree
 
 CLOUD = ['--runner=DataflowRunner', '--project=my-project', '--region=us-central1']
-STAGES = ['List Examples', 'Resolve Labels', 'Plan Shards', 'Write Shards',
+STAGES = ['List Examples', 'Plan Conversion', 'Encode Chunks', 'Check Quality', 'Write Shards',
           'Commit Dataset']
 
 

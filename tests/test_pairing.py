@@ -1,9 +1,8 @@
-"""Clustering by multi-index hashing alone (pairing.py) and as Beam stages (FindLeakage):
+"""Clustering by multi-index hashing alone (pairing.py) and as Beam stages (CheckQuality):
 distances, mirror hashes, flat images, clusters that span splits (also of look-alikes that
 number in the thousands, one line each, not a pair for every two), and the cap that reports a
 degenerate hash instead of comparing it with everything; and the collection of the clusters for
-the commit (CollectLeakage), which writes them as parts of leakage.jsonl and passes on only
-their counts."""
+the commit (findings.collected), which gets them as parts of leakage.jsonl and their counts."""
 import dataclasses
 import json
 import os
@@ -17,13 +16,17 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests.helpers import stage_pipeline
 from transforms import leakage
+from pipeline.base.settings import ConversionSettings
 from pipeline.quality import pairing
-from transforms.findings import CollectLeakage
+from transforms.check_quality import CheckQuality
+from transforms.findings import collected, write_part
 from pipeline.io.sorted_runs import RunWriter
 from pipeline.output import output_folder
 from transforms import resume
-from transforms.leakage import (GROUP_SIZE, Filed, FindLeakage, dropped_copies, file_part,
-                                group_bits, part_table)
+from transforms.labels import DatasetFacts, LabelMap
+from transforms.leakage import (GROUP_SIZE, Filed, dropped_copies, file_part, group_bits,
+                                part_table)
+from transforms.planning import Plan
 from pipeline.quality.pairing import MAX_BUCKET, RADIUS, WINDOW, Cluster, Pair, find_clusters
 from pipeline.quality.phash import FLAT, to_int64
 from transforms.sharding import ShardPlan
@@ -44,15 +47,12 @@ def _flip(value: int, bits: list[int]) -> int:
     return value
 
 
-def _plans(p: beam.Pipeline, images: int) -> beam.pvalue.AsDict:
-    """A shard plan side input of `images` examples: all FindLeakage reads of it."""
-    plan = ShardPlan(1, images, 16, np.array([0]), np.array([0, images]))
-    return beam.pvalue.AsDict(p | 'Plans' >> beam.Create([('train', plan)]))
-
-
-def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, temp_dir: str):
-    """FindLeakage on `parts` as the conversion leaves them: each part's sidecar in `temp_dir`
-    (where the records' sources are found), its records filed into sorted runs."""
+def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, out: str):
+    """CheckQuality on `parts` as the conversion leaves them: each part's sidecar in the run's
+    temporary folder in `out` (where the records' sources are found), its records filed into
+    sorted runs; the plan holds one split of `images` examples (all the check reads of it)."""
+    settings = ConversionSettings('d', ('train',), output_dir=out, resume_key=KEY)
+    temp_dir = settings.temp_dir
     writer, flat, fps = RunWriter(output_folder.filed_folder(temp_dir), budget=4096), {}, {}
     for part in parts:
         fps[(part.split, part.chunk or 0)] = f'{part.chunk or 0:016x}'
@@ -61,11 +61,18 @@ def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, temp_
         resume.save_done(path, dataclasses.replace(part, temp_path=path, chunk=part.chunk or 0),
                          KEY)
         flat[part.split] = flat.get(part.split, 0) + file_part(writer, part_table(part))
-    filed = Filed(writer.close(), {split: n for split, n in flat.items() if n})
-    chunk_fps = beam.pvalue.AsDict(p | 'Chunk Fingerprints' >> beam.Create(list(fps.items())))
-    found = (p | 'Filed' >> beam.Create([filed]) | beam.FlatMap(lambda found: found.runs)
-             | FindLeakage(_plans(p, images), chunk_fps, temp_dir, KEY))
+    filed = Filed(writer.close(), {split: n for split, n in flat.items() if n}, fps)
+    plan = Plan(DatasetFacts(), LabelMap((), ()), {'train': ShardPlan(
+        1, images, 16, np.array([0]), np.array([0, images]))}, [])
+    found = (p | 'Plan' >> beam.Create([plan])
+             | CheckQuality(settings, p | 'Filed' >> beam.Create([filed])))
     return dict(found, filed=filed)
+
+
+def _lines(part) -> list[dict]:
+    """The leakage.jsonl lines of a part of it (findings.ClusterPart)."""
+    with open(part.path) as lines:
+        return [json.loads(line) for line in lines]
 
 
 def _entry(split: str, source: str, phash: int, mirrored: int, sha: str = '') -> tuple:
@@ -152,11 +159,12 @@ def test_find_leakage_stage_gives_the_same_clusters(tmp_path):
                                                    to_int64(_hash()), 0, 1)])]
     with stage_pipeline() as p:
         found = _find_leakage(p, parts, 3, str(tmp_path))
-        assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
+        assert_that(found['clusters'] | beam.FlatMap(_lines),
                     equal_to([Cluster((('train', ('a',)), ('test', ('b',))),
                                       Pair(('train', 'a'), ('test', 'b'), 1, False, False)).line()]),
                     label='clusters')
-        assert_that(found['crowded'], equal_to([]), label='crowded')
+        assert_that(found['spanning'] | beam.FlatMap(lambda spanning: spanning.crowded),
+                    equal_to([]), label='crowded')
     assert found['filed'].flat == {'train': 1}   # Counted as the parts were filed.
 
 
@@ -187,9 +195,9 @@ def test_shuffle_groups_grow_with_the_dataset_and_split_no_cluster(monkeypatch, 
     assert len(expected) > 50 and max(c.images for c in expected) >= 300
     with stage_pipeline() as p:
         found = _find_leakage(p, parts, 600, str(tmp_path))
-        assert_that(found['clusters'] | beam.FlatMap(lambda listed: [c.line() for c in listed]),
+        assert_that(found['clusters'] | beam.FlatMap(_lines),
                     equal_to([c.line() for c in expected]))
-        # A few elements per partition of the clusters (128 here), not one per pair.
+        # A part per partition of the clusters (up to 128 here), not one per pair.
         assert_that(found['clusters'] | 'Lists' >> beam.combiners.Count.Globally()
                     | beam.Map(lambda lists: lists <= 128), equal_to([True]), label='lists')
 
@@ -207,11 +215,11 @@ def test_a_crowded_bucket_spread_over_many_parts_is_counted_whole_and_never_comp
     with stage_pipeline() as p:
         found = _find_leakage(p, parts, 300, str(tmp_path))
         assert_that(found['clusters'], equal_to([]), label='clusters')
-        assert_that(found['crowded'] | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
+        assert_that(found['spanning'] | beam.FlatMap(lambda spanning: spanning.crowded)
+                    | beam.Map(lambda c: (c[0], c[2], len(c[3]))),
                     equal_to([(band, 300, 3) for band in range(4)]), label='crowded')
 
 
-@pytest.mark.slow
 def test_the_commit_gets_parts_of_leakage_jsonl_not_the_clusters(tmp_path):
     """Each tuple of clusters becomes a file of leakage.jsonl lines; the Leakage the commit
     reads holds their paths and counts, so its size does not grow with the clusters."""
@@ -223,26 +231,19 @@ def test_the_commit_gets_parts_of_leakage_jsonl_not_the_clusters(tmp_path):
     many = tuple(cluster(i, 'test') for i in range(5000))
     few = tuple(cluster(i, 'validation', 4) for i in range(5000, 5003))
 
-    def check(collected: list) -> None:
-        (found,) = collected
-        assert [part.clusters for part in found.parts] == [5000, 3]   # By their first clusters.
-        assert len(pickle.dumps(found)) < 2000
-        summary = found.summary('report')
-        assert (summary['clusters'], summary['images'], summary['largest']) == (5003, 10015, 5)
-        assert (summary['exact'], summary['mirrored']) == (556, 2502)
-        assert summary['between'] == {'train/test': 5000, 'train/validation': 3}
-        assert summary['by_split'] == {'train': 5003, 'test': 5000, 'validation': 12}
-        assert summary['flat_images'] == {'train': 2}
-        assert found.largest == (5, (('train', 1), ('validation', 4)), few[-1].closest)
-        found.write(f'{tmp_path}/leakage.jsonl')
-        lines = [json.loads(line) for line in open(f'{tmp_path}/leakage.jsonl')]
-        assert lines == [c.line() for c in many + few]
-        assert sorted(os.listdir(f'{tmp_path}/pairs')) == sorted(
-            os.path.basename(part.path) for part in found.parts)
-
-    with stage_pipeline() as p:
-        filed = p | 'Filed' >> beam.Create([Filed([], {'train': 1}), Filed([], {}),
-                                            Filed([], {'train': 1})])
-        crowded = p | 'Crowded' >> beam.Create([])
-        found = p | beam.Create([few, many]) | CollectLeakage(filed, crowded, str(tmp_path))
-        assert_that(found, check)
+    found = collected([write_part(few, str(tmp_path)), write_part(many, str(tmp_path))],
+                      [Filed([], {'train': 1}), Filed([], {}), Filed([], {'train': 1})], [])
+    assert [part.clusters for part in found.parts] == [5000, 3]   # By their first clusters.
+    assert len(pickle.dumps(found)) < 2000
+    summary = found.summary('report')
+    assert (summary['clusters'], summary['images'], summary['largest']) == (5003, 10015, 5)
+    assert (summary['exact'], summary['mirrored']) == (556, 2502)
+    assert summary['between'] == {'train/test': 5000, 'train/validation': 3}
+    assert summary['by_split'] == {'train': 5003, 'test': 5000, 'validation': 12}
+    assert summary['flat_images'] == {'train': 2}
+    assert found.largest == (5, (('train', 1), ('validation', 4)), few[-1].closest)
+    found.write(f'{tmp_path}/leakage.jsonl')
+    lines = [json.loads(line) for line in open(f'{tmp_path}/leakage.jsonl')]
+    assert lines == [c.line() for c in many + few]
+    assert sorted(os.listdir(f'{tmp_path}/pairs')) == sorted(
+        os.path.basename(part.path) for part in found.parts)

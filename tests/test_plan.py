@@ -242,10 +242,9 @@ def test_the_memory_here_is_the_plans_peaks_and_what_the_run_holds_beyond_them()
     assert plan.estimate(_document(10))['estimate']['memory_here'] is None   # Dataflow only.
 
 
-def test_the_sample_converted_in_pieces_weighs_what_one_conversion_of_it_does(tmp_path):
-    """The run converts its sample in pieces on its workers (local_rate.SAMPLE_PIECES); put
-    back together, the weights are those one converter gives, in its order: per split,
-    PNGs re-encoded, JPEGs kept, a broken file weighing 0."""
+def test_the_sample_weighs_each_input_as_its_record_and_a_broken_one_nothing(tmp_path):
+    """The sample of every bundle's listing, converted on one worker as the conversion converts
+    it: an input of each split weighs its record, a broken file nothing."""
     from pipeline.base.refs import ExampleRef
     from pipeline.base.settings import ConversionSettings
     from transforms import local_rate
@@ -261,13 +260,8 @@ def test_the_sample_converted_in_pieces_weighs_what_one_conversion_of_it_does(tm
     listed = [Listed(sample=refs[:13]), Listed(sample=refs[13:])]   # Two bundles' samples.
     label_map = LabelMap(('c0',), (('c0', 0),))
     settings = ConversionSettings('sample', ('train', 'validation', 'test'))
-    pieces = local_rate._pieces(listed)
-    assert len(pieces) == local_rate.SAMPLE_PIECES
-    weighed = local_rate._weighed(
-        [local_rate._weigh_piece(piece, label_map, settings) for piece in reversed(pieces)],
-        settings)
-    with local_rate._SampleConverter(settings, label_map) as whole:
-        whole.convert(local_rate.merged_sample(listed, 300))
-    assert weighed == {'weighed': whole.weighed, 'converted_by_run': True}
-    assert sorted(w[2] == 0 for w in whole.weighed) == [False] * 24 + [True]
-    assert len({w[0] for w in whole.weighed}) == 3
+    measured = local_rate.measure_sample(listed, label_map, settings)
+    weighed = measured['weighed']
+    assert measured['converted_by_run'] and len(weighed) == 25
+    assert sorted(w[2] == 0 for w in weighed) == [False] * 24 + [True]
+    assert len({w[0] for w in weighed}) == 3

@@ -17,17 +17,18 @@ from pipeline.testing import imagemaker
 from tests.helpers import stage_pipeline, write_tree
 from transforms import entries
 from pipeline.base.refs import ExampleRef
-from pipeline.base.settings import ConversionSettings, LabelSettings
+from pipeline.base.settings import ConversionSettings
 from pipeline.inputs.kinds import Partition
 from pipeline.local_runner import LocalRunner
+from transforms.check_quality import CheckQuality
 from transforms.commit import CommitDataset
-from transforms.encode_chunks import task_chunks
+from transforms.encode_chunks import EncodeTasks, task_chunks
 from transforms.gathered import Gathered
-from transforms.labels import ResolveLabels
 from transforms.listing import ListExamples, refs_of
+from transforms.planning import PlanConversion
 from transforms.spread import Spread
 from transforms.sharding import (
-    CHUNK_EXAMPLES, PlanShards, bucket_bits, dealt_tasks, plan_shards, shard_count, tasks)
+    CHUNK_EXAMPLES, bucket_bits, dealt_tasks, plan_shards, shard_count, tasks)
 from transforms.write_shards import WriteShards
 
 
@@ -53,6 +54,12 @@ def _listed(p, refs: list[ExampleRef], spill_to: str | None = None, label: str =
                                      measure_sizes=False)
 
 
+def _planned(listed, splits: tuple[str, ...], num_shards: int, target_shard_mb: float = 128):
+    """The Plan of what was listed, the shards sized by the input bytes (no sample)."""
+    return listed | PlanConversion(ConversionSettings(
+        'd', splits, num_shards=num_shards, target_shard_mb=target_shard_mb), False)
+
+
 def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
     """Examples per shard, ranking refs as the chunks rank them: by (hash, key)."""
     ranked = sorted(refs, key=lambda r: (r.key_hash, r.key))
@@ -64,8 +71,10 @@ def _shard_sizes(refs: list[ExampleRef], plan) -> list[int]:
 def test_plan_shards_honours_the_shard_count_with_even_shards():
     train, test = _refs(1000), _refs(7, 'test')
     with stage_pipeline() as p:
-        plans = _listed(p, train + test) | PlanShards(num_shards=4, target_shard_mb=128)
-        sizes = plans | beam.Map(lambda kv: (kv[0], _shard_sizes(train if kv[0] == 'train' else test, kv[1])))
+        plan = _planned(_listed(p, train + test), ('train', 'test'), num_shards=4)
+        sizes = plan | beam.FlatMap(lambda plan: [
+            (split, _shard_sizes(train if split == 'train' else test, shard_plan))
+            for split, shard_plan in plan.shard_plans.items()])
         assert_that(sizes, equal_to([('train', [250] * 4), ('test', [2, 2, 2, 1])]))
 
 
@@ -73,12 +82,12 @@ def test_plan_shards_honours_the_shard_count_with_even_shards():
 def test_plan_shards_targets_a_shard_size_and_never_more_shards_than_inputs():
     refs = _refs(1000)   # 1000 x 1000 bytes: about 1 MB.
     with stage_pipeline() as p:
-        counts = (_listed(p, refs) | PlanShards(num_shards=0, target_shard_mb=0.25)
-                  | beam.Map(lambda kv: kv[1].num_shards))
+        counts = (_planned(_listed(p, refs), ('train',), num_shards=0, target_shard_mb=0.25)
+                  | beam.Map(lambda plan: plan.shard_plans['train'].num_shards))
         assert_that(counts, equal_to([4]))
     with stage_pipeline() as p:
-        counts = (_listed(p, refs[:3]) | PlanShards(num_shards=100, target_shard_mb=128)
-                  | beam.Map(lambda kv: kv[1].num_shards))
+        counts = (_planned(_listed(p, refs[:3]), ('train',), num_shards=100)
+                  | beam.Map(lambda plan: plan.shard_plans['train'].num_shards))
         assert_that(counts, equal_to([3]))
 
 
@@ -87,15 +96,11 @@ def test_tasks_read_every_ref_once_in_chunks_of_consecutive_ranks(tmp_path):
     refs = _refs(1000)
     ranks = {r.key: i for i, r in enumerate(sorted(refs, key=lambda r: (r.key_hash, r.key)))}
     with stage_pipeline() as p:
-        listed = _listed(p, refs, str(tmp_path))
-        runs = beam.pvalue.AsSingleton(listed | beam.FlatMap(lambda found: found.runs)
-                                       | beam.combiners.ToList())
-        plans = listed | PlanShards(4, 128)
-        chunks = (plans
-                  | beam.FlatMap(lambda split_plan: [(t, split_plan[1]) for t in tasks(*split_plan)])
-                  | beam.FlatMap(lambda task_plan, runs: [
-                      (chunk, sorted(ranks[r.key] for r in found)) for chunk, found in
-                      task_chunks(task_plan[0], runs, task_plan[1])], runs))
+        plan = _planned(_listed(p, refs, str(tmp_path)), ('train',), num_shards=4)
+        chunks = plan | beam.FlatMap(lambda plan: [
+            (chunk, sorted(ranks[r.key] for r in found))
+            for task in tasks('train', plan.shard_plans['train'])
+            for chunk, found in task_chunks(task, plan.runs, plan.shard_plans['train'])])
         assert_that(chunks | beam.FlatMap(lambda kv: kv[1]), equal_to(list(range(1000))),
                     label='each ref once')
         # A chunk is a run of consecutive ranks of about CHUNK_EXAMPLES.
@@ -144,15 +149,14 @@ def test_list_examples_accounts_for_every_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_resolve_labels_counts_inputs_and_ignored_and_fixes_ids():
+def test_the_plan_counts_inputs_and_ignored_and_fixes_label_ids():
     refs = _refs(5) + [ExampleRef('train', '/data/.x', '/data/.x', '.x', None, ignored=True),
                        ExampleRef('train', '/data/bad', '', 'bad', 'zz', problem='broken link')]
     with stage_pipeline() as p:
-        facts, label_map = _listed(p, refs) | ResolveLabels(('train',), LabelSettings())
-        assert_that(facts | beam.Map(lambda f: (f.split_counts, f.ignored)),
-                    equal_to([({'train': 6}, {'train': 1})]), label='facts')
-        assert_that(label_map | beam.Map(lambda m: m.names), equal_to([('c0', 'c1', 'c2', 'zz')]),
-                    label='label names')
+        plan = _planned(_listed(p, refs), ('train',), num_shards=1)
+        assert_that(plan | beam.Map(lambda plan: (plan.facts.split_counts, plan.facts.ignored,
+                                                  plan.label_map.names)),
+                    equal_to([({'train': 6}, {'train': 1}, ('c0', 'c1', 'c2', 'zz'))]))
 
 
 def test_gathered_calls_once_with_every_element_and_with_none():
@@ -188,10 +192,9 @@ def test_spread_hands_a_fan_out_to_every_worker_process_and_keeps_every_element_
                     label='spread on both')
         assert_that(none, equal_to([]), label='none')
         # What sharding.dealt_tasks counts on: the elements are handed to the workers in turn,
-        # in the order they were made.
+        # in the order they were made (here by a fan-out spread as it is made).
         made = (p | 'One' >> beam.Create([12], reshuffle=False)
-                | 'In Order' >> beam.FlatMap(lambda n: list(range(n)))
-                | 'Spread In Order' >> Spread()
+                | 'Spread In Order' >> Spread(range)
                 | 'Worker Of' >> beam.Map(lambda i: (i, os.getpid())))
         assert_that(made, _in_turn, label='dealt in turn')
 
@@ -226,6 +229,16 @@ def test_tasks_are_dealt_largest_first_in_turns_that_even_out_the_workers(worker
     assert [cost[task] for task in dealt_tasks(plans, 0)] == sorted(cost.values(), reverse=True)
 
 
+def _written(p, refs: list[ExampleRef], settings: ConversionSettings) -> tuple:
+    """(shard results, plan, EncodeTasks' and CheckQuality's outputs) of `refs`, as the
+    conversion's stages give them."""
+    listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
+    plan = listed | PlanConversion(settings, False)
+    encoded = plan | EncodeTasks(settings)
+    checked = plan | CheckQuality(settings, encoded['filed'])
+    return encoded['parts'] | WriteShards(settings, plan), plan, encoded, checked
+
+
 @pytest.mark.slow
 def test_write_shards_accounts_for_bad_refs(tmp_path):
     """A problem known at listing, a missing file and a non-image are errors; the rest records."""
@@ -236,10 +249,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
             ExampleRef('train', f'{root}/link', '', 'link', 'a', problem='broken link')]
     settings = ConversionSettings('d', ('train',), num_shards=1, output_dir=str(tmp_path / 'out'))
     with stage_pipeline() as p:
-        listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
-        plans = listed | PlanShards(1, 128)
-        _, label_map = listed | ResolveLabels(('train',), LabelSettings())
-        results = (listed | WriteShards(settings, plans, label_map))['shards']
+        results = _written(p, refs, settings)[0]
         assert_that(results | beam.Map(lambda r: (r.records, r.errors)), equal_to([(1, 3)]))
     shard = next((tmp_path / 'out').glob('.tmp-*/shards/*.tfrecord'))
     assert sorted((s.rsplit('/', 1)[-1], reason.split(':')[0]) for s, reason in entries.merged(
@@ -264,10 +274,8 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
     settings = dataclasses.replace(settings, lock_token=token)
     output_folder.start_temp(out, settings.run_id)
     with stage_pipeline() as p:
-        listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
-        facts, label_map = listed | ResolveLabels(('train',), LabelSettings())
-        written = listed | WriteShards(settings, listed | PlanShards(2, 128), label_map)
-        summary = written['shards'] | CommitDataset(settings, label_map, facts, written)
+        shards, plan, encoded, checked = _written(p, refs, settings)
+        summary = shards | CommitDataset(settings, plan, encoded['filed'], checked)
         assert_that(summary | beam.Map(lambda s: (s['run_id'], s['splits']['train']['records'],
                                                   s['splits']['train']['skipped'],
                                                   s['splits']['train']['classes'])),

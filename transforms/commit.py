@@ -24,8 +24,10 @@ from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries
-from transforms.findings import CollectLeakage, Leakage, check_leakage, damaged_line
-from transforms.gathered import Gathered
+from transforms.copies import found_copies
+from transforms.findings import Leakage, check_leakage, collected, damaged_line
+from transforms.gathered import gather
+from transforms.leakage import filed_chunks
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
 
@@ -33,23 +35,32 @@ LOG = logging.getLogger('image_tfrecords')
 
 
 class CommitDataset(beam.PTransform):
-    """Shard results -> the run summary, once the dataset is in place (see the module docstring)."""
+    """Shard results -> the run summary, once the dataset is in place (see the module
+    docstring), in one call on one worker. `plan`: the plan (planning.Plan: the facts and label
+    ids); `filed`: the conversion's leakage.Filed (the flat images it counted, the chunks'
+    fingerprints that find a copy's source); `checked`: CheckQuality's outputs."""
 
-    def __init__(self, settings: ConversionSettings, label_map: beam.PCollection,
-                 facts: beam.PCollection, written: dict):
+    def __init__(self, settings: ConversionSettings, plan: beam.PCollection,
+                 filed: beam.PCollection, checked: dict):
         super().__init__()
-        self._settings, self._label_map, self._facts = settings, label_map, facts
-        self._leakage = written   # WriteShards' 'copies' and FindLeakage's outputs.
+        self._settings, self._plan, self._filed, self._checked = settings, plan, filed, checked
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
-        found = {'copies': beam.pvalue.AsDict(self._leakage['copies'])}
-        if self._settings.hashed:
-            found['leakage'] = beam.pvalue.AsSingleton(
-                self._leakage['clusters'] | 'Collect Leakage' >> CollectLeakage(
-                    self._leakage['filed'], self._leakage['crowded'], self._settings.temp_dir))
-        return results | 'Put In Place' >> Gathered(
-            commit_dataset, label_map=beam.pvalue.AsSingleton(self._label_map),
-            facts=beam.pvalue.AsSingleton(self._facts), settings=self._settings, **found)
+        found = {name: beam.pvalue.AsList(self._checked[name])
+                 for name in ('copies', 'clusters') if name in self._checked}
+        if 'spanning' in self._checked:
+            found['spanning'] = beam.pvalue.AsSingleton(self._checked['spanning'])
+        return gather(results, _commit, beam.pvalue.AsSingleton(self._plan),
+                      beam.pvalue.AsList(self._filed), self._settings, name='Put In Place',
+                      **found)
+
+
+def _commit(results: list[ShardResult], plan, filed: list, settings: ConversionSettings,
+            copies: list, clusters: list = (), spanning=None) -> dict:
+    copies_found = found_copies(copies, settings.temp_dir, filed_chunks(filed),
+                                settings.resume_key)
+    leakage = collected(clusters, filed, spanning.crowded) if spanning is not None else Leakage()
+    return commit_dataset(results, plan.label_map, plan.facts, settings, copies_found, leakage)
 
 
 def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: DatasetFacts,

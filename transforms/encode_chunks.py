@@ -1,18 +1,20 @@
 """Converting chunks: a task's chunks of examples (sharding.Task) read from the listing's runs
 and converted one after another into part files, a part per shard a chunk's examples fall in.
 
-EncodeChunks takes a task, reads its ExampleRefs (paths, not image bytes) from the listing's
-sorted runs, and converts each chunk's images one at a time in the chunk's order, streaming the
-records into its part files (TFRecord); the next images are read meanwhile (--reads_in_flight, at
-most READ_AHEAD_BYTES held), so a worker thread holds a bounded number of images whatever the
+EncodeTasks cuts the plan's chunks into tasks and spreads them over the workers. EncodeChunks
+takes a task, reads its ExampleRefs (paths, not image bytes) from the listing's sorted runs, and
+converts each chunk's images one at a time in the chunk's order, streaming the records into its
+part files (TFRecord); the next images are read meanwhile (--reads_in_flight, at most
+READ_AHEAD_BYTES held), so a worker thread holds a bounded number of images whatever the
 dataset size, and waits on a round trip to Cloud Storage only when conversion outruns the reads.
 Inputs that cannot become records are reported, never fatal; a file that cannot be written
-(disk full, no permission) is a DatasetError naming it. A finished part is marked by its sidecar,
-which keeps what its shard's join and the quality checks read of it (resume.py); an exact copy
-of a JPEG kept as it is is not decoded again (kept_copies.py); what passes through the runner
-is a small PartDone per part. Each part's records are filed for the count of exact copies and
-the leakage check into the bundle's sorted runs (copies.py, leakage.py), whose descriptions
-leave the bundle on the 'filed' output.
+(disk full, no permission) is a DatasetError naming it. A chunk's work is named by its
+fingerprint (resume.py), taken from its refs as they are read. A finished part is marked by its
+sidecar, which keeps what its shard's join and the quality checks read of it (resume.py); an
+exact copy of a JPEG kept as it is is not decoded again (kept_copies.py); what passes through
+the runner is a small PartDone per part, keyed by its shard. Each part's records are filed for
+the count of exact copies and the leakage check into the bundle's sorted runs (copies.py,
+leakage.py), whose descriptions leave the bundle on the 'filed' output.
 """
 import contextlib
 import dataclasses
@@ -40,8 +42,10 @@ from transforms.kept_copies import KeptCopies
 from transforms.labels import LabelMap
 from transforms.leakage import NAMESPACE, Filed, file_part, part_table
 from transforms.listing import refs_of
-from transforms.shard_results import PartDone, ShardResult
-from transforms.sharding import ShardPlan, Task
+from transforms.gathered import Gathered
+from transforms.shard_results import PartDone, ShardKey, ShardResult
+from transforms.sharding import ShardPlan, Task, dealt_tasks
+from transforms.spread import Spread
 
 READ_AHEAD_BYTES = 64 << 20   # Per worker thread: images read, or being read, not yet converted.
 
@@ -61,20 +65,59 @@ def task_chunks(task: Task, runs: list, plan: ShardPlan) -> Iterator[tuple[int, 
         yield chunk, refs
 
 
+class EncodeTasks(beam.PTransform):
+    """The plan (planning.Plan) -> {'parts': ((split, shard), PartDone) of every part file
+    written, 'filed': a leakage.Filed per bundle}: the plan's chunks cut into tasks, dealt
+    (sharding.dealt_tasks) and spread over the workers, each converted by EncodeChunks.
+
+    A resumed run first fingerprints every chunk (FingerprintChunks), so that it knows, before
+    converting any, the shards an earlier attempt may have finished under the same names
+    (resume.reused_work, which also notes what it reuses for the launcher that waits)."""
+
+    def __init__(self, settings: ConversionSettings):
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, plan: beam.PCollection) -> dict:
+        settings = self._settings
+        tasks = plan | 'Cut Into Tasks' >> Spread(_dealt_tasks, settings.workers)
+        sides = [beam.pvalue.AsSingleton(plan)]
+        if settings.resuming:
+            note = (resume.reuse_note(settings.temp_dir, settings.lock_token)
+                    if settings.lock_token else None)
+            shard_fps = (tasks
+                         | 'Fingerprint Chunks' >> beam.ParDo(FingerprintChunks(settings.work_id),
+                                                              sides[0])
+                         | 'Fingerprint Shards' >> Gathered(resume.reused_work, sides[0],
+                                                            settings.temp_dir, note))
+            sides.append(beam.pvalue.AsSingleton(shard_fps))
+        encoded = tasks | 'Encode' >> beam.ParDo(EncodeChunks(settings), *sides).with_outputs(
+            'filed', main='parts')
+        return {'parts': encoded.parts, 'filed': encoded.filed}
+
+
+def _dealt_tasks(plan, workers: int) -> list[Task]:
+    return dealt_tasks(list(plan.shard_plans.items()), workers)
+
+
 class FingerprintChunks(beam.DoFn):
-    """A task -> ((split, chunk), fingerprint) of each of its chunks (resume.py): what names a
-    chunk's work, known for every chunk before any is converted."""
+    """A task -> ((split, chunk), fingerprint) of each of its chunks (resume.py), as
+    EncodeChunks names them."""
 
     def __init__(self, work_id: str):
         self._work_id = work_id
 
-    def process(self, task: Task, runs: list, label_map: LabelMap,
-                plans: dict) -> Iterator[tuple[tuple[str, int], str]]:
-        plan = plans[task.split]
-        for chunk, refs in task_chunks(task, runs, plan):
-            key = task.split, chunk
-            yield key, resume.chunk_fingerprint(self._work_id, label_map, key,
-                                                plan.placement(chunk), refs)
+    def process(self, task: Task, plan) -> Iterator[tuple[tuple[str, int], str]]:
+        shard_plan = plan.shard_plans[task.split]
+        for chunk, refs in task_chunks(task, plan.runs, shard_plan):
+            yield (task.split, chunk), _chunk_fingerprint(self._work_id, plan.label_map,
+                                                          task.split, chunk, shard_plan, refs)
+
+
+def _chunk_fingerprint(work_id: str, label_map: LabelMap, split: str, chunk: int,
+                       shard_plan: ShardPlan, refs: list[ExampleRef]) -> str:
+    return resume.chunk_fingerprint(work_id, label_map, (split, chunk),
+                                    shard_plan.placement(chunk), refs)
 
 
 def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
@@ -100,11 +143,13 @@ def split_chunk(refs: Iterable[ExampleRef], plan: ShardPlan, chunk: int,
 
 
 class EncodeChunks(beam.DoFn):
-    """A task -> a PartDone per part file of its chunks: one for each shard a chunk's examples
-    fall in; and at the end of a bundle, on the 'filed' output, a Filed: the runs its parts'
-    records were filed into (see the module docstring).
+    """A task, with the plan (planning.Plan) -> ((split, shard), PartDone) per part file of its
+    chunks: one for each shard a chunk's examples fall in; and at the end of a bundle, on the
+    'filed' output, a Filed: the runs its parts' records were filed into, and their chunks'
+    fingerprints (see the module docstring).
 
-    Work an earlier attempt of the same run finished is reused, not redone (see resume.py).
+    Given the shards' fingerprints (`shard_fps`: a resumed run), work an earlier attempt of the
+    same run finished is reused, not redone (see resume.py).
     Up to `reads_in_flight` images are read ahead of the one being converted. A converted
     chunk's parts are finished (closed or uploaded, with their entry files, then their sidecars)
     on a background thread while the next chunk converts; a bundle ends once its last chunk is.
@@ -134,10 +179,11 @@ class EncodeChunks(beam.DoFn):
     def start_bundle(self) -> None:
         self._filer = RunWriter(output_folder.filed_folder(self._settings.temp_dir))
         self._flat: dict[str, int] = {}
+        self._chunks: dict[tuple[str, int], str] = {}
 
     def finish_bundle(self) -> Iterator:
         self._wait_finishing()
-        filed = Filed(self._filer.close(), self._flat)
+        filed = Filed(self._filer.close(), self._flat, self._chunks)
         if filed.runs:
             faults.crash_point('filed', counted=True)
         if filed.runs or filed.flat:
@@ -154,23 +200,29 @@ class EncodeChunks(beam.DoFn):
         if finishing is not None:
             finishing.result()
 
-    def process(self, task: Task, runs: list, label_map: LabelMap, plans: dict, chunk_fps: dict,
-                shard_fps: dict) -> Iterator[PartDone]:
+    def process(self, task: Task, plan,
+                shard_fps: dict | None = None) -> Iterator[tuple[ShardKey, PartDone]]:
         self._shards_checked: dict[str, bool] = {}   # Of this task: shard file -> complete.
-        for chunk, refs in task_chunks(task, runs, plans[task.split]):
-            for result in self._encode_chunk(task.split, chunk, chunk_fps[(task.split, chunk)],
-                                             refs, label_map, plans, shard_fps):
+        shard_plan = plan.shard_plans[task.split]
+        for chunk, refs in task_chunks(task, plan.runs, shard_plan):
+            chunk_fp = _chunk_fingerprint(self._settings.work_id, plan.label_map, task.split,
+                                          chunk, shard_plan, refs)
+            self._chunks[(task.split, chunk)] = chunk_fp
+            for result in self._encode_chunk(task.split, chunk, chunk_fp, refs, plan.label_map,
+                                             shard_plan, shard_fps):
                 self._file(result)
-                yield PartDone.of(result)
+                yield (result.split, result.shard), PartDone.of(result, chunk_fp)
 
     def _encode_chunk(self, split: str, chunk: int, chunk_fp: str, refs: list[ExampleRef],
-                      label_map: LabelMap, plans: dict, shard_fps: dict) -> list[ShardResult]:
-        """The results of a chunk's parts: converted now, or by an earlier attempt."""
+                      label_map: LabelMap, shard_plan: ShardPlan,
+                      shard_fps: dict | None) -> list[ShardResult]:
+        """The results of a chunk's parts: converted now, or (`shard_fps` given: resuming) by
+        an earlier attempt."""
         settings = self._settings
-        pieces = split_chunk(refs, plans[split], chunk, settings.skip_duplicates)
+        pieces = split_chunk(refs, shard_plan, chunk, settings.skip_duplicates)
         paths = {shard: output_folder.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
                  for shard in pieces}
-        reused = self._reused(split, chunk, paths, shard_fps) if settings.resuming else None
+        reused = self._reused(split, chunk, paths, shard_fps) if shard_fps is not None else None
         if reused is not None:
             self._reused_chunks.inc()
             return reused

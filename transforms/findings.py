@@ -12,8 +12,7 @@ import collections
 import dataclasses
 import hashlib
 import json
-
-import apache_beam as beam
+from typing import Iterable
 
 from pipeline.io import fileio
 from pipeline.output import metadata, output_folder
@@ -21,7 +20,6 @@ from pipeline.errors import DatasetError
 from pipeline.base.choices import LeakageAction
 from pipeline.quality.pairing import RADIUS, WINDOW, Cluster
 from pipeline.base.settings import ConversionSettings
-from transforms.gathered import Gathered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,28 +109,14 @@ class Leakage:
                                     for band, value, images, examples in self.crowded]}
 
 
-def _collect(parts: list, filed: list, crowded: list) -> Leakage:
+def collected(parts: Iterable[ClusterPart], filed: Iterable, crowded: Iterable[tuple]) -> Leakage:
+    """The Leakage of the clusters' parts, with the flat images the conversion's bundles
+    counted (`filed`: their leakage.Filed) and the link tasks' crowded buckets."""
     flat: collections.Counter[str] = collections.Counter()
     for found in filed:
         flat.update(found.flat)
     return Leakage(tuple(sorted(parts, key=lambda part: part.first)),
                    tuple(sorted(flat.items())), tuple(sorted(crowded)))
-
-
-class CollectLeakage(beam.PTransform):
-    """Tuples of Clusters, with the flat images the conversion's bundles counted (`filed`: their
-    Filed) and FindLeakage's crowded buckets -> one Leakage, after writing each tuple as a part
-    of leakage.jsonl in `temp_dir`."""
-
-    def __init__(self, filed: beam.PCollection, crowded: beam.PCollection, temp_dir: str):
-        super().__init__()
-        self._filed, self._crowded, self._temp_dir = filed, crowded, temp_dir
-
-    def expand(self, found: beam.PCollection) -> beam.PCollection:
-        return (found
-                | 'Write Cluster Parts' >> beam.Map(write_part, temp_dir=self._temp_dir)
-                | 'With Flat And Crowded' >> Gathered(_collect, beam.pvalue.AsList(self._filed),
-                                                      beam.pvalue.AsList(self._crowded)))
 
 
 def _counts(sizes: tuple[tuple[str, int], ...]) -> str:

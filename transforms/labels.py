@@ -10,13 +10,10 @@ import functools
 import unicodedata
 from typing import Iterable
 
-import apache_beam as beam
-
 from pipeline.output import records
 from pipeline.errors import DatasetError, shown
 from pipeline.base.refs import ExampleRef, listing_hash
 from pipeline.base.settings import MAX_LABEL_ID, LabelSettings
-from transforms.gathered import Gathered
 
 _SHOW = 5
 
@@ -122,24 +119,8 @@ class LabelMap:
         return self.names[label] if isinstance(label, int) else label
 
 
-class ResolveLabels(beam.PTransform):
-    """What listing found (a Listed per bundle, listing.py) -> (facts, label map): two
-    singletons, the facts combined over every input and the label ids fixed from them, before
-    any image is read (a DatasetError for an empty split, an unknown label, ...)."""
-
-    def __init__(self, splits: tuple[str, ...], labels: LabelSettings):
-        super().__init__()
-        self._splits, self._labels = splits, labels
-
-    def expand(self, listed: beam.PCollection):
-        facts = (listed
-                 | 'Facts' >> beam.Map(lambda found: found.facts)
-                 | 'Combine Facts' >> Gathered(combined_facts))
-        label_map = facts | 'Fix Label Ids' >> beam.Map(_label_map, self._splits, self._labels)
-        return facts, label_map
-
-
-def _label_map(facts: DatasetFacts, splits: tuple[str, ...], labels: LabelSettings) -> LabelMap:
+def label_map_of(facts: DatasetFacts, splits: tuple[str, ...], labels: LabelSettings) -> LabelMap:
+    """The label ids of a dataset of these facts, once they are checked (check_facts)."""
     check_facts(facts, splits)
     return resolve_labels(facts, labels)
 

@@ -1,8 +1,8 @@
-"""Near-duplicate leakage across splits as Beam stages: pairing.py's clusters of multi-index
-hashing, found in four steps in which nothing grows with the pairs and nothing per image passes
-through the runner.
+"""Near-duplicate leakage across splits, in the steps of the quality check (check_quality.py):
+pairing.py's clusters of multi-index hashing, found in four steps in which nothing grows with
+the pairs and nothing per image passes through the runner.
 
-1. As each part is converted (write_shards.py), its records are filed into sorted runs in the
+1. As each part is converted (encode_chunks.py), its records are filed into sorted runs in the
    run's temporary folder (pipeline/io/sorted_runs.py): under every band of their hash and of
    their mirror hash, keyed by the band's value (`file_part`). The runner carries the runs'
    descriptions only.
@@ -11,10 +11,10 @@ through the runner.
    and reduces the links to a spanning forest and the closest pair across splits of each cluster
    (LinkGroup: at most two links a record), kept in the temporary folder for a rerun after a
    crash (linked_groups.py).
-3. The forests are joined into the clusters of the whole dataset (JoinLinks, a combine that
-   keeps them reduced: about 40 bytes per record that has a near-duplicate), and only the
-   clusters that span splits are kept (pairing.leaking: their records' ids and roots, and each
-   one's closest link; a side input of about 16 bytes per record in them).
+3. The forests are joined on one worker into the clusters of the whole dataset (`join_links`,
+   which keeps them reduced: about 40 bytes per record that has a near-duplicate), and only the
+   clusters that span splits are kept (Spanning, from pairing.leaking: their records' ids and
+   roots, and each one's closest link; a side input of about 16 bytes per record in them).
 4. The clusters are cut into partitions by their roots (about GROUP_SIZE records each), and
    each partition's clusters are made from its records' ids alone: what a cluster tells of a
    record (its source, label, place) is found by id in its part's sidecar (part_records.py).
@@ -24,7 +24,7 @@ through the runner.
 With --leakage=drop the members of each cluster in its later splits (after the earliest of
 train, validation, test it spans) are left out of their shards when the shards' parts are
 joined (`drop_from_part`), found by their place (shard, chunk, place in the part file), which
-the cluster carries.
+the cluster carries; the count of exact copies leaves out their ids (Spanning.later).
 """
 import dataclasses
 from typing import Iterable, Iterator
@@ -40,12 +40,11 @@ from pipeline.io.sorted_runs import RunWriter
 from pipeline.output import records
 from pipeline.quality.pairing import (BAND_BITS, BANDS, FILING, LINK, MAX_BUCKET, ROW, Cluster,
                                       Table, band_values, clusters, crowded, filed, filings,
-                                      leaking, link_band, record_ids, reduce_links, sha_digest)
+                                      leaking, link_band, record_ids, record_places, reduce_links,
+                                      sha_digest)
 from pipeline.quality.phash import FLAT
 from transforms import linked_groups
-from transforms.gathered import Gathered
 from transforms.part_records import PartRecords
-from transforms.spread import Spread
 
 NAMESPACE = 'image_tfrecords'   # Of the Beam metrics the stages count (the job reads them back).
 GROUP_SIZE = 1 << 16   # Filings a link task expects: a few MB, whatever the dataset's size.
@@ -82,23 +81,36 @@ def file_part(writer: RunWriter, table: Table) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Filed:
-    """A bundle's filings: its runs and its flat images per split."""
+    """A bundle's filings: its runs, its flat images per split, and the fingerprint of each
+    chunk whose records it filed ((split, chunk) -> fingerprint: they name the part files
+    whose sidecars keep the records' sources, part_records.py)."""
     runs: list
     flat: dict
+    chunks: dict = dataclasses.field(default_factory=dict)
 
 
-def _link_tasks(runs: list, plans: dict) -> Iterator[tuple[int, int, int]]:
-    """(band, top bits of its values, bits) of every link task."""
-    bits = group_bits(sum(plan.count for plan in plans.values()))
+def filed_runs(filed: Iterable[Filed]) -> list:
+    """The runs of every bundle."""
+    return [run for found in filed for run in found.runs]
+
+
+def filed_chunks(filed: Iterable[Filed]) -> dict:
+    """The chunks' fingerprints of every bundle."""
+    return {chunk: fp for found in filed for chunk, fp in found.chunks.items()}
+
+
+def link_tasks(plan) -> Iterator[tuple[int, int, int]]:
+    """(band, top bits of its values, bits) of every link task: as many as the plan's
+    (planning.Plan) examples need."""
+    bits = group_bits(sum(shard_plan.count for shard_plan in plan.shard_plans.values()))
     for band in range(BANDS):
         for top in range(1 << bits):
             yield band, top, bits
 
 
 class LinkGroup(beam.DoFn):
-    """A link task -> the reduced links (pairing.reduce_links) of the near-duplicates in its
-    buckets; a crowded bucket goes to the 'crowded' output as (band, value, images, a few
-    sources).
+    """A link task -> (the reduced links (pairing.reduce_links) of the near-duplicates in its
+    buckets, its crowded buckets as (band, value, images, a few sources)), unless it has none.
 
     At most MAX_BUCKET + 1 members of a bucket are kept (the first by record id), so memory
     stays bounded by the task's size however degenerate its hashes. Each task's result is kept
@@ -112,16 +124,16 @@ class LinkGroup(beam.DoFn):
         self._linked = Metrics.counter(NAMESPACE, 'link_groups_linked')
         self._reused = Metrics.counter(NAMESPACE, 'link_groups_reused')
 
-    def process(self, task: tuple, runs: list, chunk_fps: dict) -> Iterator:
+    def process(self, task: tuple, filed: list) -> Iterator:
         band, top, bits = task
         shift = BAND_BITS - bits
-        members, counts = _members(sorted_runs.read_rows(runs, band, top << shift,
+        members, counts = _members(sorted_runs.read_rows(filed_runs(filed), band, top << shift,
                                                          (top + 1) << shift, FILING), band)
         where = linked_groups.path(self._temp_dir, task, members)
         saved = linked_groups.load(where, self._key) if self._resuming else None
         if saved is None:
             links, full = link_band(members, band, counts)
-            records = PartRecords(self._temp_dir, chunk_fps, self._key)
+            records = PartRecords(self._temp_dir, filed_chunks(filed), self._key)
             saved = reduce_links(links), [
                 crowded(b, v, n, records.sources(members.rows['id'][places]))
                 for b, v, n, places in full]
@@ -131,11 +143,10 @@ class LinkGroup(beam.DoFn):
         else:
             self._reused.inc()
         links, full = saved
-        for bucket in full:
-            self._crowded.inc()
-            yield beam.pvalue.TaggedOutput('crowded', bucket)
-        if len(links):
-            yield links
+        if full:
+            self._crowded.inc(len(full))
+        if len(links) or full:
+            yield links, full
 
 
 def _members(filed_rows: np.ndarray, band: int) -> tuple[Table, np.ndarray]:
@@ -151,22 +162,40 @@ def _members(filed_rows: np.ndarray, band: int) -> tuple[Table, np.ndarray]:
     return members.take(kept, members.mirrored[kept]), counts
 
 
-class JoinLinks(beam.CombineFn):
-    """Link tasks' links -> the clusters of the whole dataset that span splits (pairing.leaking);
-    the links are reduced whenever they have doubled, so memory follows the records linked."""
+@dataclasses.dataclass(frozen=True)
+class Spanning:
+    """The clusters that span splits (pairing.leaking): their records' ids (sorted), each one's
+    root, and the closest link across splits of each root (in root order); with `later`, the
+    ids of their members in later splits than each one's earliest (--leakage=drop); and the
+    link tasks' crowded buckets."""
+    nodes: np.ndarray
+    roots: np.ndarray
+    closest: np.ndarray
+    later: np.ndarray
+    crowded: list
 
-    def create_accumulator(self) -> list:
-        return []
 
-    def add_input(self, accumulator: list, links: np.ndarray) -> list:
-        accumulator.append(links)
-        return _compact(accumulator)
+def join_links(found: Iterable[tuple[np.ndarray, list]], later: bool) -> Spanning:
+    """Link tasks' links and crowded buckets -> the clusters of the whole dataset that span
+    splits, with their members in later splits if `later`, and every crowded bucket; the links
+    are reduced whenever they have doubled, so memory follows the records linked."""
+    joined: list = []
+    crowded: list = []
+    for links, full in found:
+        joined = _compact([*joined, links]) if len(links) else joined
+        crowded += full
+    nodes, roots, closest = leaking(np.concatenate(joined) if joined else np.zeros(0, LINK))
+    return Spanning(nodes, roots, closest,
+                    _later_members(nodes, roots) if later else np.zeros(0, np.uint64), crowded)
 
-    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
-        return _compact([links for accumulator in accumulators for links in accumulator])
 
-    def extract_output(self, accumulator: list) -> tuple:
-        return leaking(np.concatenate(accumulator) if accumulator else np.zeros(0, LINK))
+def _later_members(nodes: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """The ids among `nodes` in a later split than the earliest of their cluster (`roots`)."""
+    splits = record_places(nodes)['split']
+    _, cluster = np.unique(roots, return_inverse=True)
+    earliest = np.full(int(cluster.max()) + 1 if len(cluster) else 0, len(SPLITS))
+    np.minimum.at(earliest, cluster, splits)
+    return nodes[splits != earliest[cluster]]
 
 
 def _compact(parts: list) -> list:
@@ -183,59 +212,30 @@ def cluster_partition(roots: np.ndarray, bits: int) -> np.ndarray:
     return (mixed >> np.uint64(64 - bits)) if bits else np.zeros(len(roots), np.uint64)
 
 
-def _cluster_partitions(spanning: tuple) -> Iterator[tuple[int, int]]:
-    """(partition, bits) of each partition of the clusters that span splits: as many as keep
-    each at about GROUP_SIZE records."""
-    nodes = spanning[0]
-    if not len(nodes):
+@dataclasses.dataclass(frozen=True)
+class ClusterPartition:
+    """A task that makes clusters: those whose roots fall in `partition` of 2^`bits`."""
+    partition: int
+    bits: int
+
+
+def cluster_partitions(spanning: Spanning) -> Iterator[ClusterPartition]:
+    """Every partition of the clusters that span splits: as many as keep each at about
+    GROUP_SIZE records."""
+    if not len(spanning.nodes):
         return
-    bits = max(0, -(-len(nodes) // GROUP_SIZE) - 1).bit_length()
+    bits = max(0, -(-len(spanning.nodes) // GROUP_SIZE) - 1).bit_length()
     for partition in range(1 << bits):
-        yield partition, bits
+        yield ClusterPartition(partition, bits)
 
 
-def _clusters(partition: tuple[int, int], spanning: tuple, temp_dir: str,
-              chunk_fps: dict, key: bytes) -> Iterator[tuple[Cluster, ...]]:
-    """The clusters of a partition, made from their records' ids (part_records.py), as one
-    tuple (none for a partition without any)."""
-    nodes, roots, closest = spanning
-    chosen = cluster_partition(roots, partition[1]) == np.uint64(partition[0])
-    members = PartRecords(temp_dir, chunk_fps, key).table(nodes[chosen])
-    made = tuple(clusters(members, nodes, roots, closest))
-    if made:
-        yield made
-
-
-class FindLeakage(beam.PTransform):
-    """The runs the parts' records were filed into (file_part) -> a dict of PCollections:
-    'clusters' (tuples of Clusters, each cluster that spans splits in one of them) and
-    'crowded' ((band, value, images, sources)).
-
-    `plans`: the shard plans as a dict side input; their example counts size the link tasks.
-    `chunk_fps`: the chunks' fingerprints as a dict side input, which name the part files whose
-    sidecars keep the records' sources. Each task's links are kept in `temp_dir`, and reused when
-    `resuming` (LinkGroup); `key`: the run's resume key, which seals the sidecars."""
-
-    def __init__(self, plans: beam.pvalue.AsDict, chunk_fps: beam.pvalue.AsDict, temp_dir: str,
-                 key: bytes, resuming: bool = False):
-        super().__init__()
-        self._plans, self._chunk_fps, self._key = plans, chunk_fps, key
-        self._temp_dir, self._resuming = temp_dir, resuming
-
-    def expand(self, runs: beam.PCollection):
-        groups = (runs
-                  | 'Link Tasks' >> Gathered(_link_tasks, self._plans, each=True)
-                  | 'Spread Link Tasks' >> Spread()
-                  | 'Link Within Buckets' >> beam.ParDo(
-                      LinkGroup(self._temp_dir, self._resuming, self._key),
-                      beam.pvalue.AsList(runs), self._chunk_fps).with_outputs('crowded', main='links'))
-        spanning = groups.links | 'Join Links' >> beam.CombineGlobally(JoinLinks()).without_defaults()
-        found = (spanning
-                 | 'Cluster Partitions' >> beam.FlatMap(_cluster_partitions)
-                 | 'Spread Partitions' >> Spread()
-                 | 'Make Clusters' >> beam.FlatMap(_clusters, beam.pvalue.AsSingleton(spanning),
-                                                   self._temp_dir, self._chunk_fps, self._key))
-        return {'clusters': found, 'crowded': groups.crowded}
+def partition_clusters(task: ClusterPartition, spanning: Spanning, temp_dir: str,
+                       chunk_fps: dict, key: bytes) -> tuple[Cluster, ...]:
+    """The clusters of a partition, made from their records' ids (part_records.py: `chunk_fps`
+    name the part files whose sidecars, sealed under `key`, keep the records)."""
+    chosen = cluster_partition(spanning.roots, task.bits) == np.uint64(task.partition)
+    members = PartRecords(temp_dir, chunk_fps, key).table(spanning.nodes[chosen])
+    return tuple(clusters(members, spanning.nodes, spanning.roots, spanning.closest))
 
 
 def dropped_copies(found: tuple[Cluster, ...]) -> Iterator[tuple[tuple, tuple]]:
@@ -247,16 +247,6 @@ def dropped_copies(found: tuple[Cluster, ...]) -> Iterator[tuple[tuple, tuple]]:
                   f'images across splits, closest distance {cluster.closest.distance})')
         for split, shard, chunk, place, label, passed, source in cluster.later:
             yield (split, shard, chunk, place), (reason, source, label, passed)
-
-
-def dropped_id(copy: tuple[tuple, tuple]) -> int:
-    """A dropped copy's record id (pairing.record_ids), as a signed 64-bit int: Beam's int coder
-    holds no larger value (copies.py reads it back as unsigned)."""
-    (split, shard, chunk, place), _ = copy
-    rows = np.zeros(1, dtype=ROW)
-    rows['split'], rows['shard'], rows['chunk'], rows['index'] = (SPLITS.index(split), shard,
-                                                                   chunk, place)
-    return int(record_ids(rows).view(np.int64)[0])
 
 
 def by_shard(copy: tuple[tuple, tuple]) -> tuple[tuple[str, int], tuple]:

@@ -6,9 +6,8 @@ The sample is the SAMPLE_SIZE timeable inputs with the smallest key hashes (list
 them), so the same input gives the same sample on any runner and worker count. It goes through
 EncodeChunks' per-image work: read, decode and checks, perceptual hashes (unless
 --leakage=off), re-encoding as the options ask, Example encoding, framing and writing, into a
-temporary file that is then removed; nothing is counted in the run's metrics. A run converts it
-in SAMPLE_PIECES pieces spread over its workers (a group's members, which are read together, in
-one piece) and puts their weights back in the order one converter gives them. Per sampled input
+temporary file that is then removed; nothing is counted in the run's metrics. The planning call
+converts it on one worker (planning.py), timed or not alike. Per sampled input
 it gives its bytes (when listing knows them) and its record's (framing included; an input that
 cannot be converted weighs nothing), from which the shard plan estimates each split's output
 (sharding.output_line). A record's bytes depend only on the input and the options, so the
@@ -28,7 +27,6 @@ import os
 import tempfile
 import time
 
-import apache_beam as beam
 import numpy as np
 from apache_beam.metrics.metricbase import Counter
 
@@ -45,78 +43,33 @@ from pipeline.base.refs import ExampleRef
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
 from transforms.encode_chunks import EncodeChunks, StreamedMembers
-from transforms.gathered import Gathered
-from transforms.spread import Spread
 
 SAMPLE_SIZE = 300
-SAMPLE_PIECES = 4   # Untimed, the sample is converted in as many pieces, spread over the workers.
 WARM_UP = 20
 
 
-class MeasureSample(beam.PTransform):
+def measure_sample(listed: list, label_map: LabelMap, settings: ConversionSettings,
+                   timed: bool = False) -> dict:
     """What listing found (a Listed per bundle, each with its share of the sample) -> one dict:
     'weighed', per sampled input [split, bytes in (None when unknown), bytes of its record (0
-    when it cannot be converted)]; 'converted_by_run', whether the conversion converts the sample too (it
-    does unless --num_shards is given); and with `timed` the rate: images timed, seconds, seconds per image
-    (None when no input can be timed: none listed, or none that can be converted). The sampled
-    members of a gzip archive are read in one pass over it before the timing starts, as the
-    conversion reads them into a blob while listing (grouped_reads.py): the plan's own time
-    holds that pass as the run's holds its own."""
-
-    def __init__(self, settings: ConversionSettings, label_map: beam.PCollection,
-                 timed: bool = False):
-        super().__init__()
-        self._settings, self._label_map, self._timed = settings, label_map, timed
-
-    def expand(self, listed: beam.PCollection) -> beam.PCollection:
-        label_map = beam.pvalue.AsSingleton(self._label_map)
-        if self._timed:   # On one worker, as one chunk is converted.
-            return listed | 'Convert Sample' >> Gathered(_timed, label_map, self._settings)
-        return (listed
-                | 'Cut Sample' >> Gathered(_pieces, each=True)
-                | 'Spread Sample' >> Spread()
-                | 'Convert Sample' >> beam.Map(_weigh_piece, label_map, self._settings)
-                | 'Weigh Sample' >> Gathered(_weighed, self._settings))
-
-
-def _timed(listed: list, label_map: LabelMap, settings: ConversionSettings) -> dict:
-    return _for_run(time_sample(merged_sample(listed, SAMPLE_SIZE), label_map, settings), settings)
-
-
-def _for_run(measured: dict, settings: ConversionSettings) -> dict:
-    # The conversion converts the sample too where it sizes the shards by it.
+    when it cannot be converted)]; 'converted_by_run', whether the conversion converts the
+    sample too (it does unless --num_shards is given); and with `timed` the rate: images timed,
+    seconds, seconds per image (None when no input can be timed: none listed, or none that can
+    be converted). The sampled members of a gzip archive are read in one pass over it before
+    the timing starts, as the conversion reads them into a blob while listing
+    (grouped_reads.py): the plan's own time holds that pass as the run's holds its own."""
+    refs = merged_sample(listed, SAMPLE_SIZE)
+    measured = (time_sample(refs, label_map, settings) if timed
+                else {'weighed': weigh_sample(refs, label_map, settings)})
     return dict(measured, converted_by_run=not settings.num_shards)
 
 
-def _pieces(listed: list) -> list[list[ExampleRef]]:
-    """The sample cut into up to SAMPLE_PIECES pieces for the workers to convert at once; the
-    members of one group (an archive, a parquet file) in one piece, so it is read once."""
-    pieces: list[list[ExampleRef]] = [[] for _ in range(SAMPLE_PIECES)]
-    piece_of_group: dict = {}
-    for index, ref in enumerate(merged_sample(listed, SAMPLE_SIZE)):
-        piece = index % SAMPLE_PIECES
-        if ref.group is not None:
-            piece = piece_of_group.setdefault(ref.group.key, piece)
-        pieces[piece].append(ref)
-    return [piece for piece in pieces if piece]
-
-
-def _weigh_piece(refs: list[ExampleRef], label_map: LabelMap,
-                 settings: ConversionSettings) -> list[tuple[tuple, list]]:
-    """(sample key, what it weighed) of each ref of a piece of the sample."""
-    refs = sorted(read_grouped(refs), key=_sample_key)
+def weigh_sample(refs: list[ExampleRef], label_map: LabelMap,
+                 settings: ConversionSettings) -> list[list]:
+    """What each ref weighed converted (_SampleConverter.weighed), untimed."""
     with _SampleConverter(settings, label_map) as converter:
-        converter.convert(refs)
-    converted = [r for of_split in _by_split(refs, lambda r: r.split).values() for r in of_split]
-    return list(zip(map(_sample_key, converted), converter.weighed))
-
-
-def _weighed(pieces: list, settings: ConversionSettings) -> dict:
-    """The pieces' weights, in the order one converter gives them converting the whole sample,
-    so the shard plan's fit sums them alike whatever the pieces."""
-    by_key = sorted((entry for piece in pieces for entry in piece), key=lambda e: e[0])
-    of_splits = _by_split(by_key, lambda entry: entry[0][1]).values()
-    return _for_run({'weighed': [w for of_split in of_splits for _, w in of_split]}, settings)
+        converter.convert(sorted(read_grouped(refs), key=_sample_key))
+    return converter.weighed
 
 
 def _sample_key(ref: ExampleRef) -> tuple[int, str, str]:

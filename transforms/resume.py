@@ -33,6 +33,7 @@ archive's file, size and modification time and its offset in it). A shard's fing
 reused only under an identical fingerprint, so a changed input or option redoes exactly the
 chunks and shards it affects, and a resumed run writes the same bytes as an uninterrupted one.
 """
+import collections
 import dataclasses
 import json
 import logging
@@ -75,7 +76,19 @@ def chunk_fingerprint(work_id: str, label_map, key: tuple, placement: tuple,
 
 
 def shard_fingerprint(chunk_fingerprints: Iterable[tuple[int, str]]) -> str:
+    """Of a shard, from (chunk, fingerprint) of each chunk whose examples fall in it."""
     return fingerprint(sorted(chunk_fingerprints))
+
+
+def shard_fingerprints(chunk_fps: Iterable[tuple[tuple[str, int], str]],
+                       shard_plans: dict) -> dict[tuple[str, int], str]:
+    """((split, chunk), fingerprint) of every chunk -> {(split, shard): fingerprint} of every
+    shard."""
+    chunks_of: dict[tuple[str, int], list[tuple[int, str]]] = collections.defaultdict(list)
+    for (split, index), fp in chunk_fps:
+        for shard in shard_plans[split].shards_of_chunk(index):
+            chunks_of[(split, shard)].append((index, fp))
+    return {key: shard_fingerprint(chunks) for key, chunks in chunks_of.items()}
 
 
 def save_done(path: str, result, key: bytes) -> None:
@@ -240,6 +253,16 @@ def reuse_note(temp_dir: str, lock_token: str) -> str:
     """Where a resumed run notes, before it converts a chunk, how much of the work an earlier
     attempt finished it reuses, for this attempt's launcher (pipeline/progress.py)."""
     return fileio.join(temp_dir, f'reuse-{lock_token}.json')
+
+
+def reused_work(fingerprints: list, plan, temp_dir: str,
+                note: str | None) -> dict[tuple[str, int], str]:
+    """((split, chunk), fingerprint) of every chunk of the plan (planning.Plan) -> the shards'
+    fingerprints, under which a resumed run finds the shards an earlier attempt finished; with
+    `note`, once what it reuses is noted there (note_reuse)."""
+    if note:
+        note_reuse(fingerprints, plan.shard_plans, temp_dir, note)
+    return shard_fingerprints(fingerprints, plan.shard_plans)
 
 
 def note_reuse(fingerprints: list, plans: dict, temp_dir: str, path: str) -> None:

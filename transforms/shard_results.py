@@ -56,16 +56,18 @@ ShardKey = tuple[str, int]   # (split, shard)
 
 @dataclasses.dataclass(frozen=True)
 class PartDone:
-    """A finished part file, as it passes through the runner: where it is; the rest of its
-    result (records, labels, marks, sizes, hashes) is in its sidecar (resume.py)."""
+    """A finished part file, as it passes through the runner: where it is, and its chunk's
+    fingerprint (which names the shard with its other chunks'); the rest of its result
+    (records, labels, marks, sizes, hashes) is in its sidecar (resume.py)."""
     split: str
     shard: int
     chunk: int
     temp_path: str
+    fingerprint: str
 
     @staticmethod
-    def of(result: ShardResult) -> 'PartDone':
-        return PartDone(result.split, result.shard, result.chunk, result.temp_path)
+    def of(result: ShardResult, fingerprint: str) -> 'PartDone':
+        return PartDone(result.split, result.shard, result.chunk, result.temp_path, fingerprint)
 
 
 def shows_shard(shard: int, total: int) -> bool:

@@ -21,9 +21,6 @@ import dataclasses
 import logging
 import math
 from fractions import Fraction
-from typing import Iterable, Iterator
-
-import apache_beam as beam
 import numpy as np
 
 from pipeline.base.refs import ExampleRef
@@ -46,37 +43,18 @@ def bucket_of(hash_value: int, bits: int) -> int:
     return hash_value >> (64 - bits)
 
 
-class PlanShards(beam.PTransform):
-    """What listing found (a Listed per bundle, listing.py) -> (split, ShardPlan) for every
-    split, from each split's count, sizes and the top bits of its key hashes (4 bytes an input,
-    gathered per split: the histogram is sized by the count). `measure`: a transform of the
-    Listed into what a converted sample weighs (local_rate.MeasureSample), applied here as
-    'Measure Sample'; the plan then sizes the shards by their estimated output (a line fitted to
-    the sample: output_line), else by the input bytes. After expansion, `sample` is that measurement's PCollection."""
-
-    def __init__(self, num_shards: int, target_shard_mb: float,
-                 measure: beam.PTransform | None = None):
-        super().__init__()
-        self._num_shards, self._target_shard_mb, self._measure = num_shards, target_shard_mb, measure
-        self.sample: beam.PCollection | None = None
-
-    def expand(self, listed: beam.PCollection) -> beam.PCollection:
-        sides = []
-        if self._measure is not None:
-            self.sample = listed | 'Measure Sample' >> self._measure
-            sides = [beam.pvalue.AsSingleton(self.sample)]
-        return (listed
-                | 'Per Split' >> beam.FlatMap(_per_split)
-                | 'Gather Splits' >> beam.GroupByKey()
-                | 'Cut Into Shards' >> beam.Map(_plan, self._num_shards, self._target_shard_mb,
-                                                *sides))
-
-
-def _per_split(listed) -> Iterator[tuple[str, tuple[list[int], np.ndarray]]]:
-    """A Listed -> (split, ([inputs, inputs of known size, their bytes], top bits of the key
-    hashes)) per split it holds."""
-    for split, tops in listed.tops.items():
-        yield split, (listed.sizes[split], tops)
+def shard_plans(listed: list, num_shards: int, target_shard_mb: float,
+                sample: dict | None = None) -> dict[str, 'ShardPlan']:
+    """A ShardPlan per split, from what every bundle of listing found (listing.Listed: per split
+    the count, the sizes known and the top bits of each key hash, 4 bytes an input). With a
+    `sample` (what a converted sample weighs: local_rate.py) the shards are sized by their
+    estimated output (a line fitted to the sample: output_line), else by the input bytes."""
+    found: dict[str, list] = {}
+    for one in listed:
+        for split, tops in one.tops.items():
+            found.setdefault(split, []).append((one.sizes[split], tops))
+    return {split: _plan(found[split], split, num_shards, target_shard_mb, sample)
+            for split in sorted(found)}
 
 
 def estimated_bytes(totals: tuple[int, int, int]) -> int:
@@ -114,9 +92,8 @@ def output_estimate(count: int, input_bytes: int, line: tuple[Fraction, Fraction
     return max(0, math.floor(a * count + b * input_bytes))
 
 
-def _plan(split_found: tuple[str, Iterable[tuple[list[int], np.ndarray]]], num_shards: int,
-          target_shard_mb: float, sample: dict | None = None) -> tuple[str, 'ShardPlan']:
-    split, found = split_found[0], list(split_found[1])
+def _plan(found: list[tuple[list[int], np.ndarray]], split: str, num_shards: int,
+          target_shard_mb: float, sample: dict | None) -> 'ShardPlan':
     totals = tuple(int(sum(sizes[i] for sizes, _ in found)) for i in range(3))
     count, input_bytes = totals[0], estimated_bytes(totals)
     weighed = (sample or {}).get('weighed')
@@ -130,8 +107,7 @@ def _plan(split_found: tuple[str, Iterable[tuple[list[int], np.ndarray]]], num_s
                                 return_counts=True)
     plan = plan_shards(buckets.astype(np.int64), counts.astype(np.int64), bits, count, shards,
                        input_bytes)
-    return split, dataclasses.replace(plan, output_bytes=output_bytes,
-                                      output_sampled=len(weighed or ()))
+    return dataclasses.replace(plan, output_bytes=output_bytes, output_sampled=len(weighed or ()))
 
 
 def shard_count(count: int, output_bytes: int, num_shards: int, target_shard_mb: float) -> int:
