@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Callable, Sequence, TextIO
 
-from pipeline import console, dry_run, job, plan, remote_job
+from pipeline import console, dry_run, job, label_changes, plan, remote_job
 from pipeline.credentials import check_credentials, missing_credentials
 from pipeline.errors import DatasetError, stop_line
 from pipeline.launch import Launch, resolve
@@ -71,6 +71,7 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
         print(_submit(launch), file=out)
         return 0
     # A stop in it once committed says so (stop.committed); a followed job goes on (job_goes_on).
+    replaced = label_changes.held_labels(flags.output_dir) if flags.output_dir else None
     if flags.attach:
         summary = job.follow(launch)
         summary['seconds'] = 0   # Not the job's: no rate is shown.
@@ -79,6 +80,10 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
         summary['seconds'] = time.monotonic() - started   # The command's, not only the job's.
     try:
         print(format_summary(summary), file=out)
+        changed = label_changes.changes_line(replaced,
+                                             label_changes.held_labels(summary['output_dir']))
+        if changed:
+            print(changed, file=out)
         print(f'\nWrote {summary["dataset"]} to {summary["output_dir"]}. Load it with:\n'
               + load_hint(summary), file=out)
     except KeyboardInterrupt as stop:

@@ -36,7 +36,8 @@ def format_summary(summary: dict) -> str:
             why = (f'skipped or dropped as later-split copies; see errors-{split}.jsonl and '
                    'leakage.jsonl' if s.get('dropped_copies') else
                    f'skipped; see errors-{split}.jsonl')
-            lines.append(f'{split}: no records for class(es) {empty} (all their inputs were {why})')
+            lines.append(f'{split}: no records for class(es) {empty} (no input of theirs was '
+                         f'listed, or all were {why})')
     lines += quality_lines(summary)
     total = sum(s['inputs'] for s in splits.values())
     chunks = summary.get('chunks', {})

@@ -23,7 +23,7 @@ from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata
                              output_lock, shard_formats)
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
-from transforms import entries
+from transforms import entries, labels
 from transforms.copies import found_copies
 from transforms.findings import Leakage, check_leakage, collected, damaged_line
 from transforms.gathered import gather
@@ -131,6 +131,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
     summary = {'dataset': settings.dataset_name, 'run_id': settings.run_id,
                'file_formats': list(settings.output_formats),
                'dali_index': settings.dali_index, 'splits': {}}
+    unlisted = labels.unlisted_classes(settings.labels, facts)
     for split, shard_results in by_split.items():
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
@@ -145,6 +146,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
                     moves.append((f'shards/{dali_index.index_path(source)}',
                                   dali_index.index_path(target)))
         class_counts = {text: 0 for text, splits in facts.texts.items() if split in splits}
+        class_counts.update((name, 0) for name in unlisted)
         for result in kept:
             for label_id, n in result.label_counts.items():
                 name = label_map.names[label_id]

@@ -125,6 +125,16 @@ def label_map_of(facts: DatasetFacts, splits: tuple[str, ...], labels: LabelSett
     return resolve_labels(facts, labels)
 
 
+def unlisted_classes(labels: LabelSettings, facts: DatasetFacts) -> list[str]:
+    """The classes --labels_file or a config's text_label_map names that no input holds: each is
+    a class of every split, with no record (empty_classes)."""
+    if facts.int_labels:   # Names of ids, which the ids' records count.
+        return []
+    given = (labels.label_names if labels.label_names is not None
+             else [text for text, _ in labels.text_label_map or ()])
+    return [name for name in given if name not in facts.texts]
+
+
 def check_facts(facts: DatasetFacts, splits: tuple[str, ...]) -> None:
     """Raises a DatasetError for empty splits and inconsistent extra features."""
     if facts.problems:
