@@ -99,9 +99,14 @@ def sample_summary(weighed: list) -> dict:
         'bytes_per_record': float(line[0]), 'bytes_per_input_byte': float(line[1])}}
 
 
-def write_plan(facts, label_map, plans: dict, path: str, sample: dict | None = None) -> None:
-    """The last step of a plan-only job: its document, as JSON at `path`."""
-    fileio.write_bytes(path, dumps(plan_document(facts, label_map, plans, sample)).encode())
+def write_plan(facts, label_map, plans: dict, path: str, sample: dict | None = None,
+               label_names: bool = False) -> None:
+    """The last step of a plan-only job: its document, as JSON at `path`; with `label_names`
+    (a conversion's note of its plan) the class name of every id too."""
+    document = plan_document(facts, label_map, plans, sample)
+    if label_names:
+        document['label_names'] = list(label_map.names)
+    fileio.write_bytes(path, dumps(document).encode())
 
 
 @dataclasses.dataclass(frozen=True)

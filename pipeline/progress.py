@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 
-from pipeline import console
+from pipeline import console, label_changes
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
 from pipeline.base.settings import ConversionSettings
@@ -64,6 +64,9 @@ class Progress:
         self._done = 0                   # Inputs of the parts converted by this attempt.
         self._earlier: set[str] = set()  # Shard sidecars an earlier attempt left.
         self._plan_data: dict | None = None
+        # The class names of the dataset this run replaces, to say what its ids change.
+        self._replaced = (label_changes.held_labels(settings.output_dir)
+                          if getattr(settings, 'overwrite', False) else None)
         self._converting = True
         self._all_done_at = None   # When the polls saw every input done (for the last rate).
         self._before_lines = _BeforeLines(self)
@@ -181,7 +184,19 @@ class Progress:
                 self._read_reuse()
             self._plan_data = _note(self._plan)
             self._started = noted   # Conversion starts.
+            self._say_label_changes()
         return True
+
+    def _say_label_changes(self) -> None:
+        """The line on the label ids this run changes against the dataset it replaces."""
+        names = self._plan_data.get('label_names') if isinstance(self._plan_data, dict) else None
+        changed = label_changes.changes_line(
+            self._replaced, names if isinstance(names, list) and all(
+                isinstance(name, str) for name in names) else None)
+        if changed:
+            with console.output_lock():
+                console.show_status('')
+                LOG.info('%s', changed, extra=_OWN)
 
     def _listed(self) -> int:
         """The inputs the listers noted so far."""

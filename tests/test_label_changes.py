@@ -22,9 +22,13 @@ def test_a_removed_class_is_named_with_every_id_it_moves(tmp_path):
     again = cli(f'--input_dir={_classes(tmp_path / "b", ["cat", "dog", "eel"])}',
                 f'--output_dir={out}', '--overwrite')
     assert again.returncode == 0, again.stderr
-    assert ('labels changed against the dataset replaced: bird (0) gone; cat 1 -> 0; '
+    line = ('labels changed against the dataset replaced: bird (0) gone; cat 1 -> 0; '
             'dog 2 -> 1; eel (2) new; to keep a dataset\'s ids, give its class names in id '
-            'order with --labels_file') in again.stdout.splitlines()
+            'order with --labels_file')
+    assert line in again.stdout.splitlines()   # In the summary, and when the run starts:
+    logged = again.stderr.splitlines()
+    assert logged.index(line) < min(n for n, text in enumerate(logged)
+                                    if text.startswith('converting:')), logged
     assert (out / 'labels.txt').read_text() == 'cat\ndog\neel\n'
 
 

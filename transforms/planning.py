@@ -57,5 +57,5 @@ def plan_conversion(listed: list[Listed], settings: ConversionSettings, sample: 
     shard_plans = sharding.shard_plans(listed, settings.num_shards, settings.target_shard_mb,
                                        measured)
     if note:
-        write_plan(facts, label_map, shard_plans, note, measured)
+        write_plan(facts, label_map, shard_plans, note, measured, label_names=True)
     return Plan(facts, label_map, shard_plans, [run for found in listed for run in found.runs])
