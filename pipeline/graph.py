@@ -21,7 +21,7 @@ from apache_beam.runners.runner import PipelineRunner
 
 from pipeline.errors import beam_refusal
 from pipeline.plan import write_plan
-from pipeline.output import output_folder
+from pipeline.output import layout
 from transforms.commit import CommitDataset
 from transforms.labels import ResolveLabels
 from pipeline.inputs.kinds import Partition
@@ -42,14 +42,14 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
         raise (beam_refusal(exc) or exc) from None
     sized = not settings.num_shards   # Shards sized by the output of a converted sample.
     listed = p | 'List Examples' >> ListExamples(
-        partitions, output_folder.listed_folder(settings.temp_dir),
+        partitions, layout.listed_folder(settings.temp_dir),
         _conversion_measures_sizes(partitions, settings),
         groups_in=settings.temp_dir, resuming=settings.resuming, key=settings.resume_key,
         sample_size=SAMPLE_SIZE if sized else 0)
     facts, label_map, plans, _ = _plan(listed, settings, sample=sized)
     if settings.lock_token:   # For the progress of the launcher that waits (or --attach).
         plans = _note_plan(facts, label_map, plans,
-                           output_folder.plan_note(settings.temp_dir, settings.lock_token))
+                           layout.plan_note(settings.temp_dir, settings.lock_token))
     written = listed | 'Write Shards' >> WriteShards(settings, plans, label_map)
     _ = written['shards'] | 'Commit Dataset' >> CommitDataset(settings, label_map, facts, written)
     return p

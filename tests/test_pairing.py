@@ -20,7 +20,7 @@ from transforms import leakage
 from pipeline.quality import pairing
 from transforms.findings import CollectLeakage
 from pipeline.io.sorted_runs import RunWriter
-from pipeline.output import output_folder
+from pipeline.output import layout
 from transforms import resume
 from transforms.leakage import (GROUP_SIZE, Filed, FindLeakage, dropped_copies, file_part,
                                 group_bits, part_table)
@@ -53,11 +53,11 @@ def _plans(p: beam.Pipeline, images: int) -> beam.pvalue.AsDict:
 def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, temp_dir: str):
     """FindLeakage on `parts` as the conversion leaves them: each part's sidecar in `temp_dir`
     (where the records' sources are found), its records filed into sorted runs."""
-    writer, flat, fps = RunWriter(output_folder.filed_folder(temp_dir), budget=4096), {}, {}
+    writer, flat, fps = RunWriter(layout.filed_folder(temp_dir), budget=4096), {}, {}
     for part in parts:
         fps[(part.split, part.chunk or 0)] = f'{part.chunk or 0:016x}'
-        path = output_folder.part_path(temp_dir, part.split, part.shard, part.chunk or 0,
-                                       fps[(part.split, part.chunk or 0)])
+        path = layout.part_path(temp_dir, part.split, part.shard, part.chunk or 0,
+                                fps[(part.split, part.chunk or 0)])
         resume.save_done(path, dataclasses.replace(part, temp_path=path, chunk=part.chunk or 0),
                          KEY)
         flat[part.split] = flat.get(part.split, 0) + file_part(writer, part_table(part))

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.output import output_folder, output_lock, records
+from pipeline.output import layout, output_lock, records, temp_folder
 from pipeline.testing import imagemaker
 from tests.helpers import stage_pipeline, write_tree
 from transforms import entries
@@ -236,7 +236,7 @@ def test_write_shards_accounts_for_bad_refs(tmp_path):
             ExampleRef('train', f'{root}/link', '', 'link', 'a', problem='broken link')]
     settings = ConversionSettings('d', ('train',), num_shards=1, output_dir=str(tmp_path / 'out'))
     with stage_pipeline() as p:
-        listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
+        listed = _listed(p, refs, layout.listed_folder(settings.temp_dir))
         plans = listed | PlanShards(1, 128)
         _, label_map = listed | ResolveLabels(('train',), LabelSettings())
         results = (listed | WriteShards(settings, plans, label_map))['shards']
@@ -262,9 +262,9 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
                                   max_error_ratio=0.2)
     token = output_lock.acquire(out, settings.run_id, 'DirectRunner', waits=True)
     settings = dataclasses.replace(settings, lock_token=token)
-    output_folder.start_temp(out, settings.run_id)
+    temp_folder.start(out, settings.run_id)
     with stage_pipeline() as p:
-        listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
+        listed = _listed(p, refs, layout.listed_folder(settings.temp_dir))
         facts, label_map = listed | ResolveLabels(('train',), LabelSettings())
         written = listed | WriteShards(settings, listed | PlanShards(2, 128), label_map)
         summary = written['shards'] | CommitDataset(settings, label_map, facts, written)
