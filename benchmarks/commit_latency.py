@@ -15,7 +15,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pipeline.output import metadata, output_folder, shard_formats
+from pipeline.output import layout, metadata, shard_formats, temp_folder
 from pipeline.testing import gcs_servers
 
 RUN_ID = '0123456789abcdef'
@@ -34,7 +34,7 @@ def stage(out: str, shards: int) -> None:
     from google.cloud import storage
     from pipeline.output import commit_journal
     bucket = storage.Client().bucket(gcs_servers.BUCKET)
-    temp = output_folder.temp_dir(out, RUN_ID)
+    temp = layout.temp_dir(out, RUN_ID)
     tfrecord = shard_formats.parse('tfrecord')[0]
     moves = [(f'shards/train-{i:05d}-{i:016x}.tfrecord',
               metadata.shard_name('dataset', 'train', i, shards, tfrecord))
@@ -42,7 +42,7 @@ def stage(out: str, shards: int) -> None:
     prefix = temp[len(f'gs://{gcs_servers.BUCKET}/'):]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda m: bucket.blob(f'{prefix}/{m[0]}').upload_from_string(b'x'), moves))
-    output_folder._write_marker(temp, RUN_ID, output_folder.RUNNING)
+    temp_folder.write_marker(temp, RUN_ID, layout.RUNNING)
     commit_journal.write_journal(out, commit_journal.Journal(RUN_ID, 'install', (), tuple(moves)))
 
 

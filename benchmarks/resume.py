@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from benchmarks.workload import linked_workload, make_workload
-from transforms.resume import chunk_of_part
+from pipeline.output.layout import chunk_of_part
 
 PY = sys.executable
 

@@ -71,7 +71,7 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
         print(_submit(launch), file=out)
         return 0
     # A stop in it once committed says so (stop.committed); a followed job goes on (job_goes_on).
-    replaced = label_changes.held_labels(flags.output_dir) if flags.output_dir else None
+    replaced = label_changes.held_labels(flags.output_dir) if flags.overwrite else None
     if flags.attach:
         summary = job.follow(launch)
         summary['seconds'] = 0   # Not the job's: no rate is shown.

@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
 from pipeline.errors import beam_refusal
-from pipeline.output import output_folder
+from pipeline.output import layout
 from transforms.check_quality import CheckQuality
 from transforms.commit import CommitDataset
 from transforms.encode_chunks import EncodeTasks
@@ -51,11 +51,11 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
         raise (beam_refusal(exc) or exc) from None
     sized = not settings.num_shards   # Shards sized by the output of a converted sample.
     listed = p | 'List Examples' >> ListExamples(
-        partitions, output_folder.listed_folder(settings.temp_dir),
+        partitions, layout.listed_folder(settings.temp_dir),
         _conversion_measures_sizes(partitions, settings),
         groups_in=settings.temp_dir, resuming=settings.resuming, key=settings.resume_key,
         sample_size=SAMPLE_SIZE if sized else 0)
-    note = (output_folder.plan_note(settings.temp_dir, settings.lock_token)
+    note = (layout.plan_note(settings.temp_dir, settings.lock_token)
             if settings.lock_token else None)   # For the launcher that waits (or --attach).
     plan = listed | 'Plan Conversion' >> PlanConversion(settings, sized, note=note)
     encoded = plan | 'Encode Chunks' >> EncodeTasks(settings)

@@ -21,8 +21,7 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline import (console, dataflow, output_state, remote_job, sample_data,
-                      worker_watch)
+from pipeline import console, dataflow, remote_job, sample_data, worker_watch
 from pipeline.base import resume_key
 from pipeline.base.choices import LeakageAction
 from pipeline.base.settings import FEW_ERRORS, ConversionSettings
@@ -32,13 +31,12 @@ from pipeline.graph import build_pipeline, build_plan_pipeline
 from pipeline.io import fileio, gcs
 from pipeline.launch import Launch, RunnerKind, resolve
 from pipeline.local_runner import LocalRunner
-from pipeline.output import (bounded_reads, commit_journal, metadata, output_folder,
-                             output_lock, shard_formats)
+from pipeline.output import bounded_reads, metadata, output_lock, shard_formats
+from pipeline.output.folder import OutputFolder
 from pipeline.plan import Here, estimate
 from pipeline.progress import Progress
 from pipeline.inputs.kinds import Source
 from pipeline.sources import input_given, input_paths, input_root, resolve_source
-from transforms import resume
 from transforms.leakage import NAMESPACE
 from transforms.local_rate import process_memory
 
@@ -93,7 +91,7 @@ def _sample_launch(launch: Launch, sample_input: str) -> Launch:
     """The launch of the generated sample: into ./sample_tfrecords, replacing the sample an
     earlier run wrote there (and what unfinished runs left), and no other dataset."""
     info = bounded_reads.read_metadata_files(SAMPLE_OUTPUT, metadata.DATASET_INFO)[0] or {}
-    held = output_folder.dataset_files(SAMPLE_OUTPUT) if os.path.isdir(SAMPLE_OUTPUT) else []
+    held = OutputFolder(SAMPLE_OUTPUT).dataset_files() if os.path.isdir(SAMPLE_OUTPUT) else []
     if held and info.get('description') != SAMPLE_DESCRIPTION:
         raise DatasetError(f'./{SAMPLE_OUTPUT} holds a dataset that is not the generated sample '
                            f'(e.g. {held[0]}); the sample replaces only its own. Move it away, '
@@ -108,13 +106,14 @@ def _prepare(launch: Launch, config, sample_dir: str | None, check_buckets: bool
     if not opts.output_dir and not opts.plan_only:
         raise DatasetError('--output_dir is required: a local folder or gs://bucket/prefix')
     output_dir = (opts.output_dir or '').rstrip('/')
+    folder = OutputFolder(output_dir)
     if output_dir:
-        output_folder.check_output_dir(output_dir)
+        folder.check()
     if check_buckets:
         _check_buckets([output_dir, *input_paths(opts)])
     source = resolve_source(opts, config)
     if output_dir:
-        output_state.check_not_inside_input(output_dir, input_root(opts))
+        folder.check_outside(input_root(opts))
     settings = _settings(launch, source, output_dir)
     runner = LocalRunner() if launch.runner is RunnerKind.LOCAL else None
     if opts.plan_only:  # Writes nothing to the output: no lock.
@@ -125,24 +124,19 @@ def _prepare(launch: Launch, config, sample_dir: str | None, check_buckets: bool
     if launch.dry_run or launch.template_location:  # A job description only.
         return Job(build_pipeline(runner, launch.beam, source.partitions, settings), settings,
                    launch, sample_dir)
-    token = output_lock.acquire(output_dir, settings.run_id, launch.runner_name,
-                                not launch.remote, opts.break_lock,
-                                lambda job: remote_job.ended(launch, job))
+    token = folder.lock(settings.run_id, launch.runner_name, not launch.remote, opts.break_lock,
+                        lambda job: remote_job.ended(launch, job))
     try:
         settings = dataclasses.replace(settings, lock_token=token)
         listed_now = ((lambda: _list_again(runner, launch, source, settings))
                       if runner is not None else None)
-        if output_state.nothing_to_do(settings, listed_now):
+        started = folder.start(settings, listed_now, opts.clean_temp)
+        if started is None:
             return Job(None, settings, launch, sample_dir)
-        output_state.check_existing(settings)
-        settings = dataclasses.replace(
-            settings, resuming=output_state.clear_temp_folders(settings, opts.clean_temp))
-        output_folder.start_temp(output_dir, settings.run_id)
-        resume.tag_key(settings)
-        return Job(build_pipeline(runner, launch.beam, source.partitions, settings), settings,
+        return Job(build_pipeline(runner, launch.beam, source.partitions, started), started,
                    launch, sample_dir)
     except BaseException:
-        output_lock.release(output_dir, token)
+        folder.release(token)
         raise
 
 
@@ -209,6 +203,7 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
     job = prepare(flags, config, **values)
     settings = job.settings
     counters, summary, lock, going_on = {}, None, None, False
+    folder = OutputFolder(settings.output_dir)
     try:
         if job.pipeline is not None:
             with Progress(settings), console.relay_worker_lines():
@@ -217,11 +212,11 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
         if job.launch.remote and job.pipeline is not None:   # Its commit released the lock.
             summary = _own_summary(settings.output_dir, settings.run_id)
         else:
-            lock, summary = _summary_under_lock(settings.output_dir, settings.lock_token)
+            lock, summary = _summary_under_lock(folder, settings.lock_token)
     except KeyboardInterrupt as stop:
         going_on = hasattr(stop, 'job_goes_on')   # Its job still holds the lock.
         if job.pipeline is not None and job.launch.runner is RunnerKind.LOCAL:
-            commit_journal.finish_stopped(settings.output_dir, settings.run_id)   # Begun: ends.
+            folder.finish_stopped(settings.run_id)   # Begun: ends.
         if _committed(settings):   # The stop came once the dataset was in place.
             stop.committed = settings.output_dir
         raise
@@ -231,8 +226,8 @@ def convert(flags: 'Sequence[str] | Launch' = (), config: ImageClassificationCon
     finally:
         if not going_on:
             if job.pipeline is not None and summary is None:   # A commit removed its temp folder.
-                output_folder.drop_if_unused(settings.output_dir, settings.run_id)
-            output_lock.release(settings.output_dir, settings.lock_token, seen=lock)
+                folder.drop_if_unused(settings.run_id)
+            folder.release(settings.lock_token, seen=lock)
         if job.sample_dir:
             shutil.rmtree(job.sample_dir, ignore_errors=True)
     return _with_counters(summary, counters, started, settings.output_dir, job.pipeline is not None)
@@ -287,7 +282,7 @@ def _submitted(pipeline, launch: Launch) -> tuple[object, dict]:
 
 def _name(settings: ConversionSettings, job: dict) -> None:
     """Names the job in the output's lock, and says it was submitted."""
-    output_lock.name_job(settings.output_dir, settings.lock_token, job)
+    OutputFolder(settings.output_dir).name_job(settings.lock_token, job)
     LOG.info('submitted as job %s to %s', job['id'], job['where'])
 
 
@@ -313,15 +308,16 @@ def submit(flags: 'Sequence[str] | Launch' = (), **values) -> tuple[ConversionSe
         with dataflow.one_build_at_a_time(launch.beam):
             prepared.pipeline.run()
         return settings, None
+    folder = OutputFolder(settings.output_dir)
     if prepared.pipeline is None:
-        output_lock.release(settings.output_dir, settings.lock_token)
+        folder.release(settings.lock_token)
         return settings, None
     try:
         job = _submitted(prepared.pipeline, launch)[1]
         _name(settings, job)
         return settings, job
     except BaseException:
-        output_lock.release(settings.output_dir, settings.lock_token)
+        folder.release(settings.lock_token)
         raise
 
 
@@ -342,19 +338,19 @@ def follow(flags: 'Sequence[str] | Launch' = (), **values) -> dict:
         raise DatasetError(f'job {job_id} not found at {remote_job.where(launch)} '
                            f'({type(exc).__name__}); give the service it was submitted to') from None
     job = {'id': job_id, 'runner': launch.runner_name, 'where': remote_job.where(launch)}
-    lock = output_lock.read_lock(output_dir)
+    folder = OutputFolder(output_dir)
+    lock = folder.read_lock()
     holder = lock.holder if lock and lock.holder and \
         (lock.holder.get('job') or {}).get('id') == job_id else None
-    run = (output_folder.temp_dir(output_dir, holder['run_id']), holder['token']) if holder \
-        else None
+    run = (folder.temp_dir(holder['run_id']), holder['token']) if holder else None
     try:
         with Progress(run) if run else contextlib.nullcontext(), console.relay_worker_lines(), \
                 _going_on(launch, job):
             remote_job.wait(job, result)
     except remote_job.JobFailed:
         if holder:   # The job is over: its lock and what it left unused go.
-            output_folder.drop_if_unused(output_dir, holder['run_id'])
-            output_lock.release(output_dir, holder['token'])
+            folder.drop_if_unused(holder['run_id'])
+            folder.release(holder['token'])
         raise
     summary = _own_summary(output_dir, holder['run_id'] if holder else None)
     return _with_counters(summary, _counters(result), started, output_dir, True)
@@ -369,12 +365,12 @@ def _own_summary(output_dir: str, run_id: str | None) -> dict:
     return summary
 
 
-def _summary_under_lock(output_dir: str, token: str) -> tuple[output_lock.LockState, dict]:
+def _summary_under_lock(folder: OutputFolder, token: str) -> tuple[output_lock.LockState, dict]:
     """The lock, checked to be still `token`'s (so the summary is this run's), and summary.json,
     read at once."""
     lock, summary = fileio.at_once(lambda step: step(), [
-        lambda: output_lock.check_lock(output_dir, token),
-        lambda: metadata.load_json(output_dir, metadata.SUMMARY)])
+        lambda: folder.check_lock(token),
+        lambda: metadata.load_json(folder.path, metadata.SUMMARY)])
     return lock, summary
 
 

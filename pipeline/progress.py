@@ -30,7 +30,7 @@ from pipeline import console, label_changes
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
 from pipeline.base.settings import ConversionSettings
-from pipeline.output import bounded_reads, output_folder
+from pipeline.output import bounded_reads, layout
 from transforms import resume
 
 LOG = logging.getLogger(console.OURS)
@@ -47,12 +47,12 @@ class Progress:
     def __init__(self, settings: 'ConversionSettings | tuple[str, str]'):
         temp_dir, token = ((settings.temp_dir, settings.lock_token)
                            if isinstance(settings, ConversionSettings) else settings)
-        self._plan = output_folder.plan_note(temp_dir, token)
+        self._plan = layout.plan_note(temp_dir, token)
         self._reuse = resume.reuse_note(temp_dir, token)
-        self._parts = fileio.join(temp_dir, output_folder.PARTS)
-        self._listing = fileio.join(temp_dir, output_folder.LISTING)
+        self._parts = fileio.join(temp_dir, layout.PARTS)
+        self._listing = fileio.join(temp_dir, layout.LISTING)
         self._source = getattr(settings, 'source', None)
-        self._shards = fileio.join(temp_dir, output_folder.SHARDS)
+        self._shards = fileio.join(temp_dir, layout.SHARDS)
         self._poll = 2.0 if fileio.is_gcs(temp_dir) else 0.2
         self._resuming = getattr(settings, 'resuming', False)
         # A local run's notes are its launcher's; a job a service runs goes on without it.

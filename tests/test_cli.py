@@ -99,7 +99,7 @@ def test_worker_lines_of_any_module_of_ours_show_and_the_runners_do_not():
     import logging
 
     from pipeline import beam_internals, console
-    from pipeline.output import output_folder
+    from pipeline.output import temp_folder
 
     def record(where: str) -> logging.LogRecord:
         entry = (f'severity: INFO\nmessage: "dataset committed to /tmp/caf\\303\\251"\n'
@@ -107,7 +107,7 @@ def test_worker_lines_of_any_module_of_ours_show_and_the_runners_do_not():
         return logging.LogRecord(beam_internals.WORKER_LOGGER, logging.INFO, '', 0, 'Worker: %s',
                                  (entry,), None)
 
-    assert console._worker_message(record(output_folder.__file__)) == (
+    assert console._worker_message(record(temp_folder.__file__)) == (
         'dataset committed to /tmp/café', True)
     beam_worker = logging.__file__.replace('logging/__init__.py', 'apache_beam/sdk_worker.py')
     assert console._worker_message(record(beam_worker)) == ('dataset committed to /tmp/café', False)

@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from pipeline.output import output_lock, records
+from pipeline.output import layout, output_lock, records
 from pipeline.errors import DatasetError
-from transforms import resume
 from pipeline.testing import imagemaker
 from pipeline.testing.gcs_servers import BUCKET, download, upload
 from tests.helpers import (IN_PROCESS, cli, convert, killed_at, output_files, read_files, run_cli,
@@ -98,7 +97,7 @@ def test_kill_while_converting_then_rerun_resumes_byte_identical(tmp_path, image
     deadline = time.monotonic() + 120
     # A chunk that falls in two shards writes two parts, so one part does not mean one finished
     # chunk. Parts of three chunks do: two worker processes convert at most two at a time.
-    while (len({resume.chunk_of_part(p) for p in glob.glob(f'{out}/.tmp-*/parts/*.json')}) < 3
+    while (len({layout.chunk_of_part(p) for p in glob.glob(f'{out}/.tmp-*/parts/*.json')}) < 3
            and time.monotonic() < deadline):
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
@@ -125,7 +124,7 @@ def test_resume_reuses_exactly_the_unchanged_chunks(tmp_path, image_folders):
     out = str(tmp_path / 'out')
     assert killed_at('chunk:3', *flags, f'--output_dir={out}').returncode == -signal.SIGKILL
     parts = glob.glob(f'{out}/.tmp-*/parts/*.json')
-    assert len({resume.chunk_of_part(p) for p in parts}) == 3
+    assert len({layout.chunk_of_part(p) for p in parts}) == 3
     changed = _first_source_of_a_part(out)   # Replace one input of a finished chunk.
     with open(changed, 'wb') as stream:
         stream.write(imagemaker.jpeg(24, 16, seed=9999))

@@ -21,7 +21,7 @@ from pipeline.quality import pairing
 from transforms.check_quality import CheckQuality
 from transforms.findings import collected, write_part
 from pipeline.io.sorted_runs import RunWriter
-from pipeline.output import output_folder
+from pipeline.output import layout
 from transforms import resume
 from transforms.labels import DatasetFacts, LabelMap
 from transforms.leakage import (GROUP_SIZE, Filed, dropped_copies, file_part, group_bits,
@@ -53,10 +53,10 @@ def _find_leakage(p: beam.Pipeline, parts: list[ShardResult], images: int, out: 
     sorted runs; the plan holds one split of `images` examples (all the check reads of it)."""
     settings = ConversionSettings('d', ('train',), output_dir=out, resume_key=KEY)
     temp_dir = settings.temp_dir
-    writer, flat, fps = RunWriter(output_folder.filed_folder(temp_dir), budget=4096), {}, {}
+    writer, flat, fps = RunWriter(layout.filed_folder(temp_dir), budget=4096), {}, {}
     for part in parts:
         fps[(part.split, part.chunk or 0)] = f'{part.chunk or 0:016x}'
-        path = output_folder.part_path(temp_dir, part.split, part.shard, part.chunk or 0,
+        path = layout.part_path(temp_dir, part.split, part.shard, part.chunk or 0,
                                        fps[(part.split, part.chunk or 0)])
         resume.save_done(path, dataclasses.replace(part, temp_path=path, chunk=part.chunk or 0),
                          KEY)

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.output import output_folder, output_lock, records
+from pipeline.output import layout, output_lock, records, temp_folder
 from pipeline.testing import imagemaker
 from tests.helpers import stage_pipeline, write_tree
 from transforms import entries
@@ -232,7 +232,7 @@ def test_tasks_are_dealt_largest_first_in_turns_that_even_out_the_workers(worker
 def _written(p, refs: list[ExampleRef], settings: ConversionSettings) -> tuple:
     """(shard results, plan, EncodeTasks' and CheckQuality's outputs) of `refs`, as the
     conversion's stages give them."""
-    listed = _listed(p, refs, output_folder.listed_folder(settings.temp_dir))
+    listed = _listed(p, refs, layout.listed_folder(settings.temp_dir))
     plan = listed | PlanConversion(settings, False)
     encoded = plan | EncodeTasks(settings)
     checked = plan | CheckQuality(settings, encoded['filed'])
@@ -272,7 +272,7 @@ def test_commit_dataset_puts_shards_and_metadata_in_place_and_returns_the_summar
                                   max_error_ratio=0.2)
     token = output_lock.acquire(out, settings.run_id, 'DirectRunner', waits=True)
     settings = dataclasses.replace(settings, lock_token=token)
-    output_folder.start_temp(out, settings.run_id)
+    temp_folder.start(out, settings.run_id)
     with stage_pipeline() as p:
         shards, plan, encoded, checked = _written(p, refs, settings)
         summary = shards | CommitDataset(settings, plan, encoded['filed'], checked)

@@ -7,7 +7,7 @@ accounted for, that the error ratio is acceptable, that the output holds no data
 told to replace, that every shard file has the size its result says, and that no file a new
 name would overwrite belongs to anything but the dataset replaced. Then it writes the new
 metadata into the temporary folder and hands the moves to the journal of the output-folder
-protocol (pipeline/output/output_folder.py), which carries them out and cleans up.
+protocol (pipeline/output/folder.py), which carries them out and cleans up.
 """
 import contextlib
 import json
@@ -19,8 +19,8 @@ import apache_beam as beam
 from pipeline import faults
 from pipeline.base.choices import DamagedAction
 from pipeline.io import fileio
-from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata, output_folder,
-                             output_lock, shard_formats)
+from pipeline.output import (bounded_reads, commit_journal, dali_index, dataset_files, layout,
+                             metadata, output_lock, shard_formats, temp_folder)
 from pipeline.errors import DatasetError
 from transforms.labels import DatasetFacts, LabelMap
 from transforms import entries, labels
@@ -81,16 +81,16 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
                                f'{dropped} dropped copies != {inputs} inputs')
     _check_error_ratio(errors, by_split, facts, settings)
     check_leakage(leakage, settings)
-    old = output_folder.dataset_files(out)
+    old = dataset_files.in_folder(out)
     if old and not settings.overwrite:
         raise DatasetError(f'{out} now holds a dataset ({len(old)} files, e.g. {old[0]}) that was '
                            'not there when this run started; nothing was committed. Pass '
                            '--overwrite to replace it')
     _check_shard_files(results, settings)
-    output_folder.start_temp(out, settings.run_id)
+    temp_folder.start(out, settings.run_id)
     installs, summary = _stage(by_split, errors, label_map, facts, settings,
-                               fileio.join(temp, output_folder.FINAL), copies, leakage)
-    output_folder.refuse_foreign(out, output_folder.foreign_files(
+                               fileio.join(temp, layout.FINAL), copies, leakage)
+    dataset_files.refuse_foreign(out, dataset_files.foreign_files(
         out, [target for _, target in installs], old))
     old_first = sorted(old, key=lambda name: name != metadata.DATASET_INFO)
     journal = commit_journal.Journal(settings.run_id, 'replace', tuple(old_first),
@@ -106,14 +106,14 @@ def commit_dataset(results: list[ShardResult], label_map: LabelMap, facts: Datas
 
 def _check_shard_files(results: list[ShardResult], settings: ConversionSettings) -> None:
     """Fails, committing nothing, unless every shard file has the size its result says."""
-    folder = fileio.join(settings.temp_dir, output_folder.SHARDS)
+    folder = fileio.join(settings.temp_dir, layout.SHARDS)
     sizes = {e.name: e.size for e in fileio.list_dir(folder)} if results else {}
     for result in (r for r in results if r.records):
-        expected = {fileio.basename(output_folder.in_format(result.temp_path, f)):
+        expected = {fileio.basename(layout.in_format(result.temp_path, f)):
                     result.format_bytes.get(f.name)
                     for f in shard_formats.named(settings.output_formats)}
         if settings.dali_index:
-            expected[fileio.basename(output_folder.index_file(result.temp_path))] = \
+            expected[fileio.basename(layout.index_file(result.temp_path))] = \
                 result.index_bytes
         for name, size in expected.items():
             if sizes.get(name) != size:
@@ -136,7 +136,7 @@ def _stage(by_split: dict, errors: dict, label_map: LabelMap, facts: DatasetFact
         kept = [r for r in shard_results if r.records]
         for index, result in enumerate(kept):
             for shard_format in shard_formats.named(settings.output_formats):
-                source = fileio.basename(output_folder.in_format(result.temp_path, shard_format))
+                source = fileio.basename(layout.in_format(result.temp_path, shard_format))
                 target = metadata.shard_name(settings.dataset_name, split, index, len(kept),
                                              shard_format)
                 moves.append((f'shards/{source}', target))
@@ -214,7 +214,7 @@ def _write_report(folder: str, temp_dir: str, split: str, shard_results: list, k
     holding = [r for r in shard_results if getattr(r, kind)]
     with merging if holding and merging else contextlib.nullcontext():
         merged = entries.merged([entries.entry_path(r.temp_path, kind) for r in holding],
-                                fileio.join(temp_dir, output_folder.MERGE, name))
+                                fileio.join(temp_dir, layout.MERGE, name))
         found, digest = entries.write_report(path, merged, lambda e: line(split, e))
     entries.check_count(path, found, sum(getattr(r, kind) for r in holding))
     return name, digest

@@ -34,7 +34,7 @@ from pipeline.errors import DatasetError
 from pipeline.inputs import gzip_pass
 from pipeline.io import failures, fileio, read_ahead
 from pipeline.io.sorted_runs import RunWriter
-from pipeline.output import output_folder, records, shard_formats
+from pipeline.output import layout, records, shard_formats
 from pipeline.quality.phash import to_int64
 from transforms import copies, entries, resume
 from transforms.images import DamagedImageError, ImageError, StoredImage
@@ -177,7 +177,7 @@ class EncodeChunks(beam.DoFn):
         self._finishing: Future | None = None
 
     def start_bundle(self) -> None:
-        self._filer = RunWriter(output_folder.filed_folder(self._settings.temp_dir))
+        self._filer = RunWriter(layout.filed_folder(self._settings.temp_dir))
         self._flat: dict[str, int] = {}
         self._chunks: dict[tuple[str, int], str] = {}
 
@@ -220,7 +220,7 @@ class EncodeChunks(beam.DoFn):
         an earlier attempt."""
         settings = self._settings
         pieces = split_chunk(refs, shard_plan, chunk, settings.skip_duplicates)
-        paths = {shard: output_folder.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
+        paths = {shard: layout.part_path(settings.temp_dir, split, shard, chunk, chunk_fp)
                  for shard in pieces}
         reused = self._reused(split, chunk, paths, shard_fps) if shard_fps is not None else None
         if reused is not None:
@@ -260,7 +260,7 @@ class EncodeChunks(beam.DoFn):
         part either joined into its finished shard already, or complete on its own."""
         results = []
         for shard, path in paths.items():
-            shard_file = output_folder.shard_path(
+            shard_file = layout.shard_path(
                 self._settings.temp_dir, split, shard, shard_fps[(split, shard)],
                 shard_formats.named(self._settings.output_formats)[0])
             if shard_file not in self._shards_checked:   # Each read back once a task.

@@ -15,7 +15,7 @@ import json
 from typing import Iterable
 
 from pipeline.io import fileio
-from pipeline.output import metadata, output_folder
+from pipeline.output import layout, metadata
 from pipeline.errors import DatasetError
 from pipeline.base.choices import LeakageAction
 from pipeline.quality.pairing import RADIUS, WINDOW, Cluster
@@ -51,7 +51,7 @@ def write_part(found: tuple[Cluster, ...], temp_dir: str) -> ClusterPart:
     """Writes a partition's clusters into the temporary folder (named after its first cluster,
     so a retried write rewrites the same file)."""
     name = hashlib.blake2b(repr(found[0].members).encode(), digest_size=8).hexdigest()
-    path = output_folder.pairs_path(temp_dir, name)
+    path = layout.pairs_path(temp_dir, name)
     fileio.write_bytes(path, cluster_lines(found))
     between = collections.Counter('/'.join(split for split, _ in c.members) for c in found)
     by_split: collections.Counter = collections.Counter()

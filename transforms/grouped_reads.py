@@ -29,7 +29,7 @@ from pipeline import faults
 from pipeline.inputs import archives, gzip_pass
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio, image_blobs
-from pipeline.output import output_folder
+from pipeline.output import layout
 from pipeline.base.fingerprints import fingerprint
 
 LOG = logging.getLogger('image_tfrecords')
@@ -66,8 +66,8 @@ def _read_group(refs: list[ExampleRef], temp_dir: str, resuming: bool,
     """The refs of one group, read from its blob (written now, or kept by an earlier attempt)."""
     read = refs[0].group
     refs = read.in_order(refs)
-    path = output_folder.group_path(temp_dir, fingerprint(read, refs[0].mtime,
-                                                          [r.key for r in refs]))
+    path = layout.group_path(temp_dir, fingerprint(read, refs[0].mtime,
+                                                   [r.key for r in refs]))
     found = _kept(path, len(refs), resuming, f'row groups {read.key}', key)
     if found is None:
         found = image_blobs.write(path, read.images(refs), key)
@@ -88,7 +88,7 @@ def _unpack(refs: list[ExampleRef], temp_dir: str, resuming: bool,
     the archive, or kept by an earlier attempt); one that cannot be read stays as it was."""
     refs = sorted(refs, key=lambda r: r.member.index)
     archive = refs[0].member.archive
-    path = output_folder.group_path(temp_dir, fingerprint(
+    path = layout.group_path(temp_dir, fingerprint(
         archive.identity, [(r.member.name, r.member.index, r.member.size) for r in refs]))
     found = _kept(path, len(refs), resuming, f'the members of {archive.path}', key)
     if found is None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
-from pipeline.output import bounded_reads, output_folder
+from pipeline.output import bounded_reads, layout
 from pipeline.quality.pairing import LINK, Table
 
 
@@ -36,7 +36,7 @@ def fingerprint(key: tuple, members: Table) -> str:
 
 def path(temp_dir: str, key: tuple, members: Table) -> str:
     band, top, _ = key
-    return output_folder.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, members)}.npz')
+    return layout.links_path(temp_dir, f'{band}-{top}-{fingerprint(key, members)}.npz')
 
 
 def save(where: str, links: np.ndarray, crowded: list[tuple], key: bytes) -> None:

@@ -34,7 +34,7 @@ from pipeline.base.refs import ExampleRef
 from pipeline.inputs import ref_codec
 from pipeline.inputs.kinds import Partition
 from pipeline.io import fileio
-from pipeline.output import output_folder
+from pipeline.output import layout
 from pipeline.io.sorted_runs import Run, RunWriter, changed, read_range
 from transforms import grouped_reads
 from transforms.labels import DatasetFacts
@@ -235,7 +235,7 @@ def merged_sample(listed: Iterable[Listed], size: int) -> list[ExampleRef]:
 def _counted(refs: Iterable[ExampleRef], temp_dir: str) -> Iterator[ExampleRef]:
     """`refs` as they come, the count of those not ignored noted in the run's temporary folder
     for the live display (pipeline/progress.py): at most every COUNT_EVERY s, and at their end."""
-    path = fileio.join(temp_dir, output_folder.LISTING, f'{uuid.uuid4().hex}.count')
+    path = fileio.join(temp_dir, layout.LISTING, f'{uuid.uuid4().hex}.count')
     count, noted = 0, time.monotonic()
     for ref in refs:
         count += not ref.ignored

@@ -5,7 +5,7 @@ near-duplicates and copies carries ids alone, and asks here about the records it
 import numpy as np
 
 from pipeline.base.splits import SPLITS
-from pipeline.output import output_folder
+from pipeline.output import layout
 from pipeline.quality.pairing import ROW, Table, record_places, sha_digest
 from transforms import resume
 from transforms.shard_results import ShardResult
@@ -50,8 +50,8 @@ class PartRecords:
     def _part(self, split: str, shard: int, chunk: int) -> list:
         key = split, shard, chunk
         if key not in self._parts:
-            path = output_folder.part_path(self._temp_dir, split, shard, chunk,
-                                           self._chunk_fps[(split, chunk)])
+            path = layout.part_path(self._temp_dir, split, shard, chunk,
+                                    self._chunk_fps[(split, chunk)])
             result = resume.load_sidecar(path, ShardResult, self._key, False, split=split,
                                          shard=shard, chunk=chunk)
             if result is None:

@@ -2,7 +2,7 @@
 
 A run's temporary folder is named by its run id, a fingerprint of every option that shapes the
 output bytes (not of --max_error_ratio or the runner), so rerunning the same command finds the
-folder an interrupted attempt left. Inside it (the layout is output_folder.py's), every finished
+folder an interrupted attempt left. Inside it (its layout: output/layout.py), every finished
 piece of work carries a fingerprint in its name and a small JSON sidecar, written after the data
 it describes (so a sidecar means the data is complete):
 
@@ -44,7 +44,7 @@ from pipeline.base import resume_key
 from pipeline.base.fingerprints import fingerprint
 from pipeline.errors import DatasetError
 from pipeline.io import fileio
-from pipeline.output import bounded_reads, output_folder, records, shard_formats
+from pipeline.output import bounded_reads, layout, records, shard_formats
 from transforms import entries
 from pipeline.base.settings import ConversionSettings
 from transforms.shard_results import ShardResult
@@ -218,37 +218,6 @@ def _rows(value, kinds: tuple) -> bool:
         and all(type(v) is k for v, k in zip(row, kinds)) for row in value)
 
 
-KEY_TAG = output_folder.KEY_TAG
-
-
-def _key_tag(settings: ConversionSettings) -> bytes:
-    return resume_key.seal(settings.resume_key, f'key of run {settings.run_id}'.encode()).encode()
-
-
-def tag_key(settings: ConversionSettings) -> None:
-    """Notes in the run's temporary folder a tag of the key its work is sealed under (an HMAC
-    of the run id: it tells nothing of the key)."""
-    fileio.write_bytes_atomic(fileio.join(settings.temp_dir, KEY_TAG), _key_tag(settings))
-
-
-def under_another_key(settings: ConversionSettings) -> bool:
-    """Whether the run's temporary folder was written under another key than this run's (its
-    tag differs: another user, machine or home), so that none of its work can be reused."""
-    path = fileio.join(settings.temp_dir, KEY_TAG)
-    try:
-        found = None if fileio.is_untrusted(path) else bounded_reads.read_file(path, bounded=True)
-    except DatasetError:
-        found = None
-    return found is not None and found != _key_tag(settings)
-
-
-def finished_work(temp_dir: str) -> tuple[int, int]:
-    """(chunks, shards) that an earlier attempt finished in `temp_dir`."""
-    parts = fileio.match(output_folder.work_files(temp_dir, output_folder.PARTS, '*.tfrecord.json'))
-    shards = fileio.match(output_folder.work_files(temp_dir, output_folder.SHARDS, '*.json'))
-    return len({chunk_of_part(m.path) for m in parts}), len(shards)
-
-
 def reuse_note(temp_dir: str, lock_token: str) -> str:
     """Where a resumed run notes, before it converts a chunk, how much of the work an earlier
     attempt finished it reuses, for this attempt's launcher (pipeline/progress.py)."""
@@ -271,24 +240,18 @@ def note_reuse(fingerprints: list, plans: dict, temp_dir: str, path: str) -> Non
     ((split, chunk), fingerprint) of every chunk. Part files are found by name (one listing), as
     the progress display finds them; a part whose data turns out incomplete is converted again
     all the same."""
-    finished = {p for p in fileio.file_names(fileio.join(temp_dir, output_folder.PARTS))
+    finished = {p for p in fileio.file_names(fileio.join(temp_dir, layout.PARTS))
                 if p.endswith('.tfrecord.json')}
     chunks = inputs = 0
     for (split, chunk), fp in fingerprints:
         plan = plans[split]
-        if all(f'{output_folder.part_path(temp_dir, split, shard, chunk, fp)}.json' in finished
+        if all(f'{layout.part_path(temp_dir, split, shard, chunk, fp)}.json' in finished
                for shard in plan.shards_of_chunk(chunk)):
             chunks += 1
             inputs += plan.first_rank(chunk + 1) - plan.first_rank(chunk)
-    earlier = len({chunk_of_part(p) for p in finished})
+    earlier = len({layout.chunk_of_part(p) for p in finished})
     fileio.write_bytes(path, json.dumps({'chunks': chunks, 'inputs': inputs,
                                          'earlier_chunks': earlier}).encode())
-
-
-def chunk_of_part(path: str) -> tuple[str, str]:
-    """(split, chunk) of a part file's path: a chunk has a part per shard it falls in."""
-    split, _, chunk, _ = fileio.basename(path).split('.')[0].rsplit('-', 3)
-    return split, chunk
 
 
 def complete_shard(path: str, split: str, shard: int, settings: ConversionSettings,
@@ -317,7 +280,7 @@ def _changed_shard(path: str, result: ShardResult, settings: ConversionSettings)
     """None when every file of the shard `path` holds what `result` says; else the first that
     does not (FileNotFoundError when one is missing)."""
     for shard_format in shard_formats.named(settings.output_formats):
-        file = output_folder.in_format(path, shard_format)
+        file = layout.in_format(path, shard_format)
         if (fileio.is_untrusted(file)
                 or fileio.size(file) != result.format_bytes.get(shard_format.name)):
             return file
@@ -328,7 +291,7 @@ def _changed_shard(path: str, result: ShardResult, settings: ConversionSettings)
         if records.content_digest(marks) != result.content:
             return file
     if settings.dali_index:
-        index = output_folder.index_file(path)
+        index = layout.index_file(path)
         if (fileio.is_untrusted(index)
                 or entries.file_digest(index) != result.digests.get('index')):
             return index

@@ -20,7 +20,7 @@ from pipeline import faults
 from pipeline.base.fingerprints import fingerprint
 from pipeline.base.settings import ConversionSettings
 from pipeline.io import fileio
-from pipeline.output import dali_index, output_folder, records, shard_formats
+from pipeline.output import dali_index, layout, records, shard_formats
 from transforms import entries, resume
 from transforms.leakage import NAMESPACE, drop_from_part
 from transforms.shard_results import PartDone, ShardResult, shard_line, shows_shard
@@ -52,7 +52,7 @@ def _write_index(shard_file: str, sizes: list[int]) -> tuple[int, str]:
     """Writes the DALI index of a temporary shard whose records take `sizes` bytes; returns
     its size and SHA-256."""
     data = dali_index.index_bytes(sizes)
-    target = output_folder.index_file(shard_file)
+    target = layout.index_file(shard_file)
     with fileio.output_errors(target):
         fileio.write_bytes(target, data)
     return len(data), hashlib.sha256(data).hexdigest()
@@ -83,7 +83,7 @@ class WriteShard(beam.DoFn):
         drops = sorted(dropped[(split, shard)]) if dropped is not None else []
         if drops:   # They depend on other splits' images too, so they name the shard's files.
             shard_fp = fingerprint(shard_fp, drops)
-        path = output_folder.shard_path(settings.temp_dir, split, shard, shard_fp,
+        path = layout.shard_path(settings.temp_dir, split, shard, shard_fp,
                                         shard_formats.named(settings.output_formats)[0])
         # Its chunks checked it first (encode_chunks.py), saying so if it differs, unless
         # drops name it otherwise.
@@ -105,7 +105,7 @@ class WriteShard(beam.DoFn):
             sources = [p.temp_path for p in parts]
             sizes, digests = {}, {}
             for shard_format in shard_formats.named(settings.output_formats):
-                target = output_folder.in_format(path, shard_format)
+                target = layout.in_format(path, shard_format)
                 with fileio.output_errors(target):
                     sizes[shard_format.name], digest = shard_format.write_shard(sources, target)
                 if digest:

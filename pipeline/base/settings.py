@@ -67,7 +67,7 @@ class ConversionSettings:
     # The most bytes read for one input (--max_input_mb); a chunk's fingerprint covers it.
     max_input_bytes: int = _per_run(DEFAULT_MAX_INPUT)
     overwrite: bool = _per_run(False)
-    lock_token: str = _per_run('')       # The output lock this run holds (see output_folder.py).
+    lock_token: str = _per_run('')       # The output lock this run holds (see output/folder.py).
     release_lock: bool = _per_run(False)  # The job releases the lock (the launcher does not wait).
     resuming: bool = _per_run(False)     # An earlier attempt left work in temp_dir.
     workers: int = _per_run(0)           # Local worker processes, which tasks are dealt over.
@@ -94,7 +94,7 @@ class ConversionSettings:
 
     @property
     def temp_dir(self) -> str:
-        """This run's own folder in the output (its protocol: pipeline/output/output_folder.py)."""
+        """This run's own folder in the output (its protocol: pipeline/output/folder.py)."""
         return join(self.output_dir.rstrip('/'), TEMP_PREFIX + self.run_id)
 
 

@@ -1,5 +1,5 @@
 """The commit journal: the moves that replace the old dataset with the new one, rolled forward
-after a kill (pipeline/output/output_folder.py says how)."""
+after a kill (pipeline/output/folder.py says how)."""
 import contextlib
 import dataclasses
 import json
@@ -8,13 +8,10 @@ import os
 from pipeline import faults
 from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
-from pipeline.output import metadata
+from pipeline.output import metadata, temp_folder
 from pipeline.output.bounded_reads import parse_json, read_file
-from pipeline.output.output_folder import (COMMITTED, METADATA_NAMES, REPLACED, _is_temp_shard,
-                                           _marker_state, _remove_partials,
-                                           _write_marker, check_run_id, is_dataset_file,
-                                           refuse_wrong_kinds, remove_temp, temp_dir,
-                                           temp_folders)
+from pipeline.output.dataset_files import METADATA_NAMES, is_dataset_file, is_temp_shard
+from pipeline.output.layout import COMMITTED, REPLACED, check_run_id, temp_dir
 
 JOURNAL = '.commit.json'
 MOVE_BATCH = 100
@@ -38,7 +35,7 @@ class Journal:
                 raise ValueError(f'{name!r} is not a dataset file name')
         for source, target in self.install:
             staged = source.startswith('final/') and source[len('final/'):] in METADATA_NAMES
-            if not (staged or _is_temp_shard(source)) or not is_dataset_file(target):
+            if not (staged or is_temp_shard(source)) or not is_dataset_file(target):
                 raise ValueError(f'{source!r} -> {target!r} is not a move of this tool')
         return self
 
@@ -69,8 +66,8 @@ def read_journal(output_dir: str) -> Journal | None:
                            f'({printable(str(exc))[:200]}); nothing was done. If no run of this '
                            'tool is committing there, delete it and rerun') from None
     folder = temp_dir(output_dir, journal.run_id)
-    refuse_wrong_kinds(folder)
-    if _marker_state(folder, journal.run_id) is None:
+    temp_folder.refuse_wrong_kinds(folder)
+    if temp_folder.marker_state(folder, journal.run_id) is None:
         raise DatasetError(f'{path} is not a commit journal this tool wrote (its temporary '
                            f'folder {folder} has no marker); nothing was done. If no run of this '
                            'tool is committing there, delete it and rerun')
@@ -95,11 +92,11 @@ def roll_forward(output_dir: str, journal: Journal, recovering: bool = False) ->
         for number, batch in enumerate(_batches(install, first=False), 1):
             _move(batch, recovering)
             faults.crash_point(f'commit:install:{number}')
-        _write_marker(temp, journal.run_id, COMMITTED)
+        temp_folder.write_marker(temp, journal.run_id, COMMITTED)
         faults.crash_point('commit:marked')
         fileio.delete([journal_path(out)])
         faults.crash_point('commit:unjournaled')
-        remove_temp(temp)
+        temp_folder.remove(temp)
 
 
 def _batches(moves: list, first: bool) -> list[list]:
@@ -131,10 +128,10 @@ def finish_interrupted(output_dir: str, run_id: str) -> tuple[list[str], set[str
         lines.append(f'completed the interrupted commit of run {journal.run_id} in {out}: it '
                      'holds that run\'s dataset now')
         finished.add(journal.run_id)
-    _remove_partials(out, JOURNAL)
-    for folder in temp_folders(out):
+    temp_folder.remove_partials(out, JOURNAL)
+    for folder in temp_folder.found_in(out):
         if folder.state == COMMITTED:
-            remove_temp(folder.path)
+            temp_folder.remove(folder.path)
             lines.append(f'removed the temporary folder {folder.path} of run {folder.run_id}, '
                          'whose commit had finished')
             finished.add(folder.run_id)

@@ -1,4 +1,4 @@
-"""The output folder's lock: one writer at a time (pipeline/output/output_folder.py says how).
+"""The output folder's lock: one writer at a time (pipeline/output/folder.py says how).
 
 A job that a service runs is named in its lock once submitted (`name_job`): a later run asks the
 service it is given about it (`acquire`'s `job_ended`) and takes the lock over once that service
@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import socket
 import uuid
@@ -16,8 +17,9 @@ from pipeline.errors import DatasetError, printable
 from pipeline.io import fileio
 from pipeline.io.gcs import delete_if_generation, read_versioned, write_if_generation
 from pipeline.output.bounded_reads import NotAFile, as_json, read_raw
-from pipeline.output.output_folder import LOG, _remove_partials
+from pipeline.output.temp_folder import remove_partials
 
+LOG = logging.getLogger('image_tfrecords')
 LOCK = '.lock'
 STALE_UNREADABLE_SECONDS = 30
 LOCK_MAX_BYTES = 1 << 20   # Read of a lock at most; the locks this tool writes have ~300.
@@ -206,7 +208,7 @@ def acquire(output_dir: str, run_id: str, runner: str, waits: bool,
     gcs = fileio.is_gcs(path)
     to_break = None   # With --break_lock: the holder first seen, the only one it may clear.
     with fileio.output_errors(path), _guard(output_dir):
-        _remove_partials(output_dir, LOCK)
+        remove_partials(output_dir, LOCK)
         for _ in range(5):
             state = read_lock(output_dir)
             if state is None:

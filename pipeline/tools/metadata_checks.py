@@ -1,6 +1,6 @@
 """What `verify` checks of the files beside the shards, against what the records hold and what
 the run noted in summary.json: that summary.json is this dataset's (pipeline/output/
-output_folder.is_own_dataset; else one line saying why) with its file formats, and agrees with
+dataset_files.is_own_dataset; else one line saying why) with its file formats, and agrees with
 the records (per split: records, shards, bytes, each shard's bytes and content (its first record
 before shard_content), records per class, inputs accounted for, passed-through records within
 its records) and with the error and damage reports (a line per input it counts, read a line at a
@@ -18,7 +18,8 @@ import collections
 
 from pipeline.errors import printable
 from pipeline.io import fileio
-from pipeline.output import bounded_reads, metadata, output_folder, records, shard_formats
+from pipeline.output import (bounded_reads, dataset_files, layout, metadata, records,
+                             shard_formats)
 
 _KINDS = {'int64': 'int', 'float32': 'float', 'string': 'bytes'}
 
@@ -200,7 +201,7 @@ def digest_problems(output_dir: str, summary: dict, present: list[str],
                         '(digests), so their bytes are not checked: written by a version '
                         'before it noted them, or edited')
     for name, digest in sorted(digests.items()):
-        if (not output_folder.is_dataset_file(name) or output_folder.is_shard_name(name)
+        if (not dataset_files.is_dataset_file(name) or dataset_files.is_shard_name(name)
                 or name in reported):
             continue
         found = bounded_reads.file_sha256(fileio.join(output_dir, name))
@@ -234,7 +235,7 @@ def _not_own(info: dict, summary) -> str:
     if not isinstance(summary, dict) or not isinstance(summary.get('splits'), dict):
         return 'missing or not a summary this tool wrote'
     try:
-        output_folder.check_run_id(summary.get('run_id'))
+        layout.check_run_id(summary.get('run_id'))
     except ValueError:
         return (f'its run id {shown(summary.get("run_id"))} is not one this tool '
                 'gives (16 hexadecimal digits)')
@@ -264,7 +265,7 @@ def metadata_problems(output_dir: str, info: dict, labels: bytes, reports: list,
     The counts of a split with a shard verify could not read to its end are not known: those
     that disagree are counted in `follows['count']`, not returned."""
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
-    if not output_folder.is_own_dataset(info, summary):
+    if not dataset_files.is_own_dataset(info, summary):
         return [f'{metadata.SUMMARY}: {_not_own(info, summary)}']
     names = labels.decode(errors='replace').splitlines()
     kinds = {}

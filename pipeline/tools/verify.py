@@ -37,8 +37,8 @@ import numpy as np
 
 from pipeline import credentials
 from pipeline.io import fileio, gcs
-from pipeline.output import (bounded_reads, commit_journal, dali_index, metadata, output_folder,
-                             output_lock, records, shard_formats)
+from pipeline.output import (bounded_reads, commit_journal, dali_index, dataset_files, layout,
+                             metadata, output_lock, records, shard_formats, temp_folder)
 from pipeline.output.shard_formats import ShardFormat
 from pipeline.base.settings import TEMP_PREFIX
 from pipeline.errors import DatasetError, printable
@@ -54,7 +54,7 @@ def _shard_names(info: dict, formats: list[ShardFormat]) -> dict[str, ShardForma
 
 
 def _layout_problems(expected: dict[str, ShardFormat], files: set[str]) -> list[str]:
-    found = {name for name in files if output_folder.is_shard_name(name)}
+    found = {name for name in files if dataset_files.is_shard_name(name)}
     problems = [f'{name}: missing shard' for name in sorted(set(expected) - found)]
     for name in sorted(found - set(expected)):
         problems.append(f'{name}: not part of this dataset (a shard from another run or dataset); '
@@ -73,7 +73,7 @@ def _index_files(expected: dict[str, ShardFormat], files: set[str], summary: dic
     problems, indexed = [], set()
     for name in sorted(files):
         shard = name.removesuffix(f'.{dali_index.SUFFIX}')
-        if shard == name or not output_folder.is_shard_name(shard):
+        if shard == name or not dataset_files.is_shard_name(shard):
             continue
         if shard in tfrecords:
             indexed.add(shard)
@@ -97,11 +97,11 @@ def _shard_count_problems(output_dir: str, info: dict) -> list[str]:
     noted in summary.json; without a summary of this dataset, one line when dataset_info.json
     lists another number of shards than the folder holds."""
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
-    if not output_folder.is_own_dataset(info, summary):
+    if not dataset_files.is_own_dataset(info, summary):
         listed = len(shard_formats.declared(info)) * sum(len(s['shardLengths'])
                                                          for s in info['splits'])
         held = sum(1 for entry in fileio.list_dir(output_dir)
-                   if not entry.is_dir and output_folder.is_shard_name(entry.name))
+                   if not entry.is_dir and dataset_files.is_shard_name(entry.name))
         return [] if listed == held else [
             f'{metadata.DATASET_INFO}: lists {listed} shards, the folder holds {held} and has '
             f'no {metadata.SUMMARY} of this dataset; no shard was read']
@@ -280,9 +280,9 @@ def warnings(output_dir: str) -> list[str]:
     if state is not None:
         found.append(f'{output_lock.lock_path(output_dir)}: held by '
                      f'{output_lock.describe(state)}; {output_lock.lock_advice(state)}')
-    for folder in output_folder.temp_folders(output_dir):
+    for folder in temp_folder.found_in(output_dir):
         size = f'{fileio.tree_bytes(folder.path) / 1e6:.1f} MB'
-        if folder.state == output_folder.COMMITTED:
+        if folder.state == layout.COMMITTED:
             found.append(f'{folder.path}: left by run {folder.run_id}, whose commit finished '
                          f'({size}); the next run on this folder removes it')
         else:
@@ -350,20 +350,20 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     if info is None or labels is None:
         raise DatasetError(_no_dataset(output_dir))
     names = labels.decode(errors='replace').splitlines()
-    named = output_folder.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
+    named = dataset_files.named_files(info, fileio.join(output_dir, metadata.DATASET_INFO))
     mismatched = _shard_count_problems(output_dir, info)
     if mismatched:   # No shard is read nor named one by one: the counts already disagree.
         print(f'{len(mismatched)} problem(s)')
         return mismatched
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
-    own = summary if output_folder.is_own_dataset(info, summary) else {}
+    own = summary if dataset_files.is_own_dataset(info, summary) else {}
     formats = shard_formats.declared(info)
     expected = _shard_names(info, formats)
     entries = fileio.list_dir(output_dir)
     files = {entry.name for entry in entries if not entry.is_dir}
     # A folder named as no shard of the dataset lists is an extra shard or index all the same.
     files |= {e.name for e in entries if e.is_dir and e.name not in expected
-              and output_folder.is_shard_name(e.name.removesuffix(f'.{dali_index.SUFFIX}'))}
+              and dataset_files.is_shard_name(e.name.removesuffix(f'.{dali_index.SUFFIX}'))}
     index_problems, indexed = _index_files(expected, files, own)
     problems = (_layout_problems(expected, files) + index_problems
                 + _link_problems(output_dir, set(named) | set(expected) | files))
@@ -379,7 +379,7 @@ def verify(output_dir: str, sample: float = 1.0, processes: int | None = None) -
     problems += _shard_digest_problems(reports, digests, problems)
     if own:
         rebuilt = {n for n, f in expected.items() if f.joins_parts} | {
-            n for n in files if output_folder.is_index_name(n)}
+            n for n in files if dataset_files.is_index_name(n)}
         present = [n for n in _listed(named, own) if n in files and n not in rebuilt]
         problems += metadata_checks.digest_problems(
             output_dir, own, present, {p.split(':', 1)[0] for p in problems})
@@ -445,7 +445,7 @@ def unlisted(output_dir: str) -> list[str]:
     protocol, nor shards or indexes (verify names those as problems)."""
     info = bounded_reads.load_metadata(output_dir, metadata.DATASET_INFO)
     summary = bounded_reads.load_metadata(output_dir, metadata.SUMMARY)
-    named = set(_listed(output_folder.named_files(
+    named = set(_listed(dataset_files.named_files(
         info, fileio.join(output_dir, metadata.DATASET_INFO)),
         summary if isinstance(summary, dict) else {}))
     protocol = {fileio.basename(output_lock.lock_path(output_dir)),
@@ -455,7 +455,7 @@ def unlisted(output_dir: str) -> list[str]:
     for entry in fileio.list_dir(output_dir):
         name = entry.name
         if (name in named or name in protocol or entry.name.startswith(TEMP_PREFIX)
-                or output_folder.is_shard_name(name.removesuffix(f'.{dali_index.SUFFIX}'))):
+                or dataset_files.is_shard_name(name.removesuffix(f'.{dali_index.SUFFIX}'))):
             continue   # The dataset's own, the protocol's, or named by verify's problems.
         what = ('a symbolic link' if name in links else 'a folder' if entry.is_dir
                 else 'a file')
