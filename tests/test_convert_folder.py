@@ -178,3 +178,20 @@ def test_a_shard_whose_every_input_is_skipped_is_not_said_written(tmp_path):
     lines = result.stderr.splitlines()
     assert 'train shard 1/1: every input skipped (2); no shard is written for it' in lines
     assert not [line for line in lines if ' written: ' in line]
+
+
+def test_a_folder_is_one_dataset_however_its_path_is_spelled(tmp_path):
+    """A rerun naming the input folder by its absolute path, with a trailing slash or through a
+    link finds the dataset its relative path made: nothing to do, and no file touched."""
+    write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
+                                 for i in range(4)})
+    os.symlink(tmp_path / 'in', tmp_path / 'link')
+    out = f'{tmp_path}/out'
+    made = cli('--input_dir=in', f'--output_dir={out}', '--leakage=off', cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    before = output_files(out)
+    for spelled in (f'{tmp_path}/in', 'in/', 'link'):
+        again = cli(f'--input_dir={spelled}', f'--output_dir={out}', '--leakage=off', cwd=tmp_path)
+        assert again.returncode == 0, (spelled, again.stderr)
+        assert again.stderr.strip().endswith('and its input is unchanged; nothing to do'), spelled
+        assert output_files(out) == before, spelled

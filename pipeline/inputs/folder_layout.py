@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
 from pipeline.inputs import folders, parquet_files, zip_index
-from pipeline.inputs.kinds import InputKind, Partition, Source
+from pipeline.inputs.kinds import InputKind, Partition, Source, real_location
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
 from pipeline.base.splits import SPLITS, split_of
@@ -323,7 +323,7 @@ class FolderKind(InputKind):
 
     def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
         by_csv = tuple(s for s in SPLITS if getattr(opts, f'csv_{s}', None))
-        return _folder_source(opts.input_dir.rstrip('/'), labels, not alone,
+        return _folder_source(real_location(opts.input_dir), labels, not alone,
                               accept_cut=opts.max_error_ratio >= 1, by_csv=by_csv)
 
 
