@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from pipeline.inputs import folder_layout
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import (
@@ -195,3 +196,17 @@ def test_a_folder_is_one_dataset_however_its_path_is_spelled(tmp_path):
         assert again.returncode == 0, (spelled, again.stderr)
         assert again.stderr.strip().endswith('and its input is unchanged; nothing to do'), spelled
         assert output_files(out) == before, spelled
+
+
+def test_class_folders_past_the_bound_are_listed_by_name_and_make_the_same_dataset(
+        tmp_path, monkeypatch):
+    """Past MAX_CLASS_PARTITIONS class folders in a split (a million empty ones, say), the real
+    ones are listed many to a partition: the dataset is the one a partition each makes."""
+    files = {f'train/c{i % 5}/{i}.jpg': imagemaker.jpeg(24, 20, seed=i) for i in range(10)}
+    root = write_tree(tmp_path / 'in', files)
+    os.makedirs(f'{root}/train/empty')
+    each, grouped = f'{tmp_path}/each', f'{tmp_path}/grouped'
+    convert(f'--input_dir={root}', f'--output_dir={each}', '--leakage=off')
+    monkeypatch.setattr(folder_layout, 'MAX_CLASS_PARTITIONS', 2)
+    convert(f'--input_dir={root}', f'--output_dir={grouped}', '--leakage=off')
+    assert output_files(each) == output_files(grouped)
