@@ -2,6 +2,7 @@
 
     python -m benchmarks.archives [--n 4000] [--rounds 2] [--members 1000]
     python -m benchmarks.archives --gzip [--n 1000] [--rounds 2] [--reencode]
+    python -m benchmarks.archives --directory_only [--entries 200000] [--checkout DIR]
 
 Speed: the workload of benchmarks/workload.py (n images), once as loose files and once as
 archives of the same images (ImageNet's shape: train.tar a tar of class tars, validation.zip
@@ -18,9 +19,11 @@ Gzip (--gzip): n photo-like images of 900x700 in class folders, once as the fold
 interleaved, the fastest of --rounds; prints each time and .tar.gz / folder, then what
 `--plan_only` on the .tar.gz says the command takes against that run's time.
 
-Directory: a stored zip of --entries empty members, its central directory listed by the zip
-index (pipeline/inputs/zip_index.py) and by zipfile (an object of each entry) in the same run;
-prints entries/s of each and their ratio.
+Index: a stored zip and a tar of --entries empty members (1,000 class folders), each indexed
+into a MemberTable (pipeline/inputs/archives.py `table`) in a process of its own; prints the
+entries/s and the process's resident MB before and at its peak; then zipfile's listing of the
+zip (an object of each entry) in entries/s, and the zip index's ratio to it. --checkout indexes
+them with another checkout's code, to compare two versions on the same archives.
 """
 import argparse
 import io
@@ -35,8 +38,6 @@ import zipfile
 
 from benchmarks.benchmark import fastest, measure, steady
 from benchmarks.workload import linked_workload, make_workload
-from pipeline.inputs import zip_index
-from pipeline.inputs.archive_base import Archive
 from pipeline.testing import archivemaker, gcs_servers, imagemaker
 
 PY = sys.executable
@@ -181,21 +182,49 @@ def gzip_speed(n: int, rounds: int, workdir: str, flags: list[str]) -> None:
               f'{estimate / packed_s:.2f} of the run')
 
 
-def directory(entries: int, workdir: str) -> None:
-    """Entries/s of listing a zip's central directory: the zip index against zipfile."""
-    path = os.path.join(workdir, 'entries.zip')
-    archivemaker.write_stored_zip(path, ((f'c{i % 1000:03d}/{i:07d}.jpg', b'')
-                                         for i in range(entries)))
-    size = os.path.getsize(path)
+# Indexes an archive into a MemberTable in a process of its own: members, seconds, the resident
+# MB before and the peak.
+# (From /proc: ru_maxrss would count what the benchmark held when it started the process.)
+_INDEX = """
+import re, sys, time
+from pipeline.inputs import archives
+def kb(field):
+    return int(re.search(field + r':\\s+(\\d+)', open('/proc/self/status').read())[1])
+path, size = sys.argv[1], int(sys.argv[2])
+before = kb('VmRSS')
+started = time.monotonic()
+found = archives.table(archives.Archive.of_file(path, size, 0.0))
+seconds = time.monotonic() - started
+print(len(found), seconds, before >> 10, kb('VmHWM') >> 10)
+"""
+
+
+def directory(entries: int, workdir: str, checkout: str | None = None) -> None:
+    """Entries/s and the peak resident MB of indexing a stored zip and a tar of `entries` empty
+    members into a MemberTable (archives.table), each in a process of its own (`checkout`: with
+    that checkout's code); and zipfile's listing of the zip, in this process."""
+    env = dict(os.environ, PYTHONPATH=checkout or os.getcwd())
+    names = [f'c{i % 1000:03d}/{i:07d}.jpg' for i in range(entries)]
+    made = {kind: os.path.join(workdir, f'entries.{kind}') for kind in ('zip', 'tar')}
+    archivemaker.write_stored_zip(made['zip'], ((name, b'') for name in names))
+    with tarfile.open(made['tar'], 'w') as archive:
+        for name in names:
+            archive.addfile(tarfile.TarInfo(name))
+    rates = {}
+    for kind, path in made.items():
+        found = subprocess.run([PY, '-c', _INDEX, path, str(os.path.getsize(path))], env=env,
+                               capture_output=True, text=True, check=True).stdout.split()
+        listed, seconds, before, peak = int(found[0]), float(found[1]), int(found[2]), int(found[3])
+        assert listed == entries, (kind, listed)
+        rates[kind] = entries / seconds
+        print(f'| {kind} of {entries:,} members | indexed {rates[kind]:,.0f} entries/s | '
+              f'resident {before} MB before, peak {peak} MB (+{peak - before}) |')
     started = time.monotonic()
-    listed = sum(1 for _ in zip_index.members(Archive.of_file(path, size, 0.0)))
-    index = entries / (time.monotonic() - started)
-    started = time.monotonic()
-    with zipfile.ZipFile(path) as archive:
-        assert len(archive.infolist()) == listed == entries
+    with zipfile.ZipFile(made['zip']) as archive:
+        assert len(archive.infolist()) == entries
     baseline = entries / (time.monotonic() - started)
-    print(f'| central directory of {entries:,} entries | zip index {index:,.0f} entries/s | '
-          f'zipfile {baseline:,.0f} entries/s | {index / baseline:.2f}x |')
+    print(f'| zipfile | {baseline:,.0f} entries/s | zip index / zipfile '
+          f'{rates["zip"] / baseline:.2f}x |')
 
 
 def main() -> None:
@@ -207,13 +236,15 @@ def main() -> None:
     parser.add_argument('--reencode', action='store_true', help='with --gzip: convert with it')
     parser.add_argument('--entries', type=int, default=200_000)
     parser.add_argument('--directory_only', action='store_true',
-                        help='only list a central directory of --entries entries')
+                        help='only index a zip and a tar of --entries members')
+    parser.add_argument('--checkout', help='index them with this checkout\'s code (its folder '
+                        'first on PYTHONPATH), to compare two versions')
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix='archives-benchmark-')
     if args.gzip:
         gzip_speed(args.n, args.rounds, workdir, ['--reencode'] if args.reencode else [])
         return
-    directory(args.entries, workdir)
+    directory(args.entries, workdir, args.checkout)
     if args.directory_only:
         return
     speed(args.n, args.rounds, workdir)

@@ -20,8 +20,11 @@ Beam's public path instead, with one log line: slower to start, never a crash or
   result keeps it as `_job_id`), and a handle of a job submitted earlier, made as the runners
   make theirs (the portable runner's PipelineResult over the job service's streams, Dataflow's
   DataflowPipelineResult over its client). No fallback: a command that follows a job needs them.
-- Beam's argument parser, the one its options classes add their flags to (`argument_parser`).
-  Fallback: argparse's, with Beam's extra method.
+- Beam's argument parser, the one its options classes add their flags to, and the list of those
+  classes (the subclasses of PipelineOptions imported: ours, Beam's, the runners'), which
+  `options_parser` fills as Beam fills its own. Fallback: argparse's parser, with Beam's extra
+  method. The method that adds a class's flags, `_add_argparse_args`, is how Beam's guide
+  defines options (pipeline/options.py defines ours by it); it has no fallback.
 - Not a name but a habit, which nothing here calls: the FnApiRunner hands the elements of a
   grouped stage to its workers in turn, in the order they were made; transforms/sharding.py
   deals a local run's tasks by it (tests/test_stages.py holds it). Without it nothing fails:
@@ -139,16 +142,25 @@ def worker_exit_code(exc: BaseException) -> int | None:
     return int(found[1]) if found else None
 
 
-def argument_parser(error) -> argparse.ArgumentParser:
-    """Beam's parser of options (its options classes add flags to it with a method of its own),
-    whose errors go to `error(message)`."""
+def options_parser(error: Callable[[str], Any] | None = None, classes: list[type] | None = None,
+                   **settings) -> argparse.ArgumentParser:
+    """Beam's parser of options with the flags of the options classes `classes` (default: every
+    one imported), added as Beam adds them; `settings` go to argparse (prog, description, ...),
+    and a bad flag's message to `error(message)` where given (else argparse's usage page)."""
     from apache_beam.options import pipeline_options
     base = getattr(pipeline_options, '_BeamArgumentParser', None)
     if base is None:
         base = type('_Parser', (argparse.ArgumentParser,), {
             'add_value_provider_argument': argparse.ArgumentParser.add_argument})
-    parser = type('_RaisingParser', (base,), {'error': lambda self, message: error(message)})
-    return parser(allow_abbrev=False)
+    if error is not None:
+        base = type('_RaisingParser', (base,), {'error': lambda self, message: error(message)})
+    parser = base(allow_abbrev=False, **settings)
+    if classes is None:   # A class imported twice (a reloaded module) adds its flags once.
+        classes = list({str(cls): cls
+                        for cls in pipeline_options.PipelineOptions.__subclasses__()}.values())
+    for cls in classes:
+        cls._add_argparse_args(parser)
+    return parser
 
 
 def _workers_class():

@@ -13,11 +13,10 @@ import os
 import re
 from typing import Sequence
 
-from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
     DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions, TypeOptions)
 
-from pipeline import dataflow
+from pipeline import beam_internals, dataflow
 from pipeline.base.runners import RunnerKind, runner_kind, runner_name
 from pipeline.base.settings import MAX_LABEL_ID
 from pipeline.errors import DatasetError, printable
@@ -196,21 +195,15 @@ def _check_path_names(launch: Launch) -> None:
             raise DatasetError(f'{flag} {printable(path)}: {problem}')
 
 
-class _RaisingParser(pipeline_options._BeamArgumentParser):
-    """Beam's parser of all options, reporting a bad value as a DatasetError, not a usage page."""
-
-    def error(self, message: str):
-        raise DatasetError(f'{message.replace("argument ", "flag ", 1)}; python -m pipeline.run '
-                           '--help lists every flag')
-
-
 def _all_options_parser() -> argparse.ArgumentParser:
-    """A parser of every flag any Beam options class (ours, Beam's, the runners') defines."""
-    parser = _RaisingParser(allow_abbrev=False)
-    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
-    for cls in classes.values():
-        cls._add_argparse_args(parser)
-    return parser
+    """A parser of every flag any Beam options class (ours, Beam's, the runners') defines,
+    reporting a bad value as a DatasetError, not a usage page."""
+    return beam_internals.options_parser(_bad_flag)
+
+
+def _bad_flag(message: str):
+    raise DatasetError(f'{message.replace("argument ", "flag ", 1)}; python -m pipeline.run '
+                       '--help lists every flag')
 
 
 def _given_flags(argv: list[str]) -> set[str]:

@@ -8,6 +8,7 @@ import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import beam_internals
 from pipeline.base.choices import DamagedAction, LeakageAction, values
 from pipeline.base.settings import FEW_ERRORS, ConversionSettings, ImageOptions
 from pipeline.inputs import registry
@@ -158,8 +159,8 @@ class ConverterOptions(PipelineOptions):
 
 def converter_parser() -> argparse.ArgumentParser:
     """A parser of the converter's own flags (for --help and the Flex Template metadata)."""
-    parser = argparse.ArgumentParser(
-        prog='python -m pipeline.run',
+    return beam_internals.options_parser(
+        classes=[ConverterOptions], prog='python -m pipeline.run',
         description='Convert an image-classification dataset into sharded TFRecords '
         '(tf.train.Example) per split, on Apache Beam.',
         epilog='Every other flag goes to Beam, e.g. --runner=DataflowRunner --project=P '
@@ -167,8 +168,6 @@ def converter_parser() -> argparse.ArgumentParser:
         'print its stages, workers, staged files and plan without submitting it; without '
         'credentials it runs offline, the buckets unchecked), or '
         '--direct_num_workers=N for a local run (N worker processes; default: one per core).')
-    ConverterOptions._add_argparse_args(parser)
-    return parser
 
 
 def help_text() -> str:

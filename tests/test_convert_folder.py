@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from pipeline.inputs import folder_layout
 from pipeline.output import records
 from pipeline.testing import imagemaker
 from tests.helpers import (
@@ -178,3 +179,34 @@ def test_a_shard_whose_every_input_is_skipped_is_not_said_written(tmp_path):
     lines = result.stderr.splitlines()
     assert 'train shard 1/1: every input skipped (2); no shard is written for it' in lines
     assert not [line for line in lines if ' written: ' in line]
+
+
+def test_a_folder_is_one_dataset_however_its_path_is_spelled(tmp_path):
+    """A rerun naming the input folder by its absolute path, with a trailing slash or through a
+    link finds the dataset its relative path made: nothing to do, and no file touched."""
+    write_tree(tmp_path / 'in', {f'train/c{i % 2}/{i}.jpg': imagemaker.jpeg(30, 20, seed=i)
+                                 for i in range(4)})
+    os.symlink(tmp_path / 'in', tmp_path / 'link')
+    out = f'{tmp_path}/out'
+    made = cli('--input_dir=in', f'--output_dir={out}', '--leakage=off', cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    before = output_files(out)
+    for spelled in (f'{tmp_path}/in', 'in/', 'link'):
+        again = cli(f'--input_dir={spelled}', f'--output_dir={out}', '--leakage=off', cwd=tmp_path)
+        assert again.returncode == 0, (spelled, again.stderr)
+        assert again.stderr.strip().endswith('and its input is unchanged; nothing to do'), spelled
+        assert output_files(out) == before, spelled
+
+
+def test_class_folders_past_the_bound_are_listed_by_name_and_make_the_same_dataset(
+        tmp_path, monkeypatch):
+    """Past MAX_CLASS_PARTITIONS class folders in a split (a million empty ones, say), the real
+    ones are listed many to a partition: the dataset is the one a partition each makes."""
+    files = {f'train/c{i % 5}/{i}.jpg': imagemaker.jpeg(24, 20, seed=i) for i in range(10)}
+    root = write_tree(tmp_path / 'in', files)
+    os.makedirs(f'{root}/train/empty')
+    each, grouped = f'{tmp_path}/each', f'{tmp_path}/grouped'
+    convert(f'--input_dir={root}', f'--output_dir={each}', '--leakage=off')
+    monkeypatch.setattr(folder_layout, 'MAX_CLASS_PARTITIONS', 2)
+    convert(f'--input_dir={root}', f'--output_dir={grouped}', '--leakage=off')
+    assert output_files(each) == output_files(grouped)

@@ -68,6 +68,7 @@ def _under(root: str, given=False) -> str:
 @pytest.mark.slow
 def test_relative_paths_are_read_under_the_start_folder_not_beside_the_parquet_file(tmp_path):
     start = _start_folder(tmp_path)
+    parquet = f'{os.path.realpath(start)}/pq/train.parquet'   # Reported by its real path.
     beside = imagemaker.jpeg(24, 16, seed=99)   # Another rose0.jpg, beside the parquet file.
     os.makedirs(f'{start}/pq/flowers/rose')
     with open(f'{start}/pq/flowers/rose/rose0.jpg', 'wb') as stream:
@@ -80,7 +81,7 @@ def test_relative_paths_are_read_under_the_start_folder_not_beside_the_parquet_f
     # One root: the start folder's rose0.jpg is read, not the one beside the parquet file.
     assert _stored(f'{start}/out') == {os.path.basename(p): IMAGES[p] for p in IMAGES}
     assert _errors(f'{start}/out') == [(
-        'pq/train.parquet:row 6',
+        f'{parquet}:row 6',
         f'no image: column image holds no bytes, and its relative path names no file under '
         f'{_under(start)} ({os.path.realpath(start)}/flowers/rose/gone.jpg); pass '
         '--image_root=FOLDER the paths are relative to, or write the file with the images in '
@@ -94,6 +95,7 @@ def test_a_path_leading_outside_the_image_root_is_reported_and_not_read(tmp_path
     from the root and must stay in it); paths written absolute by datasets from the folder the
     command is run in need no flag."""
     start = _start_folder(tmp_path)
+    parquet = f'{os.path.realpath(start)}/pq/train.parquet'   # Reported by its real path.
     private = {f'{tmp_path}/private/{i}.jpg': imagemaker.jpeg(24, 16, seed=50 + i) for i in range(4)}
     os.makedirs(tmp_path / 'private')
     for path, data in private.items():
@@ -110,7 +112,7 @@ def test_a_path_leading_outside_the_image_root_is_reported_and_not_read(tmp_path
     private_dir = os.path.realpath(tmp_path / 'private')
     leads = ['lies', *(f'leads to {private_dir}/{i}.jpg,' for i in (1, 2, 3))]
     assert sorted(_errors(f'{start}/out')) == [
-        (f'pq/train.parquet:row {6 + i}', f'no image: column image holds no bytes, and its path '
+        (f'{parquet}:row {6 + i}', f'no image: column image holds no bytes, and its path '
          f'{path} {led} outside {_under(start)}; pass --image_root=FOLDER holding it, or write '
          'the file with the images in it (datasets embeds them in push_to_hub)')
         for i, (path, led) in enumerate(zip(crafted, leads))]
@@ -125,7 +127,7 @@ def test_a_path_leading_outside_the_image_root_is_reported_and_not_read(tmp_path
     assert sorted(_stored(f'{start}/out2').values()) == sorted(
         [*IMAGES.values(), *list(private.values())[:3]])
     assert _errors(f'{start}/out2') == [(
-        'pq/train.parquet:row 9', 'no image: column image holds no bytes, and its path '
+        f'{parquet}:row 9', 'no image: column image holds no bytes, and its path '
         f'../private/3.jpg leads to {os.path.dirname(os.path.realpath(tmp_path))}/private/3.jpg, '
         f'outside {_under(tmp_path, given=True)}; pass --image_root=FOLDER holding it, or write '
         'the file with the images in it (datasets embeds them in push_to_hub)')]
@@ -134,6 +136,7 @@ def test_a_path_leading_outside_the_image_root_is_reported_and_not_read(tmp_path
 @pytest.mark.slow
 def test_a_column_of_path_strings_is_read_as_paths_once_named(tmp_path):
     start = _start_folder(tmp_path)
+    parquet = f'{os.path.realpath(start)}/pq/train.parquet'   # Reported by its real path.
     paths = sorted(IMAGES) + ['flowers/daisy/gone.jpg', None]
     _to_parquet(start, 'pq/train.parquet', paths, [f'c{i % 2}' for i in range(len(paths))],
                 cast=False)
@@ -147,22 +150,22 @@ def test_a_column_of_path_strings_is_read_as_paths_once_named(tmp_path):
     flags = ['--input_dir=pq', '--output_dir=out', '--label_column=label', NO_LEAKAGE_CHECK]
     refused = cli(*flags, cwd=start)
     assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
-        'error: pq/train.parquet: no column is an Image feature (columns: image, label); '
+        f'error: {parquet}: no column is an Image feature (columns: image, label); '
         'choose one with --image_column')
     result = cli(*flags, '--image_column=image', '--max_error_ratio=0.5', cwd=start)
     assert result.returncode == 0, result.stderr
     assert sorted(_stored(f'{start}/out').values()) == sorted(IMAGES.values())
     assert sorted(_errors(f'{start}/out')) == [
-        ('pq/train.parquet:row 6',
+        (f'{parquet}:row 6',
          'no image: the relative path in column image names no file under '
          f'{_under(start)} ({os.path.realpath(start)}/flowers/daisy/gone.jpg); pass '
          '--image_root=FOLDER the paths are relative to, or write the file with the images in '
          'it (datasets embeds them in push_to_hub)'),
-        ('pq/train.parquet:row 7', 'no image (column image holds no path)'),
-        ('pq/train.parquet:row 8', 'no image: the path in column image is not valid UTF-8; '
+        (f'{parquet}:row 7', 'no image (column image holds no path)'),
+        (f'{parquet}:row 8', 'no image: the path in column image is not valid UTF-8; '
          'write it again, or write the file with the images in it (datasets embeds them in '
          'push_to_hub)'),
-        ('pq/train.parquet:row 9', 'no image: the path in column image is 5,000 bytes long (a '
+        (f'{parquet}:row 9', 'no image: the path in column image is 5,000 bytes long (a '
          'path may be 4,096 at most); write it again, or write the file with the images in it '
          '(datasets embeds them in push_to_hub)')]
 

@@ -10,7 +10,8 @@ from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import label_values
-from pipeline.inputs.kinds import InputKind, Partition, Source, check_regular, path_ref
+from pipeline.inputs.kinds import (
+    InputKind, Partition, Source, check_regular, path_ref, real_location)
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
 from pipeline.output import records
@@ -302,15 +303,18 @@ def _lift_field_limit() -> None:
 
 
 def _csv_source(csvs: dict, labels: LabelSettings) -> Source:
-    partitions = []
+    """The CSVs' partitions, each CSV by its real location (kinds.real_location), which keeps
+    its name in its folder: its relative uris name the files they named."""
+    partitions, real = [], {}
     for split, path in csvs.items():
         check_regular(path, f'--csv_{split}')
         if not fileio.exists(path):
             raise DatasetError(f'--csv_{split} {path} does not exist; give the path of a CSV '
                                'file with uri,label lines')
-        partitions.append(CsvFile(split, path))
+        real[split] = real_location(path)
+        partitions.append(CsvFile(split, real[split]))
     return Source(partitions, tuple(s for s in SPLITS if s in csvs), labels,
-                  identity=f'csv {sorted(csvs.items())}')
+                  identity=f'csv {sorted(real.items())}')
 
 
 class CsvKind(InputKind):

@@ -5,6 +5,8 @@ it reads and what Source it describes: the splits, labels and partitions. Each P
 listed on a worker (transforms/listing.py) into ExampleRefs.
 """
 import dataclasses
+import os
+import re
 from typing import Callable, Iterator
 
 from pipeline.errors import DatasetError
@@ -37,7 +39,8 @@ class Source:
     name: str = 'dataset'
     description: str = ''
     version: str = '1.0.0'
-    identity: str = ''      # What the input is (part of the run id): folder, CSVs or config.
+    # What the input is (part of the run id): its folder, CSVs, shards (real_location) or config.
+    identity: str = ''
 
 
 class InputKind:
@@ -93,6 +96,22 @@ def path_ref(split: str, path: str, label: str | int, size: int | None, extras: 
                           problem=member.error)   # One row, one input: its loss is counted.
     return ExampleRef(split, member.key, path, name or member.name, label, member.size,
                       extras=extras, mtime=member.mtime, member=member.member)
+
+
+def real_location(path: str) -> str:
+    """The one spelling of an input's path, which its records' keys and image/source and the run
+    id hold, so that the same input however its path is spelled is the same dataset. A local
+    path: absolute, its folders' links followed (`in`, `./in/`, `/data/in` and a link to it are
+    one), a file keeping its name (its suffix says what it is: `train.tar`, `x.zip/sub`). A gs://
+    path: without a trailing slash or a doubled one."""
+    if fileio.is_gcs(path):
+        return 'gs://' + re.sub('/{2,}', '/', path[len('gs://'):]).rstrip('/')
+    path = path.rstrip('/') or '/'
+    real = os.path.realpath(path)
+    if os.path.isdir(real):
+        return real
+    head, name = os.path.split(path)
+    return os.path.join(real_location(head or '.'), name)
 
 
 def check_regular(path: str, flag: str) -> None:

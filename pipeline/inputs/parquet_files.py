@@ -28,7 +28,7 @@ import pyarrow as pa
 from pipeline.base.runners import runner_kind, runner_name
 from pipeline.errors import DatasetError, printable
 from pipeline.inputs import archives, label_values
-from pipeline.inputs.kinds import InputKind, Partition, Source
+from pipeline.inputs.kinds import InputKind, Partition, Source, real_location
 from pipeline.inputs.parquet_image_paths import NO_IMAGE_ROOT, ImageRoot
 from pipeline.inputs.parquet_row_groups import ClassNames, Columns, RowGroups, footer, readable, spans
 from pipeline.base.splits import SPLITS, split_of
@@ -319,7 +319,7 @@ class ParquetKind(InputKind):
         return '--input_dir'
 
     def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
-        return _parquet_source(opts.input_dir.rstrip('/'), opts, labels)
+        return _parquet_source(real_location(opts.input_dir), opts, labels)
 
 
 PARQUET_KIND = ParquetKind()

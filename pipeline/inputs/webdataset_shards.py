@@ -28,7 +28,7 @@ from pipeline.errors import DatasetError
 from pipeline.inputs import archives, brace_patterns, label_values
 from pipeline.inputs.archives import Archive, Member
 from pipeline.inputs.folder_layout import NOT_UTF8, _escaped, _not_utf8
-from pipeline.inputs.kinds import InputKind, Partition, Source
+from pipeline.inputs.kinds import InputKind, Partition, Source, real_location
 from pipeline.base.refs import ExampleRef
 from pipeline.io import fileio
 from pipeline.base.splits import SPLITS
@@ -276,13 +276,15 @@ class WebDatasetKind(InputKind):
         return f'--webdataset {split}=...'
 
     def source(self, opts, labels: LabelSettings, config, alone: bool) -> Source:
-        shards = shard_lists(opts.webdataset)
+        shards = {split: [(real_location(path), item) for path, item in given]
+                  for split, given in shard_lists(opts.webdataset).items()}
         classes = (None if labels.label_names is None
                    else labels.label_offset + len(labels.label_names))
         partitions = [Shard(split, archive, opts.label_field, classes)
                       for split, given in shards.items() for archive in _archives(given)]
+        paths = sorted((split, path) for split, given in shards.items() for path, _ in given)
         return Source(partitions, tuple(s for s in SPLITS if s in shards), labels,
-                      identity=f'webdataset {sorted(opts.webdataset)} {opts.label_field}')
+                      identity=f'webdataset {paths} {opts.label_field}')
 
 
 WEBDATASET = WebDatasetKind()
