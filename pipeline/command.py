@@ -21,6 +21,7 @@ from pipeline.launch import Launch, resolve
 from pipeline.options import help_text
 from pipeline.run_summary import format_summary, load_hint
 from pipeline.sources import input_paths
+from transforms import plan_note
 
 
 def main(argv: 'Sequence[str] | Launch', out: TextIO, err: TextIO, started: float | None = None,
@@ -64,7 +65,7 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
     check_credentials(paths)
     if flags.plan_only:
         document = job.plan(launch, started=started)
-        print(plan.dumps(document) if flags.plan_format == 'json' else plan.format_plan(document),
+        print(plan_note.dumps(document) if flags.plan_format == 'json' else plan.format_plan(document),
               file=out)
         return 0
     if launch.remote and (flags.detach or launch.template_location) and not flags.attach:

@@ -4,7 +4,8 @@ before any image is read.
 The listing, label and shard-planning stages run as they would in the conversion, a
 deterministic sample of the inputs converted as the conversion converts it to size the shards by
 their output (transforms/local_rate.py, sharding.output_line); their result is a small
-document per split, to which `estimate` adds the time and cost model below.
+document per split (transforms/plan_note.py), to which `estimate` adds the time and cost model
+below.
 
 The model: Dataflow runs one SDK process per vCPU, and each process up to one work item per
 harness thread (--number_of_worker_harness_threads, 4 by default here, pipeline/dataflow.py).
@@ -23,13 +24,10 @@ and the conversion at the rate of a sample of the inputs converted with the run'
 (transforms/local_rate.py) on the local workers, capped by the CPU the machine spent per image.
 """
 import dataclasses
-import json
 import math
 
-from pipeline.io import fileio
 from pipeline.io.sorted_runs import BUDGET_BYTES
 from pipeline.base.splits import SPLITS
-from transforms.sharding import output_line
 
 # Measured: CPU of the converter's processes per image, pass-through gs:// -> gs:// with 50 ms per
 # Cloud Storage read and one worker process (one work item), 3.43 ms (benchmarks/latency.py,
@@ -55,58 +53,6 @@ def seconds_to_read(objects: int) -> float:
     the T with integral_0^T R * 2^(t/D) dt = objects."""
     rate, doubling = BUCKET_READS_PER_SECOND, RAMP_DOUBLING_SECONDS
     return doubling * math.log2(1 + objects * math.log(2) / (rate * doubling))
-
-
-def plan_document(facts, label_map, plans: dict, sample: dict | None = None) -> dict:
-    """Per split: inputs, ignored files, labels, shards, estimated bytes in and out; what the
-    converted sample weighed and, when it was timed here, the rate measured (runs in the
-    pipeline)."""
-    splits = {}
-    for split, plan in plans.items():
-        labels = {t for t, where in facts.texts.items() if split in where} or facts.int_labels
-        splits[split] = {'inputs': plan.count, 'ignored': facts.ignored.get(split, 0),
-                         'listing': facts.listing_fingerprint(split),
-                         'labels': len(labels), 'shards': plan.num_shards,
-                         'chunks': plan.num_chunks, 'input_bytes': plan.input_bytes,
-                         'output_bytes': plan.output_bytes,
-                         'output_sampled': plan.output_sampled,
-                         'shard_bytes': plan.output_bytes // plan.num_shards}
-        if facts.streamed.get(split):   # Gzip archives: decompressed once into a blob.
-            splits[split]['streamed_archives'] = sorted(facts.streamed[split])
-    document = {'labels': len(label_map.names), 'splits': splits}
-    if sample is None:
-        return document
-    document['sample'] = sample_summary(sample.get('weighed') or [])
-    document['sample']['converted_by_run'] = sample.get('converted_by_run', False)
-    rate = {k: v for k, v in sample.items() if k not in ('weighed', 'converted_by_run')}
-    return dict(document, local_rate=rate) if rate else document
-
-
-def sample_summary(weighed: list) -> dict:
-    """What the converted sample weighed: per split its inputs, their bytes where known and
-    their records' bytes; and the line the shards are sized by (sharding.output_line)."""
-    splits = {}
-    for split, size, out in weighed:
-        found = splits.setdefault(split, dict.fromkeys(
-            ('sampled', 'sized', 'input_bytes', 'records', 'output_bytes'), 0))
-        found['sampled'] += 1
-        found['sized'] += size is not None
-        found['input_bytes'] += size or 0
-        found['records'] += out > 0
-        found['output_bytes'] += out
-    line = output_line(weighed)
-    return {'splits': splits, 'line': None if line is None else {
-        'bytes_per_record': float(line[0]), 'bytes_per_input_byte': float(line[1])}}
-
-
-def write_plan(facts, label_map, plans: dict, path: str, sample: dict | None = None,
-               label_names: bool = False) -> None:
-    """The last step of a plan-only job: its document, as JSON at `path`; with `label_names`
-    (a conversion's note of its plan) the class name of every id too."""
-    document = plan_document(facts, label_map, plans, sample)
-    if label_names:
-        document['label_names'] = list(label_map.names)
-    fileio.write_bytes(path, dumps(document).encode())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,7 +298,3 @@ def _size(count: int) -> str:
         if count >= scale:
             return f'{count / scale:.{1 if unit == "GB" else 0}f} {unit}'
     return f'{count / 1e3:.0f} KB'
-
-
-def dumps(document: dict) -> str:
-    return json.dumps(document, indent=2, sort_keys=True)

@@ -125,9 +125,12 @@ def _log_to(path: str) -> None:
 
 
 def _log_thread_error(args: threading.ExceptHookArgs) -> None:
-    logging.getLogger(console.TRACE).info(
-        'uncaught exception in thread %s', args.thread.name if args.thread else '?',
-        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+    try:
+        logging.getLogger(console.TRACE).info(
+            'uncaught exception in thread %s', args.thread.name if args.thread else '?',
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+    except BaseException:   # The process is ending under it (a stop): its line is said.
+        pass
 
 
 def _prestart() -> None:

@@ -15,7 +15,7 @@ import dataclasses
 import apache_beam as beam
 
 from pipeline.base.settings import ConversionSettings
-from pipeline.plan import write_plan
+from transforms.plan_note import write_plan
 from transforms import local_rate, sharding
 from transforms.gathered import gather
 from transforms.labels import DatasetFacts, LabelMap, combined_facts, label_map_of
