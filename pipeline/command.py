@@ -65,8 +65,8 @@ def _run(launch: Launch, out: TextIO, started: float) -> int:
     check_credentials(paths)
     if flags.plan_only:
         document = job.plan(launch, started=started)
-        print(plan_note.dumps(document) if flags.plan_format == 'json' else plan.format_plan(document),
-              file=out)
+        print(plan_note.dumps(document) if flags.plan_format == 'json'
+              else plan.format_plan(document), file=out)
         return 0
     if launch.remote and (flags.detach or launch.template_location) and not flags.attach:
         print(_submit(launch), file=out)

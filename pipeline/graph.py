@@ -57,7 +57,8 @@ def build_pipeline(runner: PipelineRunner | None, options: PipelineOptions,
         sample_size=SAMPLE_SIZE if sized else 0)
     note = (layout.plan_note(settings.temp_dir, settings.lock_token)
             if settings.lock_token else None)   # For the launcher that waits (or --attach).
-    plan = listed | 'Plan Conversion' >> PlanConversion(settings, sized, note=note)
+    plan = listed | 'Plan Conversion' >> PlanConversion(settings, sized, note=note,
+                                                        names=True)
     encoded = plan | 'Encode Chunks' >> EncodeTasks(settings)
     checked = plan | 'Check Quality' >> CheckQuality(settings, encoded['filed'])
     shards = encoded['parts'] | 'Write Shards' >> WriteShards(settings, plan,

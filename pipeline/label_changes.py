@@ -1,9 +1,11 @@
 """What a run changes of the label ids of the dataset it replaces, said in one line.
 
 A dataset's ids are a function of its input and options alone (transforms/labels.py), so a class
-removed or added shifts the ids of the classes after it. The command reads the replaced
-dataset's labels.txt before the run and compares it with the new one after the commit: a model
-trained on the old ids would read the new records wrong, so the change is never silent.
+removed or added shifts the ids of the classes after it. With --overwrite the replaced
+dataset's labels.txt is read before the run and compared with the run's class names twice: when
+the plan note gives them, before any image is converted (pipeline/progress.py), and with the new
+labels.txt after the commit (pipeline/command.py). A model trained on the old ids would read
+the new records wrong, so the change is never silent.
 """
 from pipeline.errors import printable
 from pipeline.io import fileio

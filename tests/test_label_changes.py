@@ -47,3 +47,13 @@ def test_a_labels_file_class_without_an_image_is_an_empty_class(tmp_path):
     assert (out / 'labels.txt').read_text() == 'cat\nfish\ndog\n'
     checked = run_verify(str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_plan_a_user_reads_holds_no_class_names(tmp_path):
+    """Only the conversion's own note of its plan carries the class names (for the line above):
+    `--plan_only --plan_format=json` prints the plan as it was."""
+    planned = cli(f'--input_dir={_classes(tmp_path / "in", ["cat", "dog"])}', '--plan_only',
+                  '--plan_format=json')
+    assert planned.returncode == 0, planned.stderr
+    document = json.loads(planned.stdout)
+    assert 'label_names' not in document and document['labels'] == 2
